@@ -1,0 +1,101 @@
+"""Datasets: ``load(name)`` for node classification, ``load_tu`` for graph classification,
+and seeded random graphs.
+
+>>> data = load("cora")          # bundled, no download
+>>> data.x.shape, data.num_classes
+(torch.Size([2708, 1433]), 7)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..graph import Graph
+from .planetoid import read_planetoid_raw
+from .synthetic import random_graph
+from .tu import GraphSample, load_tu
+
+_BUNDLED = Path(__file__).parent / "data"
+PLANETOID = ("cora", "citeseer")
+
+
+@dataclass
+class NodeDataset:
+    """A node-classification graph with its features, labels and split masks.
+
+    Shapes:
+        x: [N, F] float32; y: [N] int64; *_mask: [N] bool.
+    """
+
+    name: str
+    graph: Graph
+    x: Tensor
+    y: Tensor
+    train_mask: Tensor
+    val_mask: Tensor
+    test_mask: Tensor
+    num_classes: int
+
+    def to(self, device) -> "NodeDataset":
+        return replace(self, graph=self.graph.to(device), x=self.x.to(device), y=self.y.to(device),
+                       train_mask=self.train_mask.to(device), val_mask=self.val_mask.to(device),
+                       test_mask=self.test_mask.to(device))
+
+    def __repr__(self) -> str:
+        return (f"NodeDataset({self.name}: {self.graph.num_nodes} nodes, {self.graph.num_edges} edges, "
+                f"{self.x.shape[1]} features, {self.num_classes} classes, train/val/test "
+                f"{int(self.train_mask.sum())}/{int(self.val_mask.sum())}/{int(self.test_mask.sum())})")
+
+
+def _from_arrays(name: str, arrays, normalize_features: bool) -> NodeDataset:
+    num_nodes, num_feats = (int(v) for v in arrays["feat_shape"])
+    indptr = np.asarray(arrays["feat_indptr"], dtype=np.int64)
+    dense = np.zeros((num_nodes, num_feats), dtype=np.float32)
+    dense[np.repeat(np.arange(num_nodes), np.diff(indptr)), np.asarray(arrays["feat_indices"], dtype=np.int64)] = arrays["feat_data"]
+    x = torch.from_numpy(dense)
+    if normalize_features:  # row-normalise (Kipf & Welling's preprocessing)
+        x = x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)
+    edge_index = torch.from_numpy(np.asarray(arrays["edge_index"], dtype=np.int64))
+    y = torch.from_numpy(np.asarray(arrays["y"], dtype=np.int64))
+
+    def mask(key: str) -> Tensor:
+        m = torch.zeros(num_nodes, dtype=torch.bool)
+        m[torch.from_numpy(np.asarray(arrays[key], dtype=np.int64))] = True
+        return m
+
+    graph = Graph.from_edge_index(edge_index, num_nodes=num_nodes)
+    return NodeDataset(name, graph, x, y, mask("train_idx"), mask("val_idx"), mask("test_idx"), int(y.max()) + 1)
+
+
+def load(name: str, root: Optional[str] = None, normalize_features: bool = True) -> NodeDataset:
+    """Load a node-classification dataset.
+
+    Args:
+        name: ``"cora"`` (bundled) or ``"citeseer"`` (needs ``root``).
+        root: directory with raw Planetoid files ``ind.<name>.*``; when given, they are read
+            instead of the bundled copy.
+        normalize_features: divide each feature row by its sum.
+
+    Returns:
+        :class:`NodeDataset` with the standard Planetoid split.
+    """
+    key = name.lower()
+    if key not in PLANETOID:
+        raise ValueError(f"load(): unknown dataset {name!r}; known: {', '.join(PLANETOID)}")
+    if root is not None:
+        if not Path(root).is_dir():
+            raise ValueError(f"load(): root {root!r} is not a directory")
+        return _from_arrays(key, read_planetoid_raw(root, key), normalize_features)
+    bundled = _BUNDLED / f"{key}.npz"
+    if not bundled.exists():
+        raise ValueError(f"load(): {name!r} is not bundled; pass root= a directory with its raw Planetoid files")
+    with np.load(bundled, allow_pickle=False) as arrays:
+        return _from_arrays(key, dict(arrays), normalize_features)
+
+
+__all__ = ["load", "load_tu", "random_graph", "NodeDataset", "GraphSample", "read_planetoid_raw"]

@@ -1,0 +1,4 @@
+"""Sparse storage formats: pure tensor transformations (no kernels, no Graph)."""
+from . import csr
+
+__all__ = ["csr"]

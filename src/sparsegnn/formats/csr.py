@@ -1,0 +1,186 @@
+"""Destination-major CSR: pure tensor transformations, no kernels, no Graph.
+
+A graph with ``N`` nodes and ``E`` edges ``j -> i`` is stored by target node:
+``rowptr[i]:rowptr[i+1]`` are the positions of node ``i``'s incoming edges, ``col[e]``
+is the source node of edge ``e``.  This is PyG's ``adj_t`` layout, so
+``out = A @ x`` aggregates messages from sources into targets.
+
+All index tensors are ``torch.int64``.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+
+def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """Sort edges by (target, source), stably, and build CSR.
+
+    Args:
+        target: target node of each edge.
+        source: source node of each edge.
+        num_nodes: number of nodes ``N`` (rows of the CSR).
+
+    Returns:
+        ``(rowptr, col, perm)`` where ``perm[k]`` is the position in the input of
+        CSR edge ``k`` (so CSR edge values are ``values[perm]``).
+
+    Shapes:
+        target, source: [E]; rowptr: [N + 1]; col, perm: [E].
+    """
+    target = target.to(torch.int64)
+    source = source.to(torch.int64)
+    key = target * max(num_nodes, 1) + source
+    perm = torch.argsort(key, stable=True)
+    col = source[perm]
+    counts = torch.bincount(target, minlength=num_nodes)
+    rowptr = counts.new_zeros(num_nodes + 1)
+    torch.cumsum(counts, 0, out=rowptr[1:])
+    return rowptr, col, perm
+
+
+def rowptr_to_row(rowptr: Tensor, num_edges: Optional[int] = None) -> Tensor:
+    """Expand ``rowptr`` into the target node of every edge.
+
+    Shapes:
+        rowptr: [N + 1] -> row: [E].
+    """
+    num_rows = rowptr.numel() - 1
+    counts = rowptr[1:] - rowptr[:-1]
+    return torch.repeat_interleave(
+        torch.arange(num_rows, device=rowptr.device), counts, output_size=num_edges
+    )
+
+
+def degrees(rowptr: Tensor) -> Tensor:
+    """Number of stored edges per row (in-degree, duplicates counted). Shapes: [N + 1] -> [N]."""
+    return rowptr[1:] - rowptr[:-1]
+
+
+def transpose_csr(rowptr: Tensor, col: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """CSR of ``A^T`` (i.e. CSC of ``A``), with the permutation into ``A``'s edge order.
+
+    Returns:
+        ``(rowptr_t, col_t, perm)``: edge ``k`` of the transpose is edge ``perm[k]`` of ``A``,
+        ``col_t[k]`` is its target in ``A``.  Within a row of the transpose, edges keep
+        ``A``'s order (the sort is stable), so results are deterministic.
+
+    Shapes:
+        rowptr: [N + 1]; col: [E] -> rowptr_t: [N + 1], col_t: [E], perm: [E].
+    """
+    row = rowptr_to_row(rowptr, col.numel())
+    rowptr_t, col_t, perm = coo_to_csr(col, row, num_nodes)
+    return rowptr_t, col_t, perm
+
+
+def duplicate_groups(rowptr: Tensor, col: Tensor) -> Tuple[Tensor, Tensor]:
+    """Group identical ``(row, col)`` pairs of a sorted CSR.
+
+    Returns:
+        ``(group, is_first)``: ``group[e]`` is the index of the unique edge that edge ``e``
+        merges into, ``is_first[e]`` marks the first edge of each group.
+
+    Shapes:
+        rowptr: [N + 1], col: [E] -> group: [E], is_first: [E] (bool).
+    """
+    row = rowptr_to_row(rowptr, col.numel())
+    is_first = torch.ones_like(col, dtype=torch.bool)
+    if col.numel() > 1:
+        is_first[1:] = (row[1:] != row[:-1]) | (col[1:] != col[:-1])
+    group = torch.cumsum(is_first.to(torch.int64), 0) - 1
+    return group, is_first
+
+
+def merge_duplicates(
+    rowptr: Tensor, col: Tensor, edge_val: Optional[Tensor], reduce: str = "sum"
+) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+    """Merge repeated ``(row, col)`` pairs, combining their values with ``reduce``.
+
+    ``reduce`` is one of ``"sum"``, ``"mean"``, ``"max"``, ``"min"``.  Without values,
+    duplicates are simply dropped.
+
+    Shapes:
+        rowptr: [N + 1], col: [E], edge_val: [E] or None -> rowptr', col', edge_val': [E'].
+    """
+    num_nodes = rowptr.numel() - 1
+    group, is_first = duplicate_groups(rowptr, col)
+    row = rowptr_to_row(rowptr, col.numel())
+    new_col = col[is_first]
+    new_row = row[is_first]
+    counts = torch.bincount(new_row, minlength=num_nodes)
+    new_rowptr = counts.new_zeros(num_nodes + 1)
+    torch.cumsum(counts, 0, out=new_rowptr[1:])
+    new_val = None
+    if edge_val is not None:
+        num_unique = new_col.numel()
+        torch_reduce = {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin"}[reduce]
+        new_val = edge_val.new_zeros((num_unique,) + tuple(edge_val.shape[1:]))
+        index = group.view((-1,) + (1,) * (edge_val.dim() - 1)).expand_as(edge_val)
+        new_val = new_val.scatter_reduce(0, index, edge_val, torch_reduce, include_self=False)
+    return new_rowptr, new_col, new_val
+
+
+def add_self_loops_csr(
+    rowptr: Tensor, col: Tensor, edge_val: Optional[Tensor], fill_value: float = 1.0
+) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+    """Give every node exactly one self loop (PyG's ``add_remaining_self_loops``).
+
+    Existing self loops are merged into one; with values, a node's existing self loops keep
+    the sum of their values, and new ones get ``fill_value``.
+
+    Shapes:
+        rowptr: [N + 1], col: [E], edge_val: [E] or None -> rowptr', col', edge_val'.
+    """
+    num_nodes = rowptr.numel() - 1
+    device = rowptr.device
+    row = rowptr_to_row(rowptr, col.numel())
+    is_loop = row == col
+    keep = ~is_loop
+    loop_nodes = torch.arange(num_nodes, device=device)
+    new_target = torch.cat([row[keep], loop_nodes])
+    new_source = torch.cat([col[keep], loop_nodes])
+    new_val = None
+    if edge_val is not None:
+        loop_val = edge_val.new_full((num_nodes,), float(fill_value))
+        has_loop = torch.zeros(num_nodes, dtype=torch.bool, device=device)
+        has_loop[row[is_loop]] = True
+        summed = edge_val.new_zeros(num_nodes).index_add_(0, row[is_loop], edge_val[is_loop])
+        loop_val = torch.where(has_loop, summed, loop_val)
+        new_val = torch.cat([edge_val[keep], loop_val])
+    new_rowptr, new_col, perm = coo_to_csr(new_target, new_source, num_nodes)
+    if new_val is not None:
+        new_val = new_val[perm]
+    return new_rowptr, new_col, new_val
+
+
+def normalize_values(
+    rowptr: Tensor, col: Tensor, edge_val: Optional[Tensor], mode: str, dtype: torch.dtype
+) -> Tensor:
+    """Normalised edge values of a CSR graph.
+
+    With ``d_i = sum_{e in row i} w_e`` (weighted in-degree):
+
+    - ``"sym"``: ``w'_e = d_i^{-1/2} w_e d_j^{-1/2}`` (GCN; with self loops this is
+      ``D^{-1/2} (A + I) D^{-1/2}``),
+    - ``"row"``: ``w'_e = w_e / d_i`` (mean aggregation).
+
+    Zero degrees give zero weights instead of infinities.
+
+    Shapes:
+        rowptr: [N + 1], col: [E], edge_val: [E] or None -> [E].
+    """
+    num_nodes = rowptr.numel() - 1
+    weight = edge_val if edge_val is not None else torch.ones(col.numel(), dtype=dtype, device=col.device)
+    row = rowptr_to_row(rowptr, col.numel())
+    deg = weight.new_zeros(num_nodes).index_add_(0, row, weight)
+    if mode == "sym":
+        inv_sqrt = deg.pow(-0.5)
+        inv_sqrt = torch.where(torch.isinf(inv_sqrt), torch.zeros_like(inv_sqrt), inv_sqrt)
+        return inv_sqrt[row] * weight * inv_sqrt[col]
+    if mode == "row":
+        inv = deg.reciprocal()
+        inv = torch.where(torch.isinf(inv), torch.zeros_like(inv), inv)
+        return weight * inv[row]
+    raise ValueError(f"normalize(): mode must be 'sym' or 'row', got {mode!r}")

@@ -1,0 +1,350 @@
+"""``Graph``: a sparse graph stored once, in destination-major CSR, with cached derived forms.
+
+Row ``i`` of the CSR lists the incoming edges of target node ``i`` (PyG's ``adj_t``), so
+``spmm(graph, x)[i] = sum_{j -> i} w_ji x_j``.
+
+Edge order. Every edge-valued tensor the library takes or returns for a ``Graph`` (edge
+weights, ``sddmm`` results, ``edge_softmax`` scores) is in the Graph's own CSR order. A
+graph built by ``from_edge_index`` keeps ``edge_perm``: CSR edge ``k`` is edge
+``edge_perm[k]`` of the caller's ``edge_index``.  ``to_graph_order`` / ``to_input_order``
+move per-edge tensors between the two orders.  The ops also accept a raw ``edge_index``
+directly; then per-edge inputs and outputs are in the caller's order.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from ._checks import check, check_edge_values, check_index, check_same_device, check_tensor
+from .formats import csr as csr_fmt
+
+
+class Graph:
+    """A graph with ``num_nodes`` nodes in destination-major CSR.
+
+    Attributes:
+        rowptr: ``[N + 1]`` int64 row offsets (row = target node).
+        col: ``[E]`` int64 source node of each edge.
+        edge_val: ``[E]`` optional edge values (weights), in CSR order.
+        num_nodes: ``N``.
+        edge_perm: ``[E]`` int64 or ``None``: CSR edge ``k`` is input edge ``edge_perm[k]``.
+        ptr: ``[B + 1]`` int64 or ``None``: node boundaries of batched graphs.
+
+    Derived forms (the per-edge target ``row``, the transpose, degrees) are computed on first
+    use and cached; transformations return new graphs and never modify this one.
+
+    Example:
+        >>> ei = torch.tensor([[0, 1, 2], [1, 2, 0]])   # edges 0->1, 1->2, 2->0
+        >>> g = Graph.from_edge_index(ei)
+        >>> g.rowptr.tolist(), g.col.tolist()
+        ([0, 1, 2, 3], [2, 0, 1])
+    """
+
+    def __init__(
+        self,
+        rowptr: Tensor,
+        col: Tensor,
+        edge_val: Optional[Tensor] = None,
+        num_nodes: Optional[int] = None,
+        *,
+        edge_perm: Optional[Tensor] = None,
+        ptr: Optional[Tensor] = None,
+    ) -> None:
+        self.rowptr = rowptr
+        self.col = col
+        self.edge_val = edge_val
+        self.num_nodes = int(rowptr.numel() - 1 if num_nodes is None else num_nodes)
+        self.edge_perm = edge_perm
+        self.ptr = ptr
+        self._cache: Dict[str, object] = {}
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_edge_index(
+        cls,
+        edge_index: Tensor,
+        edge_weight: Optional[Tensor] = None,
+        num_nodes: Optional[int] = None,
+    ) -> "Graph":
+        """Build from a PyG-style ``edge_index`` (row 0 = source, row 1 = target).
+
+        Duplicate edges and self loops are kept as given (see ``remove_duplicates``).
+
+        Shapes:
+            edge_index: [2, E] integer; edge_weight: [E]; -> Graph with E edges.
+        """
+        fn = "Graph.from_edge_index"
+        check_tensor(edge_index, fn, "edge_index")
+        check(edge_index.dim() == 2 and edge_index.shape[0] == 2, fn,
+              f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
+        check_index(edge_index, fn, "edge_index")
+        if num_nodes is None:
+            num_nodes = int(edge_index.max()) + 1 if edge_index.numel() > 0 else 0
+        check(int(num_nodes) >= 0, fn, f"num_nodes must be >= 0, got {num_nodes}")
+        check_index(edge_index, fn, "edge_index", upper=int(num_nodes))
+        if edge_weight is not None:
+            check_edge_values(edge_weight, edge_index.shape[1], fn, "edge_weight", max_dim=1)
+            check_same_device(fn, edge_index=edge_index, edge_weight=edge_weight)
+        source, target = edge_index[0], edge_index[1]
+        rowptr, col, perm = csr_fmt.coo_to_csr(target, source, int(num_nodes))
+        edge_val = edge_weight[perm] if edge_weight is not None else None
+        return cls(rowptr, col, edge_val, int(num_nodes), edge_perm=perm)
+
+    @classmethod
+    def from_csr(
+        cls,
+        rowptr: Tensor,
+        col: Tensor,
+        edge_val: Optional[Tensor] = None,
+        num_nodes: Optional[int] = None,
+    ) -> "Graph":
+        """Build from destination-major CSR arrays (row = target). Columns within a row may be unsorted.
+
+        Shapes:
+            rowptr: [N + 1]; col: [E]; edge_val: [E].
+        """
+        fn = "Graph.from_csr"
+        check_tensor(rowptr, fn, "rowptr")
+        check_tensor(col, fn, "col")
+        check(rowptr.dim() == 1 and rowptr.numel() >= 1, fn, f"rowptr must be 1-D with N + 1 entries, got shape {tuple(rowptr.shape)}")
+        check(col.dim() == 1, fn, f"col must be 1-D, got shape {tuple(col.shape)}")
+        check_index(rowptr, fn, "rowptr")
+        n = rowptr.numel() - 1
+        check(num_nodes is None or int(num_nodes) == n, fn, f"num_nodes={num_nodes} but rowptr describes {n} rows")
+        check(int(rowptr[0]) == 0 and int(rowptr[-1]) == col.numel(), fn,
+              f"rowptr must start at 0 and end at len(col)={col.numel()}, got {int(rowptr[0])}..{int(rowptr[-1])}")
+        check(bool((rowptr[1:] >= rowptr[:-1]).all()), fn, "rowptr must be non-decreasing")
+        check_index(col, fn, "col", upper=n)
+        check_same_device(fn, rowptr=rowptr, col=col, edge_val=edge_val)
+        if edge_val is not None:
+            check_edge_values(edge_val, col.numel(), fn, "edge_val", max_dim=1)
+        rowptr = rowptr.to(torch.int64)
+        col = col.to(torch.int64)
+        return cls(rowptr, col, edge_val, n)
+
+    @classmethod
+    def from_torch_sparse(cls, adj: Tensor) -> "Graph":
+        """Build from a square ``torch.sparse`` COO or CSR tensor ``A`` with ``A[i, j]`` = weight of ``j -> i``.
+
+        Shapes:
+            adj: [N, N] sparse -> Graph with nnz(adj) edges (explicit zeros kept).
+        """
+        fn = "Graph.from_torch_sparse"
+        check_tensor(adj, fn, "adj")
+        check(adj.dim() == 2 and adj.shape[0] == adj.shape[1], fn, f"adj must be a square 2-D sparse tensor, got shape {tuple(adj.shape)}")
+        if adj.layout == torch.sparse_csr:
+            return cls.from_csr(adj.crow_indices(), adj.col_indices(), adj.values(), adj.shape[0])
+        if adj.layout == torch.sparse_coo:
+            adj = adj.coalesce()
+            target, source = adj.indices()
+            rowptr, col, perm = csr_fmt.coo_to_csr(target, source, adj.shape[0])
+            return cls(rowptr, col, adj.values()[perm], adj.shape[0])
+        raise ValueError(f"{fn}(): adj must have layout sparse_coo or sparse_csr, got {adj.layout}")
+
+    @classmethod
+    def from_scipy(cls, matrix) -> "Graph":
+        """Build from a square scipy sparse matrix ``A`` with ``A[i, j]`` = weight of ``j -> i``."""
+        fn = "Graph.from_scipy"
+        check(hasattr(matrix, "tocsr") and hasattr(matrix, "shape"), fn, f"expected a scipy sparse matrix, got {type(matrix).__name__}")
+        check(matrix.shape[0] == matrix.shape[1], fn, f"matrix must be square, got shape {matrix.shape}")
+        m = matrix.tocsr()
+        m.sort_indices()
+        return cls.from_csr(
+            torch.from_numpy(m.indptr.astype("int64")),
+            torch.from_numpy(m.indices.astype("int64")),
+            torch.from_numpy(m.data.copy()),
+            m.shape[0],
+        )
+
+    @classmethod
+    def from_pyg(cls, data) -> "Graph":
+        """Build from a PyG ``Data``-like object (``edge_index``, optional ``edge_weight``, ``num_nodes``)."""
+        check(hasattr(data, "edge_index"), "Graph.from_pyg", "object has no edge_index")
+        weight = getattr(data, "edge_weight", None)
+        return cls.from_edge_index(data.edge_index, weight, getattr(data, "num_nodes", None))
+
+    @staticmethod
+    def batch(graphs: Sequence["Graph"]) -> "Graph":
+        """Block-diagonal union of ``graphs``; ``ptr[b]:ptr[b+1]`` are graph ``b``'s nodes.
+
+        Edge values are kept when every graph has them; ``edge_perm`` is dropped.
+
+        Shapes:
+            B graphs with N_b nodes, E_b edges -> N = sum N_b nodes, E = sum E_b edges, ptr [B + 1].
+        """
+        fn = "Graph.batch"
+        graphs = list(graphs)
+        check(len(graphs) > 0, fn, "needs at least one graph")
+        check(all(isinstance(g, Graph) for g in graphs), fn, "every element must be a Graph")
+        device = graphs[0].rowptr.device
+        check(all(g.rowptr.device == device for g in graphs), fn, "all graphs must be on one device")
+        node_counts = torch.tensor([g.num_nodes for g in graphs], dtype=torch.int64)
+        edge_counts = torch.tensor([g.num_edges for g in graphs], dtype=torch.int64)
+        node_offsets = torch.cat([node_counts.new_zeros(1), node_counts.cumsum(0)])
+        edge_offsets = torch.cat([edge_counts.new_zeros(1), edge_counts.cumsum(0)])
+        rowptr = torch.cat([graphs[0].rowptr[:1]] + [g.rowptr[1:] + int(edge_offsets[b]) for b, g in enumerate(graphs)])
+        col = torch.cat([g.col + int(node_offsets[b]) for b, g in enumerate(graphs)])
+        values = None
+        if all(g.edge_val is not None for g in graphs):
+            values = torch.cat([g.edge_val for g in graphs])
+        return Graph(rowptr, col, values, int(node_offsets[-1]), ptr=node_offsets.to(device))
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def num_edges(self) -> int:
+        return int(self.col.numel())
+
+    @property
+    def device(self) -> torch.device:
+        return self.rowptr.device
+
+    def __repr__(self) -> str:
+        vals = "" if self.edge_val is None else f", edge_val={self.edge_val.dtype}"
+        batch = "" if self.ptr is None else f", graphs={self.ptr.numel() - 1}"
+        return f"Graph(num_nodes={self.num_nodes}, num_edges={self.num_edges}{vals}{batch}, device={self.device})"
+
+    def _cached(self, key: str, build):
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    @property
+    def row(self) -> Tensor:
+        """Target node of every edge, ``[E]`` int64 (cached)."""
+        return self._cached("row", lambda: csr_fmt.rowptr_to_row(self.rowptr, self.num_edges))
+
+    def in_degree(self) -> Tensor:
+        """Number of stored incoming edges per node, ``[N]`` int64 (duplicates counted)."""
+        return self._cached("in_degree", lambda: csr_fmt.degrees(self.rowptr))
+
+    def transpose_parts(self):
+        """``(rowptr_t, col_t, perm)`` of ``A^T`` (cached): edge ``k`` of ``A^T`` is edge ``perm[k]`` of ``A``."""
+        return self._cached("transpose", lambda: csr_fmt.transpose_csr(self.rowptr, self.col, self.num_nodes))
+
+    def t(self) -> "Graph":
+        """The reversed graph ``A^T`` as a Graph (cached), with ``edge_val`` permuted."""
+        def build():
+            rowptr_t, col_t, perm = self.transpose_parts()
+            vals = self.edge_val[perm] if self.edge_val is not None else None
+            return Graph(rowptr_t, col_t, vals, self.num_nodes)
+        return self._cached("t", build)
+
+    def batch_vector(self) -> Tensor:
+        """Graph id of every node, ``[N]`` int64 (all zeros when not batched)."""
+        if self.ptr is None:
+            return torch.zeros(self.num_nodes, dtype=torch.int64, device=self.device)
+        return csr_fmt.rowptr_to_row(self.ptr.to(self.device), self.num_nodes)
+
+    # ------------------------------------------------------------------ edge order
+    def to_graph_order(self, values: Tensor) -> Tensor:
+        """Permute a per-edge tensor from the caller's ``edge_index`` order into CSR order."""
+        check(self.edge_perm is not None, "Graph.to_graph_order", "this graph has no input edge order (built from CSR or transformed)")
+        check(values.shape[0] == self.num_edges, "Graph.to_graph_order", f"values has {values.shape[0]} entries, graph has {self.num_edges} edges")
+        return values.index_select(0, self.edge_perm)
+
+    def to_input_order(self, values: Tensor) -> Tensor:
+        """Permute a per-edge tensor from CSR order back into the caller's ``edge_index`` order."""
+        check(self.edge_perm is not None, "Graph.to_input_order", "this graph has no input edge order (built from CSR or transformed)")
+        check(values.shape[0] == self.num_edges, "Graph.to_input_order", f"values has {values.shape[0]} entries, graph has {self.num_edges} edges")
+        inverse = self._cached("inverse_edge_perm", lambda: torch.argsort(self.edge_perm))
+        return values.index_select(0, inverse)
+
+    def mean_scale(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """Per-edge ``1 / deg(row[e])`` (cached per dtype): turns a sum aggregation into a mean."""
+        def build():
+            deg = self.in_degree().to(dtype).clamp(min=1.0)
+            return deg.reciprocal()[self.row]
+        return self._cached(f"mean_scale_{dtype}", build)
+
+    # ------------------------------------------------------------------ conversions
+    def edge_index(self) -> Tensor:
+        """``[2, E]`` edge_index (source, target) in CSR order."""
+        return torch.stack([self.col, self.row])
+
+    def to_torch_sparse_csr(self, dtype: Optional[torch.dtype] = None) -> Tensor:
+        """``torch.sparse_csr`` tensor ``A`` with ``A[i, j]`` = value of edge ``j -> i`` (1 without values)."""
+        values = self.edge_val
+        if values is None:
+            values = torch.ones(self.num_edges, dtype=dtype or torch.float32, device=self.device)
+        elif dtype is not None:
+            values = values.to(dtype)
+        return torch.sparse_csr_tensor(self.rowptr, self.col, values, (self.num_nodes, self.num_nodes))
+
+    def to_dense(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """Dense ``[N, N]`` adjacency (duplicates summed). For tests and tiny graphs."""
+        dense = torch.zeros(self.num_nodes, self.num_nodes, dtype=dtype, device=self.device)
+        values = self.edge_val.to(dtype) if self.edge_val is not None else torch.ones(self.num_edges, dtype=dtype, device=self.device)
+        return dense.index_put_((self.row, self.col), values, accumulate=True)
+
+    def to(self, device) -> "Graph":
+        """Copy to ``device`` (caches are rebuilt there on demand)."""
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return Graph(move(self.rowptr), move(self.col), move(self.edge_val), self.num_nodes,
+                     edge_perm=move(self.edge_perm), ptr=move(self.ptr))
+
+    def with_values(self, edge_val: Optional[Tensor]) -> "Graph":
+        """Same structure (sharing caches of the structure) with other edge values."""
+        if edge_val is not None:
+            check_edge_values(edge_val, self.num_edges, "Graph.with_values", "edge_val", max_dim=1)
+        g = Graph(self.rowptr, self.col, edge_val, self.num_nodes, edge_perm=self.edge_perm, ptr=self.ptr)
+        g._cache = {k: v for k, v in self._cache.items() if k != "t"}
+        return g
+
+    # ------------------------------------------------------------------ transformations
+    def add_self_loops(self, fill_value: float = 1.0) -> "Graph":
+        """Every node gets exactly one self loop (existing ones merged, keeping their summed value)."""
+        rowptr, col, vals = csr_fmt.add_self_loops_csr(self.rowptr, self.col, self.edge_val, fill_value)
+        return Graph(rowptr, col, vals, self.num_nodes, ptr=self.ptr)
+
+    def remove_self_loops(self) -> "Graph":
+        """Drop every edge ``i -> i``."""
+        keep = self.row != self.col
+        counts = torch.bincount(self.row[keep], minlength=self.num_nodes)
+        rowptr = counts.new_zeros(self.num_nodes + 1)
+        torch.cumsum(counts, 0, out=rowptr[1:])
+        vals = self.edge_val[keep] if self.edge_val is not None else None
+        return Graph(rowptr, self.col[keep], vals, self.num_nodes, ptr=self.ptr)
+
+    def remove_duplicates(self, reduce: str = "sum") -> "Graph":
+        """Merge repeated edges; values combined by ``reduce`` in {"sum", "mean", "max", "min"}."""
+        check(reduce in ("sum", "mean", "max", "min"), "Graph.remove_duplicates", f"reduce must be sum, mean, max or min, got {reduce!r}")
+        # Columns within a row must be sorted for grouping; from_csr may hold unsorted rows.
+        target, source = self.row, self.col
+        rowptr, col, perm = csr_fmt.coo_to_csr(target, source, self.num_nodes)
+        vals = self.edge_val[perm] if self.edge_val is not None else None
+        rowptr, col, vals = csr_fmt.merge_duplicates(rowptr, col, vals, reduce)
+        return Graph(rowptr, col, vals, self.num_nodes, ptr=self.ptr)
+
+    def normalize(self, mode: str = "sym") -> "Graph":
+        """Normalised edge values: ``"sym"`` = D^-1/2 A D^-1/2, ``"row"`` = D^-1 A (D = weighted in-degree).
+
+        ``graph.add_self_loops().normalize("sym")`` is GCN's ``D^-1/2 (A + I) D^-1/2``.
+        """
+        check(mode in ("sym", "row"), "Graph.normalize", f"mode must be 'sym' or 'row', got {mode!r}")
+        vals = csr_fmt.normalize_values(self.rowptr, self.col, self.edge_val, mode, torch.float32)
+        return self.with_values(vals)
+
+
+def as_graph(obj, fn: str, num_nodes: Optional[int] = None):
+    """Coerce ``obj`` (Graph, ``edge_index`` [2, E], or torch sparse tensor) into a Graph.
+
+    Returns:
+        ``(graph, input_order)``: ``input_order`` is True when per-edge tensors are in the
+        caller's ``edge_index`` order and must be permuted in and out.
+    """
+    if isinstance(obj, Graph):
+        check(num_nodes is None or num_nodes == obj.num_nodes, fn, f"num_nodes={num_nodes} but the Graph has {obj.num_nodes}")
+        return obj, False
+    if isinstance(obj, Tensor) and obj.layout in (torch.sparse_coo, torch.sparse_csr):
+        return Graph.from_torch_sparse(obj), False
+    if isinstance(obj, Tensor):
+        check(obj.dim() == 2 and obj.shape[0] == 2, fn, f"edge_index must have shape [2, E], got {tuple(obj.shape)}")
+        check(obj.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8), fn,
+              f"edge_index must have an integer dtype, got {obj.dtype}")
+        if num_nodes is not None:
+            check_index(obj, fn, "edge_index", upper=num_nodes)
+        return Graph.from_edge_index(obj, None, num_nodes), True
+    raise ValueError(f"{fn}(): graph must be a Graph, an edge_index tensor or a torch sparse tensor, got {type(obj).__name__}")
+

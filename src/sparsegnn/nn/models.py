@@ -1,0 +1,140 @@
+"""Reference GNN models with the papers' settings.
+
+- ``GCN``: 2 layers, 16 hidden (Kipf & Welling; TC-GNN's setting).
+- ``AGNN``: 4 layers, 32 hidden: input projection, ``num_layers - 2`` attention propagations,
+  output projection (TC-GNN's setting; the AGNN paper's architecture).
+- ``GraphSAGE`` / ``GIN`` / ``GAT``: full-batch models as in MaxK-GNN (hidden 256, LayerNorm
+  after every hidden layer, dropout).
+"""
+from __future__ import annotations
+
+from typing import List
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .conv import AGNNConv, GATConv, GCNConv, GINConv, SAGEConv
+
+
+class GCN(nn.Module):
+    """Logits ``A_hat relu(A_hat drop(X) W1) W2`` with dropout before each layer.
+
+    Shapes:
+        x: [N, in_channels] -> [N, out_channels].
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, hidden: int = 16, dropout: float = 0.5,
+                 backend: str = "auto") -> None:
+        super().__init__()
+        self.dropout = dropout
+        self.conv1 = GCNConv(in_channels, hidden, cached=True, backend=backend)
+        self.conv2 = GCNConv(hidden, out_channels, cached=True, backend=backend)
+
+    def forward(self, x: Tensor, graph) -> Tensor:
+        x = F.dropout(x, self.dropout, self.training)
+        x = F.relu(self.conv1(x, graph))
+        x = F.dropout(x, self.dropout, self.training)
+        return self.conv2(x, graph)
+
+
+class AGNN(nn.Module):
+    """``lin_out(prop_L(...prop_1(relu(lin_in(drop(X))))))`` with ``L = num_layers - 2`` AGNNConv.
+
+    The first propagation has a fixed ``beta`` (as in the AGNN paper), the rest learn it.
+
+    Shapes:
+        x: [N, in_channels] -> [N, out_channels].
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, hidden: int = 32, num_layers: int = 4,
+                 dropout: float = 0.5, backend: str = "auto") -> None:
+        super().__init__()
+        if num_layers < 3:
+            raise ValueError(f"AGNN(): num_layers must be >= 3 (input, propagation, output), got {num_layers}")
+        self.dropout = dropout
+        self.lin_in = nn.Linear(in_channels, hidden)
+        self.props = nn.ModuleList(
+            [AGNNConv(requires_grad=i > 0, cached=True, backend=backend) for i in range(num_layers - 2)]
+        )
+        self.lin_out = nn.Linear(hidden, out_channels)
+
+    def forward(self, x: Tensor, graph) -> Tensor:
+        x = F.dropout(x, self.dropout, self.training)
+        x = F.relu(self.lin_in(x))
+        for prop in self.props:
+            x = prop(x, graph)
+        x = F.dropout(x, self.dropout, self.training)
+        return self.lin_out(x)
+
+
+class _NormedStack(nn.Module):
+    """``num_layers`` conv layers; LayerNorm + ReLU + dropout after every one but the last."""
+
+    def __init__(self, convs: List[nn.Module], hidden: int, dropout: float, norm: bool) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList(convs)
+        self.norms = nn.ModuleList([nn.LayerNorm(hidden) if norm else nn.Identity() for _ in convs[:-1]])
+        self.dropout = dropout
+
+    def forward(self, x: Tensor, graph) -> Tensor:
+        for conv, norm in zip(self.convs[:-1], self.norms):
+            x = F.dropout(F.relu(norm(conv(x, graph))), self.dropout, self.training)
+        return self.convs[-1](x, graph)
+
+
+def _widths(in_channels: int, hidden: int, out_channels: int, num_layers: int) -> List[int]:
+    if num_layers < 1:
+        raise ValueError(f"model(): num_layers must be >= 1, got {num_layers}")
+    return [in_channels] + [hidden] * (num_layers - 1) + [out_channels]
+
+
+class GraphSAGE(_NormedStack):
+    """Stack of mean-aggregating ``SAGEConv`` (hidden 256, LayerNorm, dropout 0.5 by default).
+
+    Shapes:
+        x: [N, in_channels] -> [N, out_channels].
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, hidden: int = 256, num_layers: int = 3,
+                 dropout: float = 0.5, norm: bool = True, backend: str = "auto") -> None:
+        w = _widths(in_channels, hidden, out_channels, num_layers)
+        convs = [SAGEConv(w[i], w[i + 1], backend=backend) for i in range(num_layers)]
+        super().__init__(convs, hidden, dropout, norm)
+
+
+class GIN(_NormedStack):
+    """Stack of ``GINConv`` with 2-layer MLPs (hidden 256, LayerNorm, dropout 0.5 by default).
+
+    Shapes:
+        x: [N, in_channels] -> [N, out_channels].
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, hidden: int = 256, num_layers: int = 3,
+                 dropout: float = 0.5, norm: bool = True, backend: str = "auto") -> None:
+        w = _widths(in_channels, hidden, out_channels, num_layers)
+        convs = [
+            GINConv(nn.Sequential(nn.Linear(w[i], w[i + 1]), nn.ReLU(), nn.Linear(w[i + 1], w[i + 1])), backend=backend)
+            for i in range(num_layers)
+        ]
+        super().__init__(convs, hidden, dropout, norm)
+
+
+class GAT(nn.Module):
+    """Two-layer GAT (8 heads x 8 hidden, ELU, dropout 0.6 on features and attention).
+
+    Shapes:
+        x: [N, in_channels] -> [N, out_channels].
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, hidden: int = 8, heads: int = 8,
+                 dropout: float = 0.6, backend: str = "auto") -> None:
+        super().__init__()
+        self.dropout = dropout
+        self.conv1 = GATConv(in_channels, hidden, heads=heads, dropout=dropout, backend=backend)
+        self.conv2 = GATConv(hidden * heads, out_channels, heads=1, dropout=dropout, backend=backend)
+
+    def forward(self, x: Tensor, graph) -> Tensor:
+        x = F.dropout(x, self.dropout, self.training)
+        x = F.elu(self.conv1(x, graph))
+        x = F.dropout(x, self.dropout, self.training)
+        return self.conv2(x, graph)

@@ -1,0 +1,6 @@
+"""The functional API: validation, backend dispatch and autograd for every sparse op."""
+from .sddmm import sddmm
+from .softmax import edge_softmax
+from .spmm import spmm
+
+__all__ = ["spmm", "sddmm", "edge_softmax"]

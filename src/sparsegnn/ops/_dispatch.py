@@ -1,0 +1,66 @@
+"""Backend choice shared by the ops, and the one aggregation primitive they all reuse."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .._checks import check
+from ..graph import Graph
+from ..kernels import interpreting, triton_available
+from . import reference
+
+BACKENDS = ("auto", "reference", "triton")
+TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def choose_backend(fn: str, backend: str, x: Tensor, triton_supported: Optional[str] = None) -> str:
+    """Resolve ``backend`` for input ``x``.
+
+    Args:
+        fn: public op name, for error messages.
+        backend: ``"auto"``, ``"reference"`` or ``"triton"``.
+        x: the dense input that decides device and dtype.
+        triton_supported: ``None`` when a Triton kernel exists for this call, else the reason
+            why not (used in the error for an explicit ``backend="triton"``).
+
+    ``"auto"`` picks Triton for CUDA tensors of a supported dtype, the reference otherwise.
+    """
+    check(backend in BACKENDS, fn, f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        usable = triton_supported is None and x.is_cuda and x.dtype in TRITON_DTYPES and triton_available()
+        return "triton" if usable else "reference"
+    if backend == "triton":
+        check(triton_supported is None, fn, f"backend='triton' {triton_supported}")
+        check(triton_available(), fn, "backend='triton' needs the triton package (pip install triton)")
+        check(x.is_cuda or interpreting(), fn,
+              "backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 to run kernels in the CPU interpreter)")
+        check(x.dtype in TRITON_DTYPES, fn, f"backend='triton' supports float32, float16 and bfloat16, got {x.dtype}")
+    return backend
+
+
+def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor]) -> Tensor:
+    """``out[i] = sum_{e in row i} w_e x[col[e]]`` on ``graph`` with the chosen backend.
+
+    ``weight`` of shape [E, F] (per-feature weights) always takes the reference path.
+
+    Shapes:
+        x: [N, F]; weight: [E], [E, F] or None -> [N, F].
+    """
+    if backend == "triton" and (weight is None or weight.dim() == 1):
+        from ..kernels.spmm_csr import spmm_csr
+
+        return spmm_csr(graph.rowptr, graph.col, weight, x)
+    return reference.spmm_sum(graph.row, graph.col, graph.num_nodes, x, weight)
+
+
+def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor]) -> Tensor:
+    """``A^T x``: ``out[j] = sum_{e: col[e] = j} w_e x[row[e]]`` via the cached transpose.
+
+    ``weight`` is in ``graph``'s edge order; it is permuted here.
+    """
+    transposed = graph.t()
+    perm = graph.transpose_parts()[2]
+    weight_t = weight.index_select(0, perm) if weight is not None else None
+    return aggregate(backend, transposed, x, weight_t)

@@ -1,0 +1,62 @@
+"""Edge softmax: normalise per-edge scores over each target node's incoming edges.
+
+``y_e = exp(s_e) / sum_{e' -> i} exp(s_e')`` for ``e: j -> i`` (computed with the row
+maximum subtracted).  Backward: ``ds_e = y_e (g_e - sum_{e' -> i} g_e' y_e')``.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from .._checks import check, check_edge_values, check_same_device
+from ..graph import Graph, as_graph
+from . import reference
+
+
+class _EdgeSoftmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, graph: Graph, scores: Tensor) -> Tensor:
+        out = reference.edge_softmax(graph.row, graph.num_nodes, scores)
+        ctx.graph = graph
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        (out,) = ctx.saved_tensors
+        graph = ctx.graph
+        weighted = grad_out * out
+        row_sum = reference.segment_sum(graph.row, weighted, graph.num_nodes)
+        return None, weighted - out * row_sum.index_select(0, graph.row)
+
+
+def edge_softmax(graph, scores: Tensor, num_nodes: int | None = None) -> Tensor:
+    """Softmax of per-edge ``scores`` over the incoming edges of each target node.
+
+    Args:
+        graph: a :class:`Graph`, an ``edge_index`` [2, E] or a square torch sparse tensor.
+        scores: per-edge scores (one per head with ``[E, H]``), in the Graph's edge order
+            (the caller's order for an ``edge_index``).
+        num_nodes: node count when ``graph`` is an ``edge_index`` (default: max index + 1).
+
+    Returns:
+        Tensor shaped like ``scores``; entries of each target's incoming edges sum to 1.
+
+    Shapes:
+        scores: [E] or [E, H] -> same.
+
+    Example:
+        >>> ei = torch.tensor([[0, 1], [2, 2]])
+        >>> edge_softmax(ei, torch.tensor([0.0, 0.0])).tolist()
+        [0.5, 0.5]
+    """
+    fn = "edge_softmax"
+    graph, input_order = as_graph(graph, fn, num_nodes=num_nodes)
+    check_edge_values(scores, graph.num_edges, fn, "scores", max_dim=2)
+    check_same_device(fn, graph=graph.rowptr, scores=scores)
+    if input_order:
+        scores = graph.to_graph_order(scores)
+    out = _EdgeSoftmax.apply(graph, scores)
+    return graph.to_input_order(out) if input_order else out

@@ -1,0 +1,48 @@
+"""Shared fixtures: seeded random graphs with every awkward case, and dense float64 oracles.
+
+Without a GPU, Triton kernels run in the CPU interpreter; TRITON_INTERPRET must be set
+before any kernel module is imported, hence here.
+"""
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from sparsegnn.datasets import random_graph  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def dense_adjacency(edge_index, num_nodes, weight=None, dtype=torch.float64):
+    """A[i, j] = sum of weights of edges j -> i, built from the raw edge list."""
+    a = torch.zeros(num_nodes, num_nodes, dtype=dtype)
+    w = torch.ones(edge_index.shape[1], dtype=dtype) if weight is None else weight.to(dtype).cpu()
+    for e in range(edge_index.shape[1]):
+        a[int(edge_index[1, e]), int(edge_index[0, e])] += w[e]
+    return a
+
+
+# (name, num_nodes, edge_index, weight): each graph mixes the cases the issue names.
+def _cases():
+    cases = []
+    ei, w = random_graph(40, 160, seed=1, num_isolated=3, num_empty_rows=4, num_self_loops=5,
+                         num_duplicates=6, weighted=True)
+    cases.append(("mixed", 40, ei, w))
+    ei, w = random_graph(25, 300, seed=2, num_self_loops=3, num_duplicates=10, weighted=True)
+    cases.append(("dense-rows", 25, ei, w))
+    cases.append(("single-node", 1, torch.zeros(2, 0, dtype=torch.int64), torch.zeros(0)))
+    cases.append(("single-node-loop", 1, torch.zeros(2, 2, dtype=torch.int64), torch.tensor([0.7, 1.3])))
+    cases.append(("no-edges", 6, torch.zeros(2, 0, dtype=torch.int64), torch.zeros(0)))
+    return cases
+
+
+GRAPH_CASES = _cases()
+
+
+@pytest.fixture(params=GRAPH_CASES, ids=[c[0] for c in GRAPH_CASES])
+def graph_case(request):
+    return request.param

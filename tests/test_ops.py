@@ -1,0 +1,194 @@
+"""Every op, forward and backward, against dense float64 formulas built from the raw edge list."""
+import pytest
+import torch
+
+import sparsegnn as sg
+from sparsegnn import Graph
+from sparsegnn.ops import reference
+
+from conftest import dense_adjacency
+
+
+def _features(n, f, seed, requires_grad=False):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(n, f, generator=gen, dtype=torch.float64).requires_grad_(requires_grad)
+
+
+def _dense_max(ei, n, x, w):
+    """Feature-wise max over incoming edges, zero for rows without edges (loop oracle)."""
+    out = torch.zeros(n, x.shape[1], dtype=torch.float64)
+    seen = [False] * n
+    for e in range(ei.shape[1]):
+        i, j = int(ei[1, e]), int(ei[0, e])
+        msg = x[j] * (w[e] if w is not None else 1.0)
+        out[i] = msg if not seen[i] else torch.maximum(out[i], msg)
+        seen[i] = True
+    return out
+
+
+@pytest.fixture(params=[False, True], ids=["unweighted", "weighted"])
+def weighted(request):
+    return request.param
+
+
+def test_spmm_sum_and_mean_forward(graph_case, weighted):
+    _, n, ei, w = graph_case
+    w = w.double() if weighted else None
+    g = Graph.from_edge_index(ei, w, num_nodes=n)
+    x = _features(n, 5, 0)
+    a = dense_adjacency(ei, n, w)
+    assert torch.allclose(sg.spmm(g, x, backend="reference"), a @ x)
+    count = dense_adjacency(ei, n).sum(1, keepdim=True).clamp(min=1)
+    assert torch.allclose(sg.spmm(g, x, reduce="mean", backend="reference"), (a @ x) / count)
+
+
+def test_spmm_max_forward(graph_case, weighted):
+    _, n, ei, w = graph_case
+    w = w.double() if weighted else None
+    x = _features(n, 4, 1)
+    out = sg.spmm(Graph.from_edge_index(ei, w, num_nodes=n), x, reduce="max", backend="reference")
+    assert torch.allclose(out, _dense_max(ei, n, x, w))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_spmm_gradcheck(graph_case, reduce):
+    _, n, ei, w = graph_case
+    g = Graph.from_edge_index(ei, num_nodes=n)
+    x = _features(n, 3, 2, requires_grad=True)
+    weight = (w.double() if w.numel() else torch.zeros(0, dtype=torch.float64)).clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda x, w: sg.spmm(g, x, reduce=reduce, edge_weight=w), (x, weight))
+    assert torch.autograd.gradcheck(lambda x: sg.spmm(g, x, reduce=reduce), (x,))
+
+
+def test_spmm_backward_uses_transpose_on_directed_graph():
+    # A path 0 -> 1 -> 2: A is not symmetric, so A^T dY differs from A dY.
+    ei = torch.tensor([[0, 1], [1, 2]])
+    x = torch.eye(3, dtype=torch.float64, requires_grad=True)
+    sg.spmm(ei, x).sum(1)[2].backward()
+    assert x.grad[:, 0].tolist() == [0.0, 1.0, 0.0]  # only node 1 feeds node 2
+
+
+def test_spmm_chunking_matches_unchunked(monkeypatch, weighted):
+    ei, w = sg.datasets.random_graph(50, 400, seed=9, num_duplicates=20, num_empty_rows=5, weighted=True)
+    w = w.double() if weighted else None
+    x = _features(50, 6, 3)
+    a = dense_adjacency(ei, 50, w)
+    monkeypatch.setattr(reference, "CHUNK_ELEMENTS", 7 * 6)  # 7 edges per chunk: rows span chunks
+    g = Graph.from_edge_index(ei, w, num_nodes=50)
+    assert torch.allclose(sg.spmm(g, x), a @ x)
+    assert torch.allclose(sg.spmm(g, x, reduce="max"), _dense_max(ei, 50, x, w))
+    xs = _features(50, 6, 4)
+    dense_dot = (x[ei[1]] * xs[ei[0]]).sum(-1)
+    assert torch.allclose(sg.sddmm(ei, x, xs), dense_dot)
+
+
+@pytest.mark.parametrize("op", ["dot", "add", "mul"])
+def test_sddmm_forward_and_gradcheck(graph_case, op):
+    _, n, ei, _ = graph_case
+    g = Graph.from_edge_index(ei, num_nodes=n)
+    a, b = _features(n, 4, 5, True), _features(n, 4, 6, True)
+    out = sg.sddmm(g, a, b, op)
+    tgt, src = g.row, g.col  # graph order
+    expected = {"dot": (a[tgt] * b[src]).sum(-1), "add": a[tgt] + b[src], "mul": a[tgt] * b[src]}[op]
+    assert torch.allclose(out, expected)
+    assert torch.autograd.gradcheck(lambda a, b: sg.sddmm(g, a, b, op), (a, b))
+
+
+def test_sddmm_edge_index_returns_caller_order():
+    ei, _ = sg.datasets.random_graph(12, 40, seed=4, num_duplicates=3)
+    a, b = _features(12, 3, 7), _features(12, 3, 8)
+    out = sg.sddmm(ei, a, b)
+    assert torch.allclose(out, (a[ei[1]] * b[ei[0]]).sum(-1))  # edge e of the caller's list
+
+
+def _dense_softmax(ei, n, scores):
+    out = torch.empty_like(scores)
+    for i in range(n):
+        idx = (ei[1] == i).nonzero().flatten()
+        if idx.numel():
+            out[idx] = torch.softmax(scores[idx], dim=0)
+    return out
+
+
+@pytest.mark.parametrize("heads", [None, 3])
+def test_edge_softmax_forward_and_gradcheck(graph_case, heads):
+    _, n, ei, _ = graph_case
+    shape = (ei.shape[1],) if heads is None else (ei.shape[1], heads)
+    scores = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 3
+    out = sg.edge_softmax(ei, scores, num_nodes=n)  # caller's edge order
+    assert torch.allclose(out, _dense_softmax(ei, n, scores))
+    g = Graph.from_edge_index(ei, num_nodes=n)
+    s = g.to_graph_order(scores).clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda s: sg.edge_softmax(g, s), (s,))
+
+
+def test_edge_softmax_sums_to_one_per_target():
+    ei, _ = sg.datasets.random_graph(30, 200, seed=2, num_empty_rows=4, num_self_loops=3)
+    g = Graph.from_edge_index(ei, num_nodes=30)
+    y = sg.edge_softmax(g, torch.randn(g.num_edges) * 50)  # large scores: needs the max shift
+    sums = torch.zeros(30).index_add_(0, g.row, y)
+    has_edges = g.in_degree() > 0
+    assert torch.allclose(sums[has_edges], torch.ones(int(has_edges.sum())), atol=1e-5)
+    assert not torch.isnan(y).any()
+
+
+def test_ops_accept_torch_sparse():
+    ei, w = sg.datasets.random_graph(10, 30, seed=1, weighted=True)
+    a = dense_adjacency(ei, 10, w).float()
+    x = torch.randn(10, 4)
+    assert torch.allclose(sg.spmm(a.to_sparse_csr(), x), a @ x, atol=1e-5)
+    assert torch.allclose(sg.spmm(a.to_sparse(), x), a @ x, atol=1e-5)
+
+
+def test_half_precision_reference_accumulates_in_fp32():
+    ei, w = sg.datasets.random_graph(20, 200, seed=1, weighted=True)
+    x = torch.randn(20, 8)
+    a = dense_adjacency(ei, 20, w)
+    for dtype in (torch.bfloat16, torch.float16):
+        out = sg.spmm(ei, x.to(dtype), edge_weight=w)
+        assert out.dtype == dtype
+        ref = a @ x.to(dtype).double()
+        assert ((out.double() - ref).norm() / ref.norm()) < 5e-3
+
+
+# ---------------------------------------------------------------- validation
+def _g():
+    return Graph.from_edge_index(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: sg.spmm(_g(), torch.randn(4, 2)), "x has 4 rows but the graph has 3 nodes"),
+        (lambda: sg.spmm(_g(), torch.randn(3)), "must be 2-D"),
+        (lambda: sg.spmm(_g(), torch.ones(3, 2, dtype=torch.int64)), "floating-point"),
+        (lambda: sg.spmm(_g(), torch.randn(3, 2), reduce="prod"), "reduce must be one of"),
+        (lambda: sg.spmm(_g(), torch.randn(3, 2), edge_weight=torch.ones(2)), "edge_weight has 2 entries"),
+        (lambda: sg.spmm(_g(), torch.randn(3, 2), backend="cuda"), "backend must be one of"),
+        (lambda: sg.spmm(_g(), torch.randn(3, 2), reduce="max", backend="triton"), "reduce='max'"),
+        (lambda: sg.spmm(torch.tensor([[0, 3], [1, 0]]), torch.randn(3, 2)), "out of range"),
+        (lambda: sg.spmm(torch.tensor([[0, -1], [1, 0]]), torch.randn(3, 2)), "negative"),
+        (lambda: sg.spmm(torch.tensor([[0.0], [1.0]]), torch.randn(3, 2)), "integer dtype"),
+        (lambda: sg.spmm("graph", torch.randn(3, 2)), "must be a Graph"),
+        (lambda: sg.sddmm(_g(), torch.randn(3, 2), torch.randn(3, 3)), "same feature width"),
+        (lambda: sg.sddmm(_g(), torch.randn(3, 2), torch.randn(3, 2), op="sub"), "op must be one of"),
+        (lambda: sg.sddmm(_g(), torch.randn(3, 2), torch.randn(3, 2).double()), "same dtype"),
+        (lambda: sg.edge_softmax(_g(), torch.randn(4)), "scores has 4 entries"),
+        (lambda: sg.edge_softmax(_g(), torch.randn(3, 2, 2)), "1 to 2 dimensions"),
+    ],
+)
+def test_ops_reject_bad_input(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CPU and CUDA tensors together")
+def test_ops_reject_mixed_devices():
+    with pytest.raises(ValueError, match="one device"):
+        sg.spmm(_g(), torch.randn(3, 2, device="cuda"))
+
+
+def test_triton_backend_needs_cuda_or_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match=r"spmm\(\): backend='triton' needs CUDA tensors"):
+        sg.spmm(_g(), torch.randn(3, 2), backend="triton")
