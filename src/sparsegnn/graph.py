@@ -19,6 +19,7 @@ from torch import Tensor
 
 from ._checks import check, check_edge_values, check_index, check_same_device, check_tensor
 from .formats import csr as csr_fmt
+from .formats.plan import RowPlan, build_row_plan
 
 
 class Graph:
@@ -230,6 +231,10 @@ class Graph:
             vals = self.edge_val[perm] if self.edge_val is not None else None
             return Graph(rowptr_t, col_t, vals, self.num_nodes)
         return self._cached("t", build)
+
+    def row_plan(self, chunk: int) -> RowPlan:
+        """Degree-aware work partition of the CSR rows at ``chunk`` edges (cached per chunk)."""
+        return self._cached(f"row_plan_{chunk}", lambda: build_row_plan(self.rowptr, self.col, chunk))
 
     def batch_vector(self) -> Tensor:
         """Graph id of every node, ``[N]`` int64 (all zeros when not batched)."""

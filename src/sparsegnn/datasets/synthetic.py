@@ -1,4 +1,4 @@
-"""Seeded random graphs for tests and examples.
+"""Seeded random graphs: small awkward ones for tests, power-law stand-ins for benchmarks.
 
 ``random_graph`` draws uniform edges and then plants the awkward cases every kernel must get
 right: isolated nodes (no edges at all), empty rows (nodes with no incoming edge), self loops
@@ -6,7 +6,10 @@ and duplicate edges.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -59,3 +62,123 @@ def random_graph(
         edge_index = edge_index.to(device)
         weight = weight.to(device) if weight is not None else None
     return edge_index, weight
+
+
+# ---------------------------------------------------------------- power-law stand-ins
+def chung_lu(
+    num_nodes: int,
+    num_edges: int,
+    seed: int = 0,
+    *,
+    exponent: float = 2.3,
+    max_degree_ratio: float = 50.0,
+    community_size: int = 0,
+    community_fraction: float = 0.8,
+    device=None,
+) -> Tensor:
+    """A seeded Chung-Lu power-law digraph as ``edge_index`` ``[2, E]`` (int64).
+
+    Node ``i`` (in a random order) gets expected degree ``d_i ~ rank^(-1/(exponent-1))``,
+    clipped at ``max_degree_ratio`` times the average, the same law for in- and out-degrees.
+    Sources and targets are drawn by inverse-CDF sampling, so the generator runs in
+    ``O(E log N)`` on the GPU.  With ``community_size > 0``, a ``community_fraction`` of the
+    edges instead pick their source uniformly inside the target's block of
+    ``community_size`` consecutive node ids (graphs with locality).
+
+    Shapes:
+        -> [2, num_edges] int64 on ``device``.
+    """
+    if num_nodes <= 0 or num_edges < 0:
+        raise ValueError(f"chung_lu(): need num_nodes > 0 and num_edges >= 0, got {num_nodes}, {num_edges}")
+    device = torch.device(device or "cpu")
+    gen = torch.Generator(device=device).manual_seed(seed)
+    ranks = torch.arange(1, num_nodes + 1, device=device, dtype=torch.float64)
+    weight = ranks.pow(-1.0 / (exponent - 1.0))
+    avg = num_edges / num_nodes
+    for _ in range(4):  # scale to E edges, clip the head, rescale
+        weight = weight * (num_edges / weight.sum())
+        weight = weight.clamp(max=max(max_degree_ratio * avg, 1.0))
+    cdf = torch.cumsum(weight, 0)
+    cdf = cdf / cdf[-1]
+    relabel = torch.randperm(num_nodes, generator=gen, device=device)
+
+    def draw(count: int) -> Tensor:
+        u = torch.rand(count, generator=gen, device=device, dtype=torch.float64)
+        return relabel[torch.searchsorted(cdf, u).clamp(max=num_nodes - 1)]
+
+    target = draw(num_edges)
+    source = draw(num_edges)
+    if community_size > 0:
+        local = torch.rand(num_edges, generator=gen, device=device) < community_fraction
+        block_start = (target // community_size) * community_size
+        offset = torch.randint(0, community_size, (num_edges,), generator=gen, device=device)
+        source = torch.where(local, (block_start + offset).clamp(max=num_nodes - 1), source)
+    return torch.stack([source, target])
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """A synthetic stand-in for a paper dataset: sizes, feature width, classes, generator kind."""
+
+    name: str
+    num_nodes: int
+    num_edges: int
+    num_features: int
+    num_classes: int
+    source: str
+    community_size: int = 0
+
+
+#: TC-GNN Table 4 and MaxK-GNN's datasets (node and edge counts as the papers report them).
+STAND_INS: Dict[str, StandIn] = {s.name: s for s in [
+    StandIn("citeseer", 3_327, 9_464, 3703, 6, "tc-gnn"),
+    StandIn("cora", 2_708, 10_858, 1433, 7, "tc-gnn"),
+    StandIn("pubmed", 19_717, 88_676, 500, 3, "tc-gnn"),
+    StandIn("ppi", 56_944, 818_716, 50, 121, "tc-gnn"),
+    StandIn("PROTEINS_full", 43_471, 162_088, 29, 2, "tc-gnn", community_size=64),
+    StandIn("OVCAR-8H", 1_890_931, 3_946_402, 66, 2, "tc-gnn", community_size=64),
+    StandIn("Yeast", 1_714_644, 3_636_546, 74, 2, "tc-gnn", community_size=64),
+    StandIn("DD", 334_925, 1_686_092, 89, 2, "tc-gnn", community_size=512),
+    StandIn("YeastH", 3_139_988, 6_487_230, 75, 2, "tc-gnn", community_size=64),
+    StandIn("amazon0505", 410_236, 4_878_875, 96, 22, "tc-gnn"),
+    StandIn("artist", 50_515, 1_638_396, 100, 12, "tc-gnn"),
+    StandIn("com-amazon", 334_863, 1_851_744, 96, 22, "tc-gnn"),
+    StandIn("soc-BlogCatalog", 88_784, 2_093_195, 128, 39, "tc-gnn"),
+    StandIn("amazon0601", 403_394, 3_387_388, 96, 22, "tc-gnn"),
+    StandIn("flickr", 89_250, 989_006, 500, 7, "maxk-gnn"),
+    StandIn("yelp", 716_847, 13_954_819, 300, 100, "maxk-gnn"),
+    StandIn("reddit", 232_965, 114_615_891, 602, 41, "maxk-gnn"),
+    StandIn("ogbn-proteins", 132_534, 79_122_504, 8, 112, "maxk-gnn"),
+    StandIn("ogbn-products", 2_449_029, 123_718_280, 100, 47, "maxk-gnn"),
+    StandIn("reddit-community", 232_965, 67_000_000, 602, 41, "performance.md", community_size=2048),
+]}
+
+SUITES: Dict[str, Tuple[str, ...]] = {
+    "small": ("cora", "citeseer", "pubmed", "ppi", "artist"),
+    "paper": tuple(n for n, s in STAND_INS.items() if s.source in ("tc-gnn", "maxk-gnn")),
+    "large": ("reddit", "ogbn-proteins", "ogbn-products", "yelp", "reddit-community"),
+}
+
+
+def cache_dir() -> Path:
+    """Where generated graphs are cached: ``$SPARSEGNN_CACHE`` or ``~/.cache/sparsegnn``."""
+    return Path(os.environ.get("SPARSEGNN_CACHE", Path.home() / ".cache" / "sparsegnn"))
+
+
+def stand_in_graph(name: str, seed: int = 0, device=None, use_cache: bool = True) -> Tensor:
+    """``edge_index`` of the stand-in ``name``, generated on ``device`` and cached on disk.
+
+    Shapes:
+        -> [2, E] int64 with E = the paper's edge count.
+    """
+    if name not in STAND_INS:
+        raise ValueError(f"stand_in_graph(): unknown stand-in {name!r}; known: {', '.join(STAND_INS)}")
+    spec = STAND_INS[name]
+    path = cache_dir() / "graphs" / f"{name}-seed{seed}.pt"
+    if use_cache and path.exists():
+        return torch.load(path, map_location=device, weights_only=True).to(torch.int64)
+    edge_index = chung_lu(spec.num_nodes, spec.num_edges, seed, community_size=spec.community_size, device=device)
+    if use_cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(edge_index.to(torch.int32).cpu(), path)
+    return edge_index

@@ -1,9 +1,18 @@
-"""CSR SpMM (sum) in Triton: ``out[i, :] = sum_{e in row i} val[e] * x[col[e], :]``.
+"""CSR SpMM in Triton: ``out[i, :] = reduce_{e in row i} val[e] * x[col[e], :]``, reduce sum/mean/max.
 
-Schedule: one program per (row, block of BLOCK_F features); the row's edges are consumed
-BLOCK_E at a time, each step gathering a [BLOCK_E, BLOCK_F] tile of neighbour rows into an
-fp32 register accumulator.  Feature tails and edge tails are masked, so any F and any degree
-work; node and feature offsets are computed in int64 (N * F may exceed 2^31).
+Two kernels:
+
+- ``_spmm_csr_sum_kernel``: the simple row-per-program schedule (one program per row and
+  feature block).  Kept as the baseline the benchmarks compare against ("naive").
+- ``_segment_reduce_kernel``: the planned schedule.  A program reduces ``ROWS`` segments
+  (rows, or pieces of long rows) for one block of ``BLOCK_F`` features, ``BLOCK_E`` edges per
+  step, into an fp32 register tile.  The grid is ``(programs, feature blocks)`` with the feature
+  block slowest, so while one feature block is processed only ``N x BLOCK_F`` of ``x`` is
+  gathered and it can stay in L2.  ``formats.plan.RowPlan`` says which rows are short (whole
+  rows) and how long rows are split; long rows take a second, deterministic pass over their
+  pieces' partial results.
+
+Feature and edge tails are masked; node and feature offsets are int64.
 """
 from __future__ import annotations
 
@@ -14,7 +23,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .configs import spmm_csr_default
+from .configs import spmm_csr_default, spmm_plan_config
+
+REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2}
 
 
 @triton.jit
@@ -46,6 +57,64 @@ def _spmm_csr_sum_kernel(
     tl.store(out_ptr + row * stride_out + feat, result.to(out_ptr.dtype.element_ty), mask=feat_mask)
 
 
+@triton.jit
+def _segment_reduce_kernel(
+    seg_ids_ptr, start_ptr, end_ptr, col_ptr, val_ptr, x_ptr, out_ptr, out_rows_ptr, scale_ptr,
+    num_segments, num_feats, stride_x, stride_out,
+    REDUCE: tl.constexpr, HAS_SEG_IDS: tl.constexpr, HAS_OUT_ROWS: tl.constexpr,
+    HAS_VAL: tl.constexpr, HAS_SCALE: tl.constexpr, IDENTITY: tl.constexpr,
+    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+):
+    """Segment ``s`` covers edges ``[start[id], end[id])`` with ``id = seg_ids[s]`` (or ``s``);
+    its result goes to row ``out_rows[s]`` (or ``id``) of ``out``.  ``IDENTITY`` gathers row
+    ``e`` of ``x`` for edge ``e`` (reducing partial results); ``scale`` multiplies the result."""
+    feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    feat_mask = feat < num_feats
+    for r in tl.static_range(ROWS):
+        seg = tl.program_id(0).to(tl.int64) * ROWS + r
+        if seg < num_segments:
+            if HAS_SEG_IDS:
+                seg_id = tl.load(seg_ids_ptr + seg).to(tl.int64)
+            else:
+                seg_id = seg
+            start = tl.load(start_ptr + seg_id)
+            end = tl.load(end_ptr + seg_id)
+            if REDUCE == 2:
+                acc = tl.full([BLOCK_E, BLOCK_F], float("-inf"), dtype=tl.float32)
+            else:
+                acc = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)
+            for edge0 in range(start, end, BLOCK_E):
+                edge = edge0 + tl.arange(0, BLOCK_E)
+                edge_mask = edge < end
+                if IDENTITY:
+                    src = edge.to(tl.int64)
+                else:
+                    src = tl.load(col_ptr + edge, mask=edge_mask, other=0).to(tl.int64)
+                mask = edge_mask[:, None] & feat_mask[None, :]
+                tile = tl.load(x_ptr + src[:, None] * stride_x + feat[None, :], mask=mask, other=0.0).to(tl.float32)
+                if HAS_VAL:
+                    weight = tl.load(val_ptr + edge, mask=edge_mask, other=0.0).to(tl.float32)
+                    tile = tile * weight[:, None]
+                if REDUCE == 2:
+                    acc = tl.maximum(acc, tl.where(mask, tile, float("-inf")))
+                else:
+                    acc += tile
+            if REDUCE == 2:
+                result = tl.max(acc, axis=0)
+                result = tl.where(end > start, result, 0.0)
+            else:
+                result = tl.sum(acc, axis=0)
+                if REDUCE == 1:
+                    result = result / tl.maximum(end - start, 1).to(tl.float32)
+            if HAS_SCALE:
+                result = result * tl.load(scale_ptr + seg).to(tl.float32)
+            if HAS_OUT_ROWS:
+                out_row = tl.load(out_rows_ptr + seg).to(tl.int64)
+            else:
+                out_row = seg_id
+            tl.store(out_ptr + out_row * stride_out + feat, result.to(out_ptr.dtype.element_ty), mask=feat_mask)
+
+
 def spmm_csr(
     rowptr: Tensor,
     col: Tensor,
@@ -54,11 +123,11 @@ def spmm_csr(
     config: Optional[Dict[str, int]] = None,
     out: Optional[Tensor] = None,
 ) -> Tensor:
-    """Launch the CSR SpMM (sum) kernel.
+    """Row-per-program CSR SpMM (sum); the unplanned baseline.
 
     Args:
         rowptr: [N + 1] int64 row offsets.
-        col: [E] int64 column (source) indices.
+        col: [E] column (source) indices.
         edge_val: [E] values or None (all ones).
         x: [M, F] features (float32 / float16 / bfloat16), made contiguous here.
         config: ``BLOCK_E``, ``BLOCK_F``, ``num_warps``; default from ``configs.spmm_csr_default``.
@@ -82,4 +151,68 @@ def spmm_csr(
         num_feats, x.stride(0), out.stride(0),
         HAS_VAL=edge_val is not None, num_warps=num_warps, **cfg,
     )
+    return out
+
+
+def _launch(seg_ids, start, end, col, val, x, out, out_rows, scale, num_segments, reduce_code, identity, cfg):
+    rows, block_f = cfg["ROWS"], cfg["BLOCK_F"]
+    grid = (triton.cdiv(num_segments, rows), triton.cdiv(x.shape[1], block_f))
+    dummy = start
+    _segment_reduce_kernel[grid](
+        seg_ids if seg_ids is not None else dummy, start, end,
+        col if col is not None else dummy, val if val is not None else dummy,
+        x, out, out_rows if out_rows is not None else dummy, scale if scale is not None else dummy,
+        num_segments, x.shape[1], x.stride(0), out.stride(0),
+        REDUCE=reduce_code, HAS_SEG_IDS=seg_ids is not None, HAS_OUT_ROWS=out_rows is not None,
+        HAS_VAL=val is not None, HAS_SCALE=scale is not None, IDENTITY=identity,
+        ROWS=rows, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, num_warps=cfg["num_warps"],
+        num_stages=cfg.get("num_stages", 2),
+    )
+
+
+def spmm_planned(
+    rowptr: Tensor,
+    plan,
+    edge_val: Optional[Tensor],
+    x: Tensor,
+    reduce: str = "sum",
+    config: Optional[Dict[str, int]] = None,
+    out: Optional[Tensor] = None,
+) -> Tensor:
+    """Planned CSR SpMM with ``reduce`` in {sum, mean, max}.
+
+    Args:
+        rowptr: [N + 1] int64 row offsets.
+        plan: ``formats.plan.RowPlan`` of this CSR (short rows, long-row pieces, int32 columns).
+        edge_val: [E] values or None.
+        x: [M, F] float32 / float16 / bfloat16 features.
+        reduce: ``"sum"``, ``"mean"`` (divide by the number of edges) or ``"max"`` (0 for empty rows).
+        config: ``ROWS``, ``BLOCK_E``, ``BLOCK_F``, ``num_warps`` (default: ``configs.spmm_plan_config``).
+        out: optional contiguous [N, F] output buffer (every element is written).
+
+    Returns:
+        [N, F] tensor of ``x``'s dtype, fp32 accumulation; deterministic.
+    """
+    num_rows = rowptr.numel() - 1
+    num_feats = x.shape[1]
+    x = x.contiguous()
+    if out is None:
+        out = torch.empty((num_rows, num_feats), dtype=x.dtype, device=x.device)
+    if num_rows == 0 or num_feats == 0:
+        return out
+    cfg = config or spmm_plan_config(num_rows, plan.col32.numel(), num_feats, x.element_size())
+    code = REDUCE_CODES[reduce]
+    num_short = plan.short_rows.numel()
+    if num_short:
+        _launch(plan.short_rows, rowptr, rowptr[1:], plan.col32, edge_val, x, out, None, None,
+                num_short, code, False, cfg)
+    num_long = plan.long_rows.numel()
+    if num_long:
+        partial = torch.empty((plan.num_pieces, num_feats), dtype=torch.float32, device=x.device)
+        piece_code = REDUCE_CODES["max"] if reduce == "max" else REDUCE_CODES["sum"]
+        _launch(None, plan.piece_start, plan.piece_end, plan.col32, edge_val, x, partial, None, None,
+                plan.num_pieces, piece_code, False, cfg)
+        final_cfg = dict(cfg, ROWS=1)
+        _launch(None, plan.long_piece_ptr, plan.long_piece_ptr[1:], None, None, partial, out, plan.long_rows,
+                plan.long_inv_deg if reduce == "mean" else None, num_long, piece_code, True, final_cfg)
     return out

@@ -40,18 +40,37 @@ def choose_backend(fn: str, backend: str, x: Tensor, triton_supported: Optional[
     return backend
 
 
-def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor]) -> Tensor:
-    """``out[i] = sum_{e in row i} w_e x[col[e]]`` on ``graph`` with the chosen backend.
+def plan_of(graph: Graph):
+    """The graph's cached work partition, at the chunk length the heuristics pick for it."""
+    from ..kernels.configs import spmm_chunk
 
+    return graph.row_plan(spmm_chunk(graph.num_nodes, graph.num_edges))
+
+
+def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Tensor:
+    """Per-edge ``op(a[row[e]], b[col[e]])`` with the chosen backend (``dot`` -> [E], else [E, F])."""
+    if backend == "triton":
+        from ..kernels.sddmm_csr import sddmm_csr
+
+        return sddmm_csr(plan_of(graph), a, b, op)
+    return reference.sddmm(graph.row, graph.col, a, b, op)
+
+
+def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str = "sum") -> Tensor:
+    """``out[i] = reduce_{e in row i} w_e x[col[e]]`` on ``graph`` with the chosen backend.
+
+    ``reduce`` is ``"sum"`` or ``"max"`` here (``mean`` is a sum with scaled weights).
     ``weight`` of shape [E, F] (per-feature weights) always takes the reference path.
 
     Shapes:
         x: [N, F]; weight: [E], [E, F] or None -> [N, F].
     """
     if backend == "triton" and (weight is None or weight.dim() == 1):
-        from ..kernels.spmm_csr import spmm_csr
+        from ..kernels.spmm_csr import spmm_planned
 
-        return spmm_csr(graph.rowptr, graph.col, weight, x)
+        return spmm_planned(graph.rowptr, plan_of(graph), weight, x, reduce)
+    if reduce == "max":
+        return reference.spmm_max(graph.row, graph.col, graph.num_nodes, x, weight)
     return reference.spmm_sum(graph.row, graph.col, graph.num_nodes, x, weight)
 
 

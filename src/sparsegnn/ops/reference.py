@@ -51,40 +51,48 @@ def spmm_sum(
     return out.to(x.dtype)
 
 
-def spmm_max(row: Tensor, col: Tensor, num_rows: int, x: Tensor, weight: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+def _messages(col: Tensor, x: Tensor, weight: Optional[Tensor], start: int, end: int, dtype) -> Tensor:
+    msg = x.index_select(0, col[start:end]).to(dtype)
+    if weight is not None:
+        msg.mul_(weight[start:end].to(dtype).unsqueeze(-1))
+    return msg
+
+
+def spmm_max(row: Tensor, col: Tensor, num_rows: int, x: Tensor, weight: Optional[Tensor] = None) -> Tensor:
     """``out[i, f] = max_{e: row[e] = i} w_e * x[col[e], f]`` (0 for rows without edges).
 
-    Returns:
-        ``(out, arg)`` where ``arg[i, f]`` is the first edge attaining the maximum (E for
-        empty rows), used by the backward pass.
+    Shapes:
+        row, col: [E]; x: [M, F]; weight: [E] -> [num_rows, F].
+    """
+    dtype = _compute_dtype(x.dtype)
+    num_feats = x.shape[1]
+    out = torch.full((num_rows, num_feats), float("-inf"), dtype=dtype, device=x.device)
+    for start, end in _chunks(col.numel(), num_feats):
+        index = row[start:end].unsqueeze(-1).expand(-1, num_feats)
+        out.scatter_reduce_(0, index, _messages(col, x, weight, start, end, dtype), "amax", include_self=True)
+    out = out.masked_fill(torch.isinf(out) & (out < 0), 0.0)
+    return out.to(x.dtype)
+
+
+def spmm_max_arg(row: Tensor, col: Tensor, x: Tensor, weight: Optional[Tensor], out: Tensor) -> Tensor:
+    """First edge attaining ``out[i, f]`` of a max aggregation (E where none, e.g. empty rows).
+
+    Messages are rounded to ``out``'s dtype before comparing, so a half-precision ``out`` from
+    any backend finds its edges.
 
     Shapes:
-        row, col: [E]; x: [M, F]; weight: [E] -> out: [num_rows, F], arg: [num_rows, F] int64.
+        row, col: [E]; x: [M, F]; out: [N, F] -> [N, F] int64.
     """
     dtype = _compute_dtype(x.dtype)
     num_edges, num_feats = col.numel(), x.shape[1]
-    out = torch.full((num_rows, num_feats), float("-inf"), dtype=dtype, device=x.device)
-    chunks = list(_chunks(num_edges, num_feats))
-
-    def messages(start: int, end: int) -> Tensor:
-        msg = x.index_select(0, col[start:end]).to(dtype)
-        if weight is not None:
-            msg.mul_(weight[start:end].to(dtype).unsqueeze(-1))
-        return msg
-
-    for start, end in chunks:
+    arg = torch.full(out.shape, num_edges, dtype=torch.int64, device=x.device)
+    for start, end in _chunks(num_edges, num_feats):
         index = row[start:end].unsqueeze(-1).expand(-1, num_feats)
-        out.scatter_reduce_(0, index, messages(start, end), "amax", include_self=True)
-    arg = torch.full((num_rows, num_feats), num_edges, dtype=torch.int64, device=x.device)
-    for start, end in chunks:
-        index = row[start:end].unsqueeze(-1).expand(-1, num_feats)
-        hit = messages(start, end) == out.gather(0, index)
+        hit = _messages(col, x, weight, start, end, dtype).to(out.dtype) == out.gather(0, index)
         edge_id = torch.arange(start, end, device=x.device).unsqueeze(-1).expand(-1, num_feats)
         candidate = torch.where(hit, edge_id, torch.full_like(edge_id, num_edges))
         arg.scatter_reduce_(0, index, candidate, "amin", include_self=True)
-    empty = arg == num_edges
-    out = out.masked_fill(empty, 0.0)
-    return out.to(x.dtype), arg
+    return arg
 
 
 def sddmm(row: Tensor, col: Tensor, a: Tensor, b: Tensor, op: str) -> Tensor:

@@ -18,7 +18,7 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_node_features, check_same_device, check_tensor
 from ..graph import Graph, as_graph
 from . import reference
-from ._dispatch import aggregate, aggregate_transposed, choose_backend
+from ._dispatch import aggregate, aggregate_transposed, choose_backend, edge_values
 
 OPS = ("dot", "add", "mul")
 
@@ -28,7 +28,7 @@ class _SDDMM(torch.autograd.Function):
     def forward(ctx, graph: Graph, a: Tensor, b: Tensor, op: str, backend: str) -> Tensor:
         ctx.graph, ctx.op, ctx.backend = graph, op, backend
         ctx.save_for_backward(a, b)
-        return reference.sddmm(graph.row, graph.col, a, b, op)
+        return edge_values(backend, graph, a, b, op)
 
     @staticmethod
     @once_differentiable
@@ -58,8 +58,7 @@ def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto") -
         a: target-side node features (``a[i]`` for edge ``j -> i``).
         b: source-side node features (``b[j]``).
         op: ``"dot"``, ``"add"`` or ``"mul"``.
-        backend: ``"auto"`` or ``"reference"`` (the Triton SDDMM arrives with the fast-kernel
-            work; its backward already uses the Triton SpMM on CUDA).
+        backend: ``"auto"`` (Triton on CUDA), ``"reference"`` or ``"triton"``.
 
     Returns:
         ``[E]`` for ``dot``, ``[E, F]`` otherwise, in the Graph's edge order (the caller's
@@ -85,7 +84,6 @@ def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto") -
     check(a.dtype == b.dtype, fn, f"a and b must have the same dtype, got {a.dtype} and {b.dtype}")
     check(op in OPS, fn, f"op must be one of {OPS}, got {op!r}")
     check_same_device(fn, graph=graph.rowptr, a=a, b=b)
-    check(backend != "triton", fn, "backend='triton' has no SDDMM kernel yet; use 'auto' or 'reference'")
     chosen = choose_backend(fn, backend, a)
     out = _SDDMM.apply(graph, a, b, op, chosen)
     return graph.to_input_order(out) if input_order else out

@@ -12,13 +12,19 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_edge_values, check_same_device
 from ..graph import Graph, as_graph
 from . import reference
+from ._dispatch import choose_backend
 
 
 class _EdgeSoftmax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, graph: Graph, scores: Tensor) -> Tensor:
-        out = reference.edge_softmax(graph.row, graph.num_nodes, scores)
-        ctx.graph = graph
+    def forward(ctx, graph: Graph, scores: Tensor, backend: str) -> Tensor:
+        if backend == "triton":
+            from ..kernels.edge_softmax import edge_softmax_fwd
+
+            out = edge_softmax_fwd(graph.rowptr, scores)
+        else:
+            out = reference.edge_softmax(graph.row, graph.num_nodes, scores)
+        ctx.graph, ctx.backend = graph, backend
         ctx.save_for_backward(out)
         return out
 
@@ -27,12 +33,16 @@ class _EdgeSoftmax(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor):
         (out,) = ctx.saved_tensors
         graph = ctx.graph
+        if ctx.backend == "triton":
+            from ..kernels.edge_softmax import edge_softmax_bwd
+
+            return None, edge_softmax_bwd(graph.rowptr, out, grad_out), None
         weighted = grad_out * out
         row_sum = reference.segment_sum(graph.row, weighted, graph.num_nodes)
-        return None, weighted - out * row_sum.index_select(0, graph.row)
+        return None, weighted - out * row_sum.index_select(0, graph.row), None
 
 
-def edge_softmax(graph, scores: Tensor, num_nodes: int | None = None) -> Tensor:
+def edge_softmax(graph, scores: Tensor, num_nodes: int | None = None, backend: str = "auto") -> Tensor:
     """Softmax of per-edge ``scores`` over the incoming edges of each target node.
 
     Args:
@@ -40,6 +50,7 @@ def edge_softmax(graph, scores: Tensor, num_nodes: int | None = None) -> Tensor:
         scores: per-edge scores (one per head with ``[E, H]``), in the Graph's edge order
             (the caller's order for an ``edge_index``).
         num_nodes: node count when ``graph`` is an ``edge_index`` (default: max index + 1).
+        backend: ``"auto"`` (Triton on CUDA), ``"reference"`` or ``"triton"``.
 
     Returns:
         Tensor shaped like ``scores``; entries of each target's incoming edges sum to 1.
@@ -58,5 +69,6 @@ def edge_softmax(graph, scores: Tensor, num_nodes: int | None = None) -> Tensor:
     check_same_device(fn, graph=graph.rowptr, scores=scores)
     if input_order:
         scores = graph.to_graph_order(scores)
-    out = _EdgeSoftmax.apply(graph, scores)
+    chosen = choose_backend(fn, backend, scores)
+    out = _EdgeSoftmax.apply(graph, scores, chosen)
     return graph.to_input_order(out) if input_order else out

@@ -19,7 +19,7 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_edge_values, check_node_features, check_same_device
 from ..graph import Graph, as_graph
 from . import reference
-from ._dispatch import aggregate, aggregate_transposed, choose_backend
+from ._dispatch import aggregate, aggregate_transposed, choose_backend, edge_values
 
 REDUCES = ("sum", "mean", "max")
 
@@ -43,7 +43,7 @@ class _SpMMSum(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_x = aggregate_transposed(ctx.backend, graph, grad_out, weight)
         if weight is not None and ctx.needs_input_grad[2]:
-            grad_w = reference.sddmm(graph.row, graph.col, grad_out, x, "dot").to(weight.dtype)
+            grad_w = edge_values(ctx.backend, graph, grad_out, x.to(grad_out.dtype), "dot").to(weight.dtype)
         return None, grad_x, grad_w, None
 
 
@@ -51,24 +51,25 @@ class _SpMMMax(torch.autograd.Function):
     """Feature-wise max; the gradient flows to the first edge attaining each maximum."""
 
     @staticmethod
-    def forward(ctx, graph: Graph, x: Tensor, weight: Optional[Tensor]) -> Tensor:
-        out, arg = reference.spmm_max(graph.row, graph.col, graph.num_nodes, x, weight)
+    def forward(ctx, graph: Graph, x: Tensor, weight: Optional[Tensor], backend: str) -> Tensor:
+        out = aggregate(backend, graph, x, weight, reduce="max")
         ctx.graph = graph
-        ctx.save_for_backward(x, weight, arg)
+        ctx.save_for_backward(x, weight, out)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        x, weight, arg = ctx.saved_tensors
+        x, weight, out = ctx.saved_tensors
         graph = ctx.graph
         num_edges = graph.num_edges
+        if num_edges == 0:
+            return None, torch.zeros_like(x), (torch.zeros_like(weight) if weight is not None else None), None
+        arg = reference.spmm_max_arg(graph.row, graph.col, x, weight, out)
         valid = arg < num_edges
-        edge = arg.clamp(max=max(num_edges - 1, 0))
+        edge = arg.clamp(max=num_edges - 1)
         grad = grad_out.masked_fill(~valid, 0.0)
         grad_x = grad_w = None
-        if num_edges == 0:
-            return None, torch.zeros_like(x), (torch.zeros_like(weight) if weight is not None else None)
         src = graph.col[edge]
         if ctx.needs_input_grad[1]:
             scaled = grad * weight[edge].to(grad.dtype) if weight is not None else grad
@@ -76,7 +77,7 @@ class _SpMMMax(torch.autograd.Function):
         if weight is not None and ctx.needs_input_grad[2]:
             contrib = (grad * x.gather(0, src)).to(weight.dtype)
             grad_w = torch.zeros_like(weight).index_add_(0, edge[valid], contrib[valid])
-        return None, grad_x, grad_w
+        return None, grad_x, grad_w, None
 
 
 def spmm(
@@ -121,10 +122,9 @@ def spmm(
     else:
         edge_weight = graph.edge_val
     check_same_device(fn, graph=graph.rowptr, x=x, edge_weight=edge_weight)
-    if reduce == "max":
-        choose_backend(fn, backend, x, triton_supported="does not implement reduce='max' yet")
-        return _SpMMMax.apply(graph, x, edge_weight)
     chosen = choose_backend(fn, backend, x)
+    if reduce == "max":
+        return _SpMMMax.apply(graph, x, edge_weight, chosen)
     if reduce == "mean":
         scale = graph.mean_scale(torch.float64 if x.dtype == torch.float64 else torch.float32)
         edge_weight = scale if edge_weight is None else edge_weight * scale

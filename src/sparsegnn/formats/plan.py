@@ -1,0 +1,76 @@
+"""Degree-aware work partitioning for CSR kernels (a "plan"): pure tensor code, built once per graph.
+
+Rows with at most ``chunk`` edges are *short*: a program reduces several of them, each whole.
+Longer rows are split into pieces of ``chunk`` edges; each piece is reduced into a row of a
+partials buffer, and a second pass reduces each long row's partials in a fixed order, so the
+result is deterministic (no atomics) and no program walks a hub's full edge list alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class RowPlan:
+    """Work lists for a segment-reduce schedule over a CSR.
+
+    Attributes:
+        chunk: edges per piece of a long row.
+        short_rows: [S] int32 ids of rows with ``deg <= chunk`` (empty rows included).
+        long_rows: [L] int64 ids of rows with ``deg > chunk``.
+        piece_start, piece_end: [P] int64 edge range of each piece.
+        long_piece_ptr: [L + 1] int64: pieces of long row ``l`` are ``long_piece_ptr[l]:[l+1]``.
+        long_inv_deg: [L] float32 ``1 / deg`` of each long row (for ``mean``).
+        col32: [E] int32 column indices (half the index bytes of int64).
+        seg_row, seg_start, seg_end: [S + P] every short row and every piece as one list of
+            independent ``(row, first edge, end edge)`` segments (for per-edge outputs: SDDMM).
+    """
+
+    chunk: int
+    short_rows: Tensor
+    long_rows: Tensor
+    piece_start: Tensor
+    piece_end: Tensor
+    long_piece_ptr: Tensor
+    long_inv_deg: Tensor
+    col32: Tensor
+    seg_row: Tensor
+    seg_start: Tensor
+    seg_end: Tensor
+
+    @property
+    def num_pieces(self) -> int:
+        return int(self.piece_start.numel())
+
+
+def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
+    """Split rows of a CSR at ``chunk`` edges.
+
+    Shapes:
+        rowptr: [N + 1] int64; col: [E] -> RowPlan (see its attributes).
+    """
+    if chunk < 1:
+        raise ValueError(f"build_row_plan(): chunk must be >= 1, got {chunk}")
+    deg = rowptr[1:] - rowptr[:-1]
+    is_long = deg > chunk
+    short_rows = torch.nonzero(~is_long).flatten().to(torch.int32)
+    long_rows = torch.nonzero(is_long).flatten()
+    pieces = (deg[long_rows] + chunk - 1) // chunk
+    long_piece_ptr = torch.zeros(long_rows.numel() + 1, dtype=torch.int64, device=rowptr.device)
+    torch.cumsum(pieces, 0, out=long_piece_ptr[1:])
+    total = int(long_piece_ptr[-1]) if long_rows.numel() else 0
+    piece_row = torch.repeat_interleave(long_rows, pieces, output_size=total)
+    first_piece = torch.repeat_interleave(long_piece_ptr[:-1], pieces, output_size=total)
+    index_in_row = torch.arange(total, device=rowptr.device) - first_piece
+    piece_start = rowptr[piece_row] + index_in_row * chunk
+    piece_end = torch.minimum(piece_start + chunk, rowptr[piece_row + 1])
+    long_inv_deg = deg[long_rows].to(torch.float32).reciprocal()
+    short64 = short_rows.to(torch.int64)
+    seg_row = torch.cat([short64, piece_row]).to(torch.int32)
+    seg_start = torch.cat([rowptr[short64], piece_start])
+    seg_end = torch.cat([rowptr[short64 + 1], piece_end])
+    return RowPlan(chunk, short_rows, long_rows, piece_start, piece_end, long_piece_ptr, long_inv_deg,
+                   col.to(torch.int32), seg_row, seg_start, seg_end)
