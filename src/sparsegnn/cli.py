@@ -1,4 +1,4 @@
-"""Command line: ``sparsegnn train | info`` (also ``python -m sparsegnn``)."""
+"""Command line: ``sparsegnn train | bench | info`` (also ``python -m sparsegnn``)."""
 from __future__ import annotations
 
 import argparse
@@ -80,6 +80,44 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import datetime
+    from pathlib import Path
+
+    from .bench import report
+    from .bench.harness import run, write_json
+    from .datasets.synthetic import STAND_INS, SUITES
+
+    if not torch.cuda.is_available():
+        print("bench: needs a CUDA device (the baselines and kernels are GPU code)", file=sys.stderr)
+        return 2
+    graphs = args.graphs.split(",") if args.graphs else list(SUITES[args.suite])
+    unknown = [g for g in graphs if g not in STAND_INS]
+    if unknown:
+        raise ValueError(f"bench(): unknown graphs {unknown}; known: {', '.join(STAND_INS)}")
+    import triton
+
+    rows = run(graphs, args.ops.split(","), [int(d) for d in args.dims.split(",")], args.dtypes.split(","),
+               providers=args.providers.split(",") if args.providers else None, progress=True)
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "date": datetime.date.today().isoformat(), "suite": args.suite, "graphs": graphs}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / args.tag
+    write_json(rows, f"{stem}.json", meta)
+    import json
+
+    dict_rows = json.load(open(f"{stem}.json"))["rows"]
+    text = report.markdown(dict_rows, meta)
+    Path(f"{stem}.md").write_text(text)
+    try:
+        report.plot(dict_rows, f"{stem}.png")
+    except ImportError:
+        print("bench: matplotlib not installed, no plot", file=sys.stderr)
+    print(text)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparsegnn", description="Fast sparse GNN operations for PyTorch.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -100,6 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--json", action="store_true", help="print the final metrics as one JSON line")
     train.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
     train.set_defaults(func=_cmd_train)
+
+    bench = sub.add_parser("bench", help="benchmark ops against cuSPARSE / PyG / torch.sparse (GPU)")
+    bench.add_argument("--suite", default="small", choices=["small", "paper", "large"])
+    bench.add_argument("--graphs", default=None, help="comma-separated stand-in names (overrides --suite)")
+    bench.add_argument("--ops", default="spmm,sddmm", help="spmm, spmm-mean, spmm-max, sddmm")
+    bench.add_argument("--dims", default="32,64,128,256")
+    bench.add_argument("--dtypes", default="float32")
+    bench.add_argument("--providers", default=None, help="comma-separated subset of providers")
+    bench.add_argument("--out", default="benchmarks/local")
+    bench.add_argument("--tag", default="bench")
+    bench.set_defaults(func=_cmd_bench)
 
     info = sub.add_parser("info", help="versions, device and available backends")
     info.set_defaults(func=_cmd_info)
