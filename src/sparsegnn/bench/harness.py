@@ -16,6 +16,7 @@ import torch
 
 from ..datasets.synthetic import STAND_INS, stand_in_graph
 from ..graph import Graph
+from ..ops import sddmm, spmm
 from ..ops._dispatch import plan_of
 from .providers import MATERIALISING, SDDMM_PROVIDERS, SPMM_PROVIDERS, SPMM_REDUCES, Inputs
 

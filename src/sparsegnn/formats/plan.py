@@ -1,6 +1,9 @@
 """Degree-aware work partitioning for CSR kernels (a "plan"): pure tensor code, built once per graph.
 
-Rows with at most ``chunk`` edges are *short*: a program reduces several of them, each whole.
+Rows with at most ``chunk`` edges are *short*: a program reduces several of them side by side,
+each whole.  Short rows are listed by degree bucket (``floor(log2(deg + 1))``, stable, so ids
+stay ascending inside a bucket): rows reduced together have similar degrees and similar trip
+counts, and neighbouring ids (often sharing neighbours) stay together.
 Longer rows are split into pieces of ``chunk`` edges; each piece is reduced into a row of a
 partials buffer, and a second pass reduces each long row's partials in a fixed order, so the
 result is deterministic (no atomics) and no program walks a hub's full edge list alone.
@@ -19,7 +22,8 @@ class RowPlan:
 
     Attributes:
         chunk: edges per piece of a long row.
-        short_rows: [S] int32 ids of rows with ``deg <= chunk`` (empty rows included).
+        short_rows: [S] int32 ids of rows with ``deg <= chunk`` (empty rows included), ordered
+            by degree bucket, then id.
         long_rows: [L] int64 ids of rows with ``deg > chunk``.
         piece_start, piece_end: [P] int64 edge range of each piece.
         long_piece_ptr: [L + 1] int64: pieces of long row ``l`` are ``long_piece_ptr[l]:[l+1]``.
@@ -56,7 +60,9 @@ def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
         raise ValueError(f"build_row_plan(): chunk must be >= 1, got {chunk}")
     deg = rowptr[1:] - rowptr[:-1]
     is_long = deg > chunk
-    short_rows = torch.nonzero(~is_long).flatten().to(torch.int32)
+    short_rows = torch.nonzero(~is_long).flatten()
+    bucket = torch.floor(torch.log2(deg[short_rows].to(torch.float64) + 1)).to(torch.int64)
+    short_rows = short_rows[torch.argsort(bucket, stable=True)].to(torch.int32)
     long_rows = torch.nonzero(is_long).flatten()
     pieces = (deg[long_rows] + chunk - 1) // chunk
     long_piece_ptr = torch.zeros(long_rows.numel() + 1, dtype=torch.int64, device=rowptr.device)

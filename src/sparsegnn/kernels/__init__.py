@@ -4,10 +4,12 @@ Importing this package does not import Triton; each kernel module does, on first
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 
 
+@functools.lru_cache(maxsize=None)
 def triton_available() -> bool:
     """Whether the ``triton`` package can be imported."""
     return importlib.util.find_spec("triton") is not None

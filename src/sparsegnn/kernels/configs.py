@@ -31,6 +31,14 @@ SPMM_PLAN_SPACE: List[Dict[str, int]] = [
     if block_e * block_f <= 8192
 ]
 
+#: Short-row groups: rows side by side x edges per step (with BLOCK_F of SPMM_PLAN_SPACE).
+SPMM_GROUP_SPACE: List[Dict[str, int]] = [
+    {"GROUP_ROWS": rows, "GROUP_E": block_e}
+    for rows in (1, 2, 4, 8, 16, 32, 64)
+    for block_e in (2, 4, 8, 16, 32)
+    if rows * block_e <= 256
+]
+
 #: Edges per piece when splitting long rows (the plan's ``chunk``).
 SPMM_CHUNKS = (128, 256, 512, 1024, 2048, 4096)
 
@@ -45,9 +53,13 @@ def spmm_csr_default(num_feats: int) -> Dict[str, int]:
 
 
 def spmm_chunk(num_rows: int, num_edges: int) -> int:
-    """Piece length for long rows: a few times the average degree, within ``SPMM_CHUNKS``."""
+    """Piece length for long rows, within ``SPMM_CHUNKS``.
+
+    At least 8x the average degree, and at least ``E / 512`` (a row is only worth splitting
+    when it is a sizeable share of one SM's work; small graphs then take a single launch).
+    """
     avg = num_edges / max(num_rows, 1)
-    target = 8 * avg
+    target = max(8 * avg, num_edges / 512)
     return next((c for c in SPMM_CHUNKS if c >= target), SPMM_CHUNKS[-1])
 
 
@@ -68,7 +80,10 @@ def spmm_plan_config(num_rows: int, num_edges: int, num_feats: int, elem_size: i
     block_e = min(block_e, max(8, 4096 // block_f))
     rows = 4 if avg <= 4 else 2 if avg <= 16 else 1
     warps = 4 if block_e * block_f >= 1024 else 2
-    return {"ROWS": rows, "BLOCK_E": block_e, "BLOCK_F": block_f, "num_warps": warps}
+    group_e = min(max(next_pow2(int(avg)), 2), 16)
+    group_rows = max(1, min(64, 2048 // (group_e * block_f)))
+    return {"ROWS": rows, "BLOCK_E": block_e, "BLOCK_F": block_f, "num_warps": warps,
+            "GROUP_ROWS": group_rows, "GROUP_E": group_e}
 
 
 #: Row-wise SDDMM: segments per program, edges per step, features per step, warps.

@@ -4,13 +4,15 @@ Two kernels:
 
 - ``_spmm_csr_sum_kernel``: the simple row-per-program schedule (one program per row and
   feature block).  Kept as the baseline the benchmarks compare against ("naive").
-- ``_segment_reduce_kernel``: the planned schedule.  A program reduces ``ROWS`` segments
-  (rows, or pieces of long rows) for one block of ``BLOCK_F`` features, ``BLOCK_E`` edges per
-  step, into an fp32 register tile.  The grid is ``(programs, feature blocks)`` with the feature
-  block slowest, so while one feature block is processed only ``N x BLOCK_F`` of ``x`` is
-  gathered and it can stay in L2.  ``formats.plan.RowPlan`` says which rows are short (whole
-  rows) and how long rows are split; long rows take a second, deterministic pass over their
-  pieces' partial results.
+- ``_rowgroup_kernel``: the planned schedule for short rows.  A program reduces ``GROUP_ROWS``
+  rows side by side (rows of similar degree: the plan lists them by degree bucket), gathering
+  ``GROUP_E`` edges of each per step, so many independent gathers are in flight even when
+  rows have two edges.
+- ``_segment_reduce_kernel``: pieces of long rows (``BLOCK_E`` edges per step) into a partials
+  buffer, then each long row's partials in a fixed order (deterministic, no atomics).
+
+Every grid is ``(programs, feature blocks)`` with the feature block slowest, so while one
+feature block is processed only ``N x BLOCK_F`` of ``x`` is gathered and it can stay in L2.
 
 Feature and edge tails are masked; node and feature offsets are int64.
 """
@@ -115,6 +117,53 @@ def _segment_reduce_kernel(
             tl.store(out_ptr + out_row * stride_out + feat, result.to(out_ptr.dtype.element_ty), mask=feat_mask)
 
 
+@triton.jit
+def _rowgroup_kernel(
+    rows_ptr, rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr,
+    num_listed, num_feats, stride_x, stride_out,
+    REDUCE: tl.constexpr, HAS_VAL: tl.constexpr,
+    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+):
+    """``ROWS`` listed rows side by side: step ``k`` gathers edges ``k..k+BLOCK_E`` of every
+    row at once (a [ROWS, BLOCK_E, BLOCK_F] tile), until the group's largest degree."""
+    listed = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_mask = listed < num_listed
+    row = tl.load(rows_ptr + listed, mask=row_mask, other=0).to(tl.int64)
+    start = tl.load(rowptr_ptr + row, mask=row_mask, other=0)
+    end = tl.load(rowptr_ptr + row + 1, mask=row_mask, other=0)
+    deg = end - start
+    max_deg = tl.max(deg, axis=0)
+    feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    feat_mask = feat < num_feats
+    if REDUCE == 2:
+        acc = tl.full([ROWS, BLOCK_E, BLOCK_F], float("-inf"), dtype=tl.float32)
+    else:
+        acc = tl.zeros([ROWS, BLOCK_E, BLOCK_F], dtype=tl.float32)
+    for k in range(0, max_deg, BLOCK_E):
+        slot = k + tl.arange(0, BLOCK_E)
+        edge_mask = slot[None, :] < deg[:, None]
+        edge = start[:, None] + slot[None, :]
+        src = tl.load(col_ptr + edge, mask=edge_mask, other=0).to(tl.int64)
+        mask = edge_mask[:, :, None] & feat_mask[None, None, :]
+        tile = tl.load(x_ptr + src[:, :, None] * stride_x + feat[None, None, :], mask=mask, other=0.0).to(tl.float32)
+        if HAS_VAL:
+            weight = tl.load(val_ptr + edge, mask=edge_mask, other=0.0).to(tl.float32)
+            tile = tile * weight[:, :, None]
+        if REDUCE == 2:
+            acc = tl.maximum(acc, tl.where(mask, tile, float("-inf")))
+        else:
+            acc += tile
+    if REDUCE == 2:
+        result = tl.max(acc, axis=1)
+        result = tl.where(deg[:, None] > 0, result, 0.0)
+    else:
+        result = tl.sum(acc, axis=1)
+        if REDUCE == 1:
+            result = result / tl.maximum(deg, 1).to(tl.float32)[:, None]
+    tl.store(out_ptr + row[:, None] * stride_out + feat[None, :], result.to(out_ptr.dtype.element_ty),
+             mask=row_mask[:, None] & feat_mask[None, :])
+
+
 def spmm_csr(
     rowptr: Tensor,
     col: Tensor,
@@ -187,7 +236,8 @@ def spmm_planned(
         edge_val: [E] values or None.
         x: [M, F] float32 / float16 / bfloat16 features.
         reduce: ``"sum"``, ``"mean"`` (divide by the number of edges) or ``"max"`` (0 for empty rows).
-        config: ``ROWS``, ``BLOCK_E``, ``BLOCK_F``, ``num_warps`` (default: ``configs.spmm_plan_config``).
+        config: ``GROUP_ROWS`` x ``GROUP_E`` (short-row groups), ``ROWS`` x ``BLOCK_E`` (long-row
+            pieces), ``BLOCK_F``, ``num_warps`` (default: ``configs.spmm_plan_config``).
         out: optional contiguous [N, F] output buffer (every element is written).
 
     Returns:
@@ -204,8 +254,15 @@ def spmm_planned(
     code = REDUCE_CODES[reduce]
     num_short = plan.short_rows.numel()
     if num_short:
-        _launch(plan.short_rows, rowptr, rowptr[1:], plan.col32, edge_val, x, out, None, None,
-                num_short, code, False, cfg)
+        group = cfg.get("GROUP_ROWS", cfg["ROWS"])
+        group_e = cfg.get("GROUP_E", cfg["BLOCK_E"])
+        grid = (triton.cdiv(num_short, group), triton.cdiv(num_feats, cfg["BLOCK_F"]))
+        _rowgroup_kernel[grid](
+            plan.short_rows, rowptr, plan.col32, edge_val if edge_val is not None else rowptr, x, out,
+            num_short, num_feats, x.stride(0), out.stride(0),
+            REDUCE=code, HAS_VAL=edge_val is not None, ROWS=group, BLOCK_E=group_e, BLOCK_F=cfg["BLOCK_F"],
+            num_warps=cfg["num_warps"],
+        )
     num_long = plan.long_rows.numel()
     if num_long:
         partial = torch.empty((plan.num_pieces, num_feats), dtype=torch.float32, device=x.device)

@@ -59,7 +59,7 @@ def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Te
 def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str = "sum") -> Tensor:
     """``out[i] = reduce_{e in row i} w_e x[col[e]]`` on ``graph`` with the chosen backend.
 
-    ``reduce`` is ``"sum"`` or ``"max"`` here (``mean`` is a sum with scaled weights).
+    ``reduce`` is ``"sum"``, ``"mean"`` (divide by the number of stored edges) or ``"max"``.
     ``weight`` of shape [E, F] (per-feature weights) always takes the reference path.
 
     Shapes:
@@ -71,7 +71,15 @@ def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], r
         return spmm_planned(graph.rowptr, plan_of(graph), weight, x, reduce)
     if reduce == "max":
         return reference.spmm_max(graph.row, graph.col, graph.num_nodes, x, weight)
+    if reduce == "mean":
+        scale = mean_scale(graph, x.dtype)
+        weight = scale if weight is None else weight * scale
     return reference.spmm_sum(graph.row, graph.col, graph.num_nodes, x, weight)
+
+
+def mean_scale(graph: Graph, dtype: torch.dtype) -> Tensor:
+    """Per-edge ``1 / deg(row)``, float64 for float64 inputs, float32 otherwise."""
+    return graph.mean_scale(torch.float64 if dtype == torch.float64 else torch.float32)
 
 
 def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor]) -> Tensor:

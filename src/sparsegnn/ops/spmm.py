@@ -19,19 +19,23 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_edge_values, check_node_features, check_same_device
 from ..graph import Graph, as_graph
 from . import reference
-from ._dispatch import aggregate, aggregate_transposed, choose_backend, edge_values
+from ._dispatch import aggregate, aggregate_transposed, choose_backend, edge_values, mean_scale
 
 REDUCES = ("sum", "mean", "max")
 
 
-class _SpMMSum(torch.autograd.Function):
-    """``Y = A X`` with ``A_ij = w_e``; ``dX = A^T dY`` (cached transpose), ``dw_e = <dY_i, X_j>``."""
+class _SpMMLinear(torch.autograd.Function):
+    """``Y = A X`` (sum) or ``Y = D^-1 A X`` (mean) with ``A_ij = w_e``.
+
+    Backward: ``dX = A'^T dY`` on the cached transpose (``A'`` = the effective, scaled weights),
+    ``dw_e = s_i <dY_i, X_j>`` with ``s_i = 1`` (sum) or ``1 / deg_i`` (mean).
+    """
 
     @staticmethod
-    def forward(ctx, graph: Graph, x: Tensor, weight: Optional[Tensor], backend: str) -> Tensor:
-        ctx.graph, ctx.backend = graph, backend
+    def forward(ctx, graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, backend: str) -> Tensor:
+        ctx.graph, ctx.reduce, ctx.backend = graph, reduce, backend
         ctx.save_for_backward(x, weight)
-        return aggregate(backend, graph, x, weight)
+        return aggregate(backend, graph, x, weight, reduce)
 
     @staticmethod
     @once_differentiable
@@ -40,11 +44,15 @@ class _SpMMSum(torch.autograd.Function):
         graph = ctx.graph
         grad_x = grad_w = None
         grad_out = grad_out.contiguous()
+        scale = mean_scale(graph, x.dtype) if ctx.reduce == "mean" else None
         if ctx.needs_input_grad[1]:
-            grad_x = aggregate_transposed(ctx.backend, graph, grad_out, weight)
+            effective = weight if scale is None else (scale if weight is None else weight * scale)
+            grad_x = aggregate_transposed(ctx.backend, graph, grad_out, effective)
         if weight is not None and ctx.needs_input_grad[2]:
             grad_w = edge_values(ctx.backend, graph, grad_out, x.to(grad_out.dtype), "dot").to(weight.dtype)
-        return None, grad_x, grad_w, None
+            if scale is not None:
+                grad_w = grad_w * scale.to(grad_w.dtype)
+        return None, grad_x, grad_w, None, None
 
 
 class _SpMMMax(torch.autograd.Function):
@@ -123,9 +131,9 @@ def spmm(
         edge_weight = graph.edge_val
     check_same_device(fn, graph=graph.rowptr, x=x, edge_weight=edge_weight)
     chosen = choose_backend(fn, backend, x)
+    needs_grad = torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad))
+    if not needs_grad:  # no autograd node: less overhead per call (inference, small graphs)
+        return aggregate(chosen, graph, x, edge_weight, reduce)
     if reduce == "max":
         return _SpMMMax.apply(graph, x, edge_weight, chosen)
-    if reduce == "mean":
-        scale = graph.mean_scale(torch.float64 if x.dtype == torch.float64 else torch.float32)
-        edge_weight = scale if edge_weight is None else edge_weight * scale
-    return _SpMMSum.apply(graph, x, edge_weight, chosen)
+    return _SpMMLinear.apply(graph, x, edge_weight, reduce, chosen)
