@@ -76,6 +76,6 @@ for name in graphs:
 print(f"\n{'graph':16} {'F':>4} {'cusparse':>9} {'op':>8} {'heur':>8} {'best':>8} {'x heur':>7} {'x best':>7}  best config")
 for r in summary:
     b = r["best"]
-    print(f"{r['graph']:16} {r['F']:>4} {r['cusparse_ms']:9.3f} {r['heur_ms']:8.3f} {r['best_ms']:8.3f} "
+    print(f"{r['graph']:16} {r['F']:>4} {r['cusparse_ms']:9.3f} {r['op_ms']:8.3f} {r['heur_ms']:8.3f} {r['best_ms']:8.3f} "
           f"{r['cusparse_ms'] / r['heur_ms']:7.2f} {r['cusparse_ms'] / r['best_ms']:7.2f}  "
           f"G{b['GROUP_ROWS']}x{b['GROUP_E']} R{b['ROWS']} E{b['BLOCK_E']} F{b['BLOCK_F']} w{b['num_warps']} chunk{r['best_chunk']}")
