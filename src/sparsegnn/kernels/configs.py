@@ -63,27 +63,54 @@ def spmm_chunk(num_rows: int, num_edges: int) -> int:
     return next((c for c in SPMM_CHUNKS if c >= target), SPMM_CHUNKS[-1])
 
 
+def _pow2_floor(n: float) -> int:
+    return 1 << max(int(n), 1).bit_length() - 1
+
+
+def _plan_entry(num_rows: int, avg: float, block_f: int, group_rows=None, group_e=None) -> Dict[str, int]:
+    """A planned-SpMM config for ``BLOCK_F``: short-row groups sized to a 512..2048-element tile,
+    with enough programs (``N / 16384`` rows per group at most) to fill the GPU."""
+    if group_rows is None:
+        group_rows = min(max(_pow2_floor(num_rows / 16384), 1), 64)
+        group_e = min(max(next_pow2(int(avg)) // 2, 2), 32)
+        while group_rows * group_e * block_f > 2048 and group_rows > 1:
+            group_rows //= 2
+        while group_rows * group_e * block_f < 512 and group_e < 32:
+            group_e *= 2
+    tile = group_rows * group_e * block_f
+    return {"GROUP_ROWS": group_rows, "GROUP_E": group_e, "BLOCK_F": block_f,
+            "ROWS": 1, "BLOCK_E": 32 if block_f <= 64 else 16, "num_warps": 4 if tile >= 1024 else 2}
+
+
 def spmm_plan_config(num_rows: int, num_edges: int, num_feats: int, elem_size: int) -> Dict[str, int]:
-    """Heuristic config of the planned SpMM.
+    """Heuristic config of the planned SpMM (the first autotuning candidate).
 
     ``BLOCK_F``: the widest power of two (<= F, <= 256) whose ``x`` slice ``N x BLOCK_F`` fits
-    the L2 budget (at least 32), so gathers hit L2.  ``BLOCK_E``: enough edges per step to
-    cover the average degree without a mostly-masked tile.  ``ROWS``: several short rows per
-    program when rows are very short.
+    the L2 budget (at least 32), so gathers hit L2.
     """
+    return spmm_candidates(num_rows, num_edges, num_feats, elem_size)[0]
+
+
+def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: int) -> List[Dict[str, int]]:
+    """Autotuning candidates: the heuristic first, then other feature widths and group shapes."""
     full = min(max(next_pow2(num_feats), 16), 256)
     block_f = full
     while block_f > 32 and num_rows * block_f * elem_size > L2_BUDGET_BYTES:
         block_f //= 2
     avg = num_edges / max(num_rows, 1)
-    block_e = 8 if avg <= 8 else 16 if avg <= 24 else 32
-    block_e = min(block_e, max(8, 4096 // block_f))
-    rows = 4 if avg <= 4 else 2 if avg <= 16 else 1
-    warps = 4 if block_e * block_f >= 1024 else 2
-    group_e = min(max(next_pow2(int(avg)), 2), 16)
-    group_rows = max(1, min(64, 2048 // (group_e * block_f)))
-    return {"ROWS": rows, "BLOCK_E": block_e, "BLOCK_F": block_f, "num_warps": warps,
-            "GROUP_ROWS": group_rows, "GROUP_E": group_e}
+    first = _plan_entry(num_rows, avg, block_f)
+    out = [first]
+    gr, ge = first["GROUP_ROWS"], first["GROUP_E"]
+    for shape in ((gr * 2, max(ge // 2, 2)), (max(gr // 2, 1), min(ge * 2, 32))):
+        out.append(_plan_entry(num_rows, avg, block_f, *shape))
+    for width in (32, 64, 128, 256):
+        if width != block_f and width <= full:
+            out.append(_plan_entry(num_rows, avg, width))
+    unique = []
+    for cfg in out:
+        if cfg not in unique:
+            unique.append(cfg)
+    return unique
 
 
 #: Row-wise SDDMM: segments per program, edges per step, features per step, warps.

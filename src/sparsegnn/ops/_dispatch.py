@@ -42,9 +42,27 @@ def choose_backend(fn: str, backend: str, x: Tensor, triton_supported: Optional[
 
 def plan_of(graph: Graph):
     """The graph's cached work partition, at the chunk length the heuristics pick for it."""
-    from ..kernels.configs import spmm_chunk
+    plan = graph._cache.get("plan")
+    if plan is None:
+        from ..kernels.configs import spmm_chunk
 
-    return graph.row_plan(spmm_chunk(graph.num_nodes, graph.num_edges))
+        plan = graph._cache["plan"] = graph.row_plan(spmm_chunk(graph.num_nodes, graph.num_edges))
+    return plan
+
+
+def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
+    from ..kernels.configs import spmm_candidates
+    from ..kernels.spmm_csr import spmm_planned
+    from ..tune import pick_config
+
+    plan = plan_of(graph)
+    key = ("spmm_config", x.shape[1], x.dtype, reduce, weight is not None)
+    config = graph._cache.get(key)
+    if config is None:
+        candidates = spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1], x.element_size())
+        config = pick_config(graph._cache, key, candidates,
+                             lambda cfg: spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg))
+    return spmm_planned(graph.rowptr, plan, weight, x, reduce, config=config)
 
 
 def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Tensor:
@@ -66,9 +84,7 @@ def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], r
         x: [N, F]; weight: [E], [E, F] or None -> [N, F].
     """
     if backend == "triton" and (weight is None or weight.dim() == 1):
-        from ..kernels.spmm_csr import spmm_planned
-
-        return spmm_planned(graph.rowptr, plan_of(graph), weight, x, reduce)
+        return _spmm_triton(graph, x, weight, reduce)
     if reduce == "max":
         return reference.spmm_max(graph.row, graph.col, graph.num_nodes, x, weight)
     if reduce == "mean":
