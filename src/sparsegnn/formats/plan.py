@@ -31,6 +31,8 @@ class RowPlan:
         col32: [E] int32 column indices (half the index bytes of int64).
         seg_row, seg_start, seg_end: [S + P] every short row and every piece as one list of
             independent ``(row, first edge, end edge)`` segments (for per-edge outputs: SDDMM).
+        bucket_ptr: host list: ``short_rows[bucket_ptr[b]:bucket_ptr[b + 1]]`` have
+            ``floor(log2(deg + 1)) == b`` (so kernels can treat light and heavy rows apart).
     """
 
     chunk: int
@@ -44,6 +46,16 @@ class RowPlan:
     seg_row: Tensor
     seg_start: Tensor
     seg_end: Tensor
+    bucket_ptr: list
+
+    def num_short_below(self, degree: int) -> int:
+        """How many listed short rows are in buckets whose degrees are all <= ``degree``."""
+        count = 0
+        for b in range(len(self.bucket_ptr) - 1):
+            if (1 << (b + 1)) - 1 > degree:
+                break
+            count = self.bucket_ptr[b + 1]
+        return count
 
     @property
     def num_pieces(self) -> int:
@@ -63,6 +75,10 @@ def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
     short_rows = torch.nonzero(~is_long).flatten()
     bucket = torch.floor(torch.log2(deg[short_rows].to(torch.float64) + 1)).to(torch.int64)
     short_rows = short_rows[torch.argsort(bucket, stable=True)].to(torch.int32)
+    counts = torch.bincount(bucket, minlength=1).cpu().tolist() if bucket.numel() else [0]
+    bucket_ptr = [0]
+    for c in counts:
+        bucket_ptr.append(bucket_ptr[-1] + c)
     long_rows = torch.nonzero(is_long).flatten()
     pieces = (deg[long_rows] + chunk - 1) // chunk
     long_piece_ptr = torch.zeros(long_rows.numel() + 1, dtype=torch.int64, device=rowptr.device)
@@ -79,4 +95,4 @@ def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
     seg_start = torch.cat([rowptr[short64], piece_start])
     seg_end = torch.cat([rowptr[short64 + 1], piece_end])
     return RowPlan(chunk, short_rows, long_rows, piece_start, piece_end, long_piece_ptr, long_inv_deg,
-                   col.to(torch.int32), seg_row, seg_start, seg_end)
+                   col.to(torch.int32), seg_row, seg_start, seg_end, bucket_ptr)

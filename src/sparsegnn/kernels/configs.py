@@ -124,12 +124,26 @@ SDDMM_SPACE: List[Dict[str, int]] = [
 ]
 
 
-def sddmm_config(num_rows: int, num_edges: int, num_feats: int, op: str) -> Dict[str, int]:
-    """Heuristic SDDMM config: the feature row in as few steps as possible (<= 256 wide)."""
+def sddmm_candidates(num_rows: int, num_edges: int, num_feats: int, op: str) -> List[Dict[str, int]]:
+    """SDDMM autotuning candidates, heuristic first: a [BLOCK_E, BLOCK_F] tile of about 2048
+    elements (the feature row in one step up to 256 for ``dot``), one segment per program on
+    graphs too small to fill the GPU otherwise."""
     block_f = min(max(next_pow2(num_feats), 16), 256 if op == "dot" else 128)
+    block_e = min(max(2048 // block_f, 8), 32)
     avg = num_edges / max(num_rows, 1)
-    block_e = 8 if avg <= 8 else 16 if avg <= 24 else 32
-    block_e = min(block_e, max(8, 4096 // block_f))
-    rows = 4 if avg <= 4 else 2 if avg <= 16 else 1
-    warps = 4 if block_e * block_f >= 1024 else 2
-    return {"ROWS": rows, "BLOCK_E": block_e, "BLOCK_F": block_f, "num_warps": warps}
+    rows = 1 if num_rows < 200_000 else 4 if avg <= 4 else 2 if avg <= 16 else 1
+    base = {"ROWS": rows, "BLOCK_E": block_e, "BLOCK_F": block_f, "num_warps": 4}
+    out = [base, dict(base, BLOCK_E=min(block_e * 2, 64)), dict(base, BLOCK_E=max(block_e // 2, 4)),
+           dict(base, ROWS=max(rows // 2, 1) if rows > 1 else 2)]
+    if block_f > 32:
+        out.append(dict(base, BLOCK_F=block_f // 2, BLOCK_E=min(block_e * 2, 64)))
+    unique = []
+    for cfg in out:
+        if cfg not in unique:
+            unique.append(cfg)
+    return unique
+
+
+def sddmm_config(num_rows: int, num_edges: int, num_feats: int, op: str) -> Dict[str, int]:
+    """Heuristic SDDMM config (the first autotuning candidate)."""
+    return sddmm_candidates(num_rows, num_edges, num_feats, op)[0]

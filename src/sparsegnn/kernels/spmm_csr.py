@@ -253,16 +253,22 @@ def spmm_planned(
     cfg = config or spmm_plan_config(num_rows, plan.col32.numel(), num_feats, x.element_size())
     code = REDUCE_CODES[reduce]
     num_short = plan.short_rows.numel()
-    if num_short:
-        group = cfg.get("GROUP_ROWS", cfg["ROWS"])
-        group_e = cfg.get("GROUP_E", cfg["BLOCK_E"])
-        grid = (triton.cdiv(num_short, group), triton.cdiv(num_feats, cfg["BLOCK_F"]))
+    group = cfg.get("GROUP_ROWS", cfg["ROWS"])
+    group_e = cfg.get("GROUP_E", cfg["BLOCK_E"])
+    # Light rows (at most LIGHT_STEPS steps of GROUP_E edges) side by side; heavier short rows
+    # one per program with BLOCK_E-edge steps, so a hub does not serialise a whole group.
+    num_light = plan.num_short_below(cfg.get("LIGHT_STEPS", 4) * group_e) if group > 1 or group_e < cfg["BLOCK_E"] else num_short
+    if num_light:
+        grid = (triton.cdiv(num_light, group), triton.cdiv(num_feats, cfg["BLOCK_F"]))
         _rowgroup_kernel[grid](
             plan.short_rows, rowptr, plan.col32, edge_val if edge_val is not None else rowptr, x, out,
-            num_short, num_feats, x.stride(0), out.stride(0),
+            num_light, num_feats, x.stride(0), out.stride(0),
             REDUCE=code, HAS_VAL=edge_val is not None, ROWS=group, BLOCK_E=group_e, BLOCK_F=cfg["BLOCK_F"],
             num_warps=cfg["num_warps"],
         )
+    if num_short > num_light:
+        _launch(plan.short_rows[num_light:], rowptr, rowptr[1:], plan.col32, edge_val, x, out, None, None,
+                num_short - num_light, code, False, dict(cfg, ROWS=1))
     num_long = plan.long_rows.numel()
     if num_long:
         partial = torch.empty((plan.num_pieces, num_feats), dtype=torch.float32, device=x.device)

@@ -68,9 +68,17 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str)
 def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Tensor:
     """Per-edge ``op(a[row[e]], b[col[e]])`` with the chosen backend (``dot`` -> [E], else [E, F])."""
     if backend == "triton":
+        from ..kernels.configs import sddmm_candidates
         from ..kernels.sddmm_csr import sddmm_csr
+        from ..tune import pick_config
 
-        return sddmm_csr(plan_of(graph), a, b, op)
+        plan = plan_of(graph)
+        key = ("sddmm_config", a.shape[1], a.dtype, op)
+        config = graph._cache.get(key)
+        if config is None:
+            candidates = sddmm_candidates(graph.num_nodes, graph.num_edges, a.shape[1], op)
+            config = pick_config(graph._cache, key, candidates, lambda cfg: sddmm_csr(plan, a, b, op, config=cfg))
+        return sddmm_csr(plan, a, b, op, config=config)
     return reference.sddmm(graph.row, graph.col, a, b, op)
 
 
