@@ -42,6 +42,9 @@ SPMM_GROUP_SPACE: List[Dict[str, int]] = [
 #: Edges per piece when splitting long rows (the plan's ``chunk``).
 SPMM_CHUNKS = (128, 256, 512, 1024, 2048, 4096)
 
+#: Graphs up to this many edges default to a single flat launch (host overhead dominates).
+SMALL_GRAPH_EDGES = 500_000
+
 #: Bytes of ``x`` per feature block that should stay resident in L2 while it is gathered.
 L2_BUDGET_BYTES = 24 << 20
 
@@ -103,9 +106,18 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
     gr, ge = first["GROUP_ROWS"], first["GROUP_E"]
     for shape in ((gr * 2, max(ge // 2, 2)), (max(gr // 2, 1), min(ge * 2, 32))):
         out.append(_plan_entry(num_rows, avg, block_f, *shape))
+    out.append(dict(first, num_warps=8))
     for width in (32, 64, 128, 256):
         if width != block_f and width <= full:
             out.append(_plan_entry(num_rows, avg, width))
+    # Flat single-launch schedules: on small graphs host launch cost dominates, so one launch
+    # wins; they lead the list there.
+    flat = [{"FLAT": 1, "ROWS": 1, "BLOCK_E": 16, "BLOCK_F": min(full, 128), "num_warps": 4},
+            {"FLAT": 1, "ROWS": 1, "BLOCK_E": 32, "BLOCK_F": min(full, 64), "num_warps": 4}]
+    if num_edges <= SMALL_GRAPH_EDGES:
+        out = flat + out
+    elif num_edges <= 8 * SMALL_GRAPH_EDGES:
+        out = out + flat
     unique = []
     for cfg in out:
         if cfg not in unique:

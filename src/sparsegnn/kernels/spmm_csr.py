@@ -237,7 +237,8 @@ def spmm_planned(
         x: [M, F] float32 / float16 / bfloat16 features.
         reduce: ``"sum"``, ``"mean"`` (divide by the number of edges) or ``"max"`` (0 for empty rows).
         config: ``GROUP_ROWS`` x ``GROUP_E`` (short-row groups), ``ROWS`` x ``BLOCK_E`` (long-row
-            pieces), ``BLOCK_F``, ``num_warps`` (default: ``configs.spmm_plan_config``).
+            pieces), ``BLOCK_F``, ``num_warps`` (default: ``configs.spmm_plan_config``); with
+            ``FLAT`` set, a single launch reduces every row whole (``BLOCK_E`` edges per step).
         out: optional contiguous [N, F] output buffer (every element is written).
 
     Returns:
@@ -252,6 +253,10 @@ def spmm_planned(
         return out
     cfg = config or spmm_plan_config(num_rows, plan.col32.numel(), num_feats, x.element_size())
     code = REDUCE_CODES[reduce]
+    if cfg.get("FLAT"):  # one launch, one row per program: least host overhead (small graphs)
+        _launch(None, rowptr, rowptr[1:], plan.col32, edge_val, x, out, None, None, num_rows, code, False,
+                dict(cfg, ROWS=1))
+        return out
     num_short = plan.short_rows.numel()
     group = cfg.get("GROUP_ROWS", cfg["ROWS"])
     group_e = cfg.get("GROUP_E", cfg["BLOCK_E"])
