@@ -20,7 +20,8 @@ def check(cond: bool, fn: str, msg: str) -> None:
 
 
 def check_tensor(obj, fn: str, name: str) -> None:
-    check(isinstance(obj, Tensor), fn, f"{name} must be a torch.Tensor, got {type(obj).__name__}")
+    if not isinstance(obj, Tensor):
+        raise ValueError(f"{fn}(): {name} must be a torch.Tensor, got {type(obj).__name__}")
 
 
 def check_index(index: Tensor, fn: str, name: str, upper: Optional[int] = None) -> None:
@@ -37,27 +38,33 @@ def check_index(index: Tensor, fn: str, name: str, upper: Optional[int] = None) 
 
 
 def check_same_device(fn: str, **tensors: Optional[Tensor]) -> None:
-    devices = {name: t.device for name, t in tensors.items() if t is not None}
-    if len(set(devices.values())) > 1:
-        listing = ", ".join(f"{name} on {dev}" for name, dev in devices.items())
+    present = [t for t in tensors.values() if t is not None]
+    if present and any(t.device != present[0].device for t in present[1:]):
+        listing = ", ".join(f"{name} on {t.device}" for name, t in tensors.items() if t is not None)
         raise ValueError(f"{fn}(): tensors must be on one device, got {listing}")
 
 
 def check_float(t: Tensor, fn: str, name: str) -> None:
-    check(t.is_floating_point(), fn, f"{name} must be a floating-point tensor, got {t.dtype}")
+    if not t.is_floating_point():
+        raise ValueError(f"{fn}(): {name} must be a floating-point tensor, got {t.dtype}")
 
 
 def check_edge_values(values: Tensor, num_edges: int, fn: str, name: str, max_dim: int = 2) -> None:
     """Per-edge tensor: first dimension ``E``, floating point, at most ``max_dim`` dims."""
     check_tensor(values, fn, name)
-    check(1 <= values.dim() <= max_dim, fn, f"{name} must have 1 to {max_dim} dimensions, got shape {tuple(values.shape)}")
-    check(values.shape[0] == num_edges, fn, f"{name} has {values.shape[0]} entries but the graph has {num_edges} edges")
+    if not 1 <= values.dim() <= max_dim:
+        raise ValueError(f"{fn}(): {name} must have 1 to {max_dim} dimensions, got shape {tuple(values.shape)}")
+    if values.shape[0] != num_edges:
+        raise ValueError(f"{fn}(): {name} has {values.shape[0]} entries but the graph has {num_edges} edges")
     check_float(values, fn, name)
 
 
 def check_node_features(x: Tensor, num_nodes: int, fn: str, name: str = "x") -> None:
-    """Node features ``[N, F]``, floating point."""
-    check_tensor(x, fn, name)
-    check(x.dim() == 2, fn, f"{name} must be 2-D [num_nodes, features], got shape {tuple(x.shape)}")
-    check(x.shape[0] == num_nodes, fn, f"{name} has {x.shape[0]} rows but the graph has {num_nodes} nodes")
+    """Node features ``[N, F]``, floating point (messages are built only on failure: hot path)."""
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{fn}(): {name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"{fn}(): {name} must be 2-D [num_nodes, features], got shape {tuple(x.shape)}")
+    if x.shape[0] != num_nodes:
+        raise ValueError(f"{fn}(): {name} has {x.shape[0]} rows but the graph has {num_nodes} nodes")
     check_float(x, fn, name)

@@ -2,8 +2,9 @@
 
 Two kernels:
 
-- ``_spmm_csr_sum_kernel``: the simple row-per-program schedule (one program per row and
-  feature block).  Kept as the baseline the benchmarks compare against ("naive").
+- ``_spmm_rows_kernel``: the simple row-per-program schedule (one program per row and
+  feature block).  ``spmm_csr`` launches it as the unplanned baseline ("naive-triton" in the
+  benchmarks); the planned path uses it as its flat, single-launch schedule on small graphs.
 - ``_rowgroup_kernel``: the planned schedule for short rows.  A program reduces ``GROUP_ROWS``
   rows side by side (rows of similar degree: the plan lists them by degree bucket), gathering
   ``GROUP_E`` edges of each per step, so many independent gathers are in flight even when
@@ -31,31 +32,40 @@ REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2}
 
 
 @triton.jit
-def _spmm_csr_sum_kernel(
+def _spmm_rows_kernel(
     rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr,
     num_feats, stride_x, stride_out,
-    HAS_VAL: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+    REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
+    """One program per (row, feature block), BLOCK_E edges per step: few arguments, cheap to launch."""
     row = tl.program_id(0).to(tl.int64)
     feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     feat_mask = feat < num_feats
     start = tl.load(rowptr_ptr + row)
     end = tl.load(rowptr_ptr + row + 1)
-    acc = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)
+    if REDUCE == 2:
+        acc = tl.full([BLOCK_E, BLOCK_F], float("-inf"), dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)
     for edge0 in range(start, end, BLOCK_E):
         edge = edge0 + tl.arange(0, BLOCK_E)
         edge_mask = edge < end
         src = tl.load(col_ptr + edge, mask=edge_mask, other=0).to(tl.int64)
-        tile = tl.load(
-            x_ptr + src[:, None] * stride_x + feat[None, :],
-            mask=edge_mask[:, None] & feat_mask[None, :],
-            other=0.0,
-        ).to(tl.float32)
+        mask = edge_mask[:, None] & feat_mask[None, :]
+        tile = tl.load(x_ptr + src[:, None] * stride_x + feat[None, :], mask=mask, other=0.0).to(tl.float32)
         if HAS_VAL:
             weight = tl.load(val_ptr + edge, mask=edge_mask, other=0.0).to(tl.float32)
             tile = tile * weight[:, None]
-        acc += tile
-    result = tl.sum(acc, axis=0)
+        if REDUCE == 2:
+            acc = tl.maximum(acc, tl.where(mask, tile, float("-inf")))
+        else:
+            acc += tile
+    if REDUCE == 2:
+        result = tl.where(end > start, tl.max(acc, axis=0), 0.0)
+    else:
+        result = tl.sum(acc, axis=0)
+        if REDUCE == 1:
+            result = result / tl.maximum(end - start, 1).to(tl.float32)
     tl.store(out_ptr + row * stride_out + feat, result.to(out_ptr.dtype.element_ty), mask=feat_mask)
 
 
@@ -195,10 +205,10 @@ def spmm_csr(
     cfg = dict(config or spmm_csr_default(num_feats))
     num_warps = cfg.pop("num_warps", 4)
     grid = (num_rows, triton.cdiv(num_feats, cfg["BLOCK_F"]))
-    _spmm_csr_sum_kernel[grid](
+    _spmm_rows_kernel[grid](
         rowptr, col, edge_val if edge_val is not None else col, x, out,
         num_feats, x.stride(0), out.stride(0),
-        HAS_VAL=edge_val is not None, num_warps=num_warps, **cfg,
+        REDUCE=0, HAS_VAL=edge_val is not None, num_warps=num_warps, **cfg,
     )
     return out
 
@@ -254,8 +264,13 @@ def spmm_planned(
     cfg = config or spmm_plan_config(num_rows, plan.col32.numel(), num_feats, x.element_size())
     code = REDUCE_CODES[reduce]
     if cfg.get("FLAT"):  # one launch, one row per program: least host overhead (small graphs)
-        _launch(None, rowptr, rowptr[1:], plan.col32, edge_val, x, out, None, None, num_rows, code, False,
-                dict(cfg, ROWS=1))
+        block_f = cfg["BLOCK_F"]
+        _spmm_rows_kernel[(num_rows, triton.cdiv(num_feats, block_f))](
+            rowptr, plan.col32, edge_val if edge_val is not None else rowptr, x, out,
+            num_feats, x.stride(0), out.stride(0),
+            REDUCE=code, HAS_VAL=edge_val is not None, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f,
+            num_warps=cfg["num_warps"],
+        )
         return out
     num_short = plan.short_rows.numel()
     group = cfg.get("GROUP_ROWS", cfg["ROWS"])

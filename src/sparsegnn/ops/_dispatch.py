@@ -27,7 +27,8 @@ def choose_backend(fn: str, backend: str, x: Tensor, triton_supported: Optional[
 
     ``"auto"`` picks Triton for CUDA tensors of a supported dtype, the reference otherwise.
     """
-    check(backend in BACKENDS, fn, f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"{fn}(): backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
         usable = triton_supported is None and x.is_cuda and x.dtype in TRITON_DTYPES and triton_available()
         return "triton" if usable else "reference"
@@ -40,45 +41,54 @@ def choose_backend(fn: str, backend: str, x: Tensor, triton_supported: Optional[
     return backend
 
 
+_KERNELS = None
+
+
+def _kernels():
+    """Kernel modules, imported once on first use (Triton is optional on CPU machines)."""
+    global _KERNELS
+    if _KERNELS is None:
+        from types import SimpleNamespace
+
+        from ..kernels import configs, sddmm_csr, spmm_csr
+        from ..tune import pick_config
+
+        _KERNELS = SimpleNamespace(configs=configs, spmm=spmm_csr, sddmm=sddmm_csr, pick_config=pick_config)
+    return _KERNELS
+
+
 def plan_of(graph: Graph):
     """The graph's cached work partition, at the chunk length the heuristics pick for it."""
     plan = graph._cache.get("plan")
     if plan is None:
-        from ..kernels.configs import spmm_chunk
-
-        plan = graph._cache["plan"] = graph.row_plan(spmm_chunk(graph.num_nodes, graph.num_edges))
+        chunk = _kernels().configs.spmm_chunk(graph.num_nodes, graph.num_edges)
+        plan = graph._cache["plan"] = graph.row_plan(chunk)
     return plan
 
 
 def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
-    from ..kernels.configs import spmm_candidates
-    from ..kernels.spmm_csr import spmm_planned
-    from ..tune import pick_config
-
+    k = _kernels()
     plan = plan_of(graph)
     key = ("spmm_config", x.shape[1], x.dtype, reduce, weight is not None)
     config = graph._cache.get(key)
     if config is None:
-        candidates = spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1], x.element_size())
-        config = pick_config(graph._cache, key, candidates,
-                             lambda cfg: spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg))
-    return spmm_planned(graph.rowptr, plan, weight, x, reduce, config=config)
+        candidates = k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1], x.element_size())
+        config = k.pick_config(graph._cache, key, candidates,
+                               lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg))
+    return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=config)
 
 
 def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Tensor:
     """Per-edge ``op(a[row[e]], b[col[e]])`` with the chosen backend (``dot`` -> [E], else [E, F])."""
     if backend == "triton":
-        from ..kernels.configs import sddmm_candidates
-        from ..kernels.sddmm_csr import sddmm_csr
-        from ..tune import pick_config
-
+        k = _kernels()
         plan = plan_of(graph)
         key = ("sddmm_config", a.shape[1], a.dtype, op)
         config = graph._cache.get(key)
         if config is None:
-            candidates = sddmm_candidates(graph.num_nodes, graph.num_edges, a.shape[1], op)
-            config = pick_config(graph._cache, key, candidates, lambda cfg: sddmm_csr(plan, a, b, op, config=cfg))
-        return sddmm_csr(plan, a, b, op, config=config)
+            candidates = k.configs.sddmm_candidates(graph.num_nodes, graph.num_edges, a.shape[1], op)
+            config = k.pick_config(graph._cache, key, candidates, lambda cfg: k.sddmm.sddmm_csr(plan, a, b, op, config=cfg))
+        return k.sddmm.sddmm_csr(plan, a, b, op, config=config)
     return reference.sddmm(graph.row, graph.col, a, b, op)
 
 

@@ -76,13 +76,19 @@ def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto") -
     fn = "sddmm"
     check_tensor(a, fn, "a")
     check_tensor(b, fn, "b")
-    check(a.dim() == 2, fn, f"a must be 2-D [num_nodes, features], got shape {tuple(a.shape)}")
-    graph, input_order = as_graph(graph, fn, num_nodes=None if isinstance(graph, Graph) else a.shape[0])
+    if isinstance(graph, Graph):
+        input_order = False
+    else:
+        check(a.dim() == 2, fn, f"a must be 2-D [num_nodes, features], got shape {tuple(a.shape)}")
+        graph, input_order = as_graph(graph, fn, num_nodes=a.shape[0])
     check_node_features(a, graph.num_nodes, fn, "a")
     check_node_features(b, graph.num_nodes, fn, "b")
-    check(a.shape[1] == b.shape[1], fn, f"a and b must have the same feature width, got {a.shape[1]} and {b.shape[1]}")
-    check(a.dtype == b.dtype, fn, f"a and b must have the same dtype, got {a.dtype} and {b.dtype}")
-    check(op in OPS, fn, f"op must be one of {OPS}, got {op!r}")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"{fn}(): a and b must have the same feature width, got {a.shape[1]} and {b.shape[1]}")
+    if a.dtype != b.dtype:
+        raise ValueError(f"{fn}(): a and b must have the same dtype, got {a.dtype} and {b.dtype}")
+    if op not in OPS:
+        raise ValueError(f"{fn}(): op must be one of {OPS}, got {op!r}")
     check_same_device(fn, graph=graph.rowptr, a=a, b=b)
     chosen = choose_backend(fn, backend, a)
     out = _SDDMM.apply(graph, a, b, op, chosen)

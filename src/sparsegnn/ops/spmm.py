@@ -118,11 +118,15 @@ def spmm(
         [[0.0], [0.0], [3.0]]
     """
     fn = "spmm"
-    check(isinstance(x, Tensor), fn, f"x must be a torch.Tensor, got {type(x).__name__}")
-    check(x.dim() == 2, fn, f"x must be 2-D [num_nodes, features], got shape {tuple(x.shape)}")
-    graph, input_order = as_graph(graph, fn, num_nodes=None if isinstance(graph, Graph) else x.shape[0])
+    if isinstance(graph, Graph):
+        input_order = False
+    else:
+        check(isinstance(x, Tensor) and x.dim() == 2, fn,
+              f"x must be a 2-D tensor [num_nodes, features], got {getattr(x, 'shape', type(x).__name__)}")
+        graph, input_order = as_graph(graph, fn, num_nodes=x.shape[0])
     check_node_features(x, graph.num_nodes, fn)
-    check(reduce in REDUCES, fn, f"reduce must be one of {REDUCES}, got {reduce!r}")
+    if reduce not in REDUCES:
+        raise ValueError(f"{fn}(): reduce must be one of {REDUCES}, got {reduce!r}")
     if edge_weight is not None:
         check_edge_values(edge_weight, graph.num_edges, fn, "edge_weight", max_dim=1)
         if input_order:
