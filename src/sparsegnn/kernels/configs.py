@@ -82,7 +82,12 @@ def _plan_entry(num_rows: int, avg: float, block_f: int, group_rows=None, group_
             group_e *= 2
     tile = group_rows * group_e * block_f
     return {"GROUP_ROWS": group_rows, "GROUP_E": group_e, "BLOCK_F": block_f,
-            "ROWS": 1, "BLOCK_E": 32 if block_f <= 64 else 16, "num_warps": 4 if tile >= 1024 else 2}
+            "ROWS": 1, "BLOCK_E": _segment_edges(block_f), "num_warps": 4 if tile >= 1024 else 2, "SEG_WARPS": 4}
+
+
+def _segment_edges(block_f: int) -> int:
+    """Edges per step for one-row-per-program schedules: a tile of about 2048 elements."""
+    return min(max(2048 // block_f, 8), 32)
 
 
 def spmm_plan_config(num_rows: int, num_edges: int, num_feats: int, elem_size: int) -> Dict[str, int]:
@@ -112,8 +117,8 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
             out.append(_plan_entry(num_rows, avg, width))
     # Flat single-launch schedules: on small graphs host launch cost dominates, so one launch
     # wins; they lead the list there.
-    flat = [{"FLAT": 1, "ROWS": 1, "BLOCK_E": 16, "BLOCK_F": min(full, 128), "num_warps": 4},
-            {"FLAT": 1, "ROWS": 1, "BLOCK_E": 32, "BLOCK_F": min(full, 64), "num_warps": 4}]
+    flat = [{"FLAT": 1, "ROWS": 1, "BLOCK_E": _segment_edges(width), "BLOCK_F": width, "num_warps": 4}
+            for width in sorted({min(full, 256), min(full, 128), min(full, 64)}, reverse=True)]
     if num_edges <= SMALL_GRAPH_EDGES:
         out = flat + out
     elif num_edges <= 8 * SMALL_GRAPH_EDGES:

@@ -288,8 +288,9 @@ def spmm_planned(
         )
     if num_short > num_light:
         _launch(plan.short_rows[num_light:], rowptr, rowptr[1:], plan.col32, edge_val, x, out, None, None,
-                num_short - num_light, code, False, dict(cfg, ROWS=1))
+                num_short - num_light, code, False, dict(cfg, ROWS=1, num_warps=cfg.get("SEG_WARPS", cfg["num_warps"])))
     num_long = plan.long_rows.numel()
+    cfg = dict(cfg, num_warps=cfg.get("SEG_WARPS", cfg["num_warps"]))
     if num_long:
         partial = torch.empty((plan.num_pieces, num_feats), dtype=torch.float32, device=x.device)
         piece_code = REDUCE_CODES["max"] if reduce == "max" else REDUCE_CODES["sum"]
