@@ -94,7 +94,8 @@ def _dense_reduce(ei, n, x, w, reduce):
     {"ROWS": 2, "BLOCK_E": 8, "BLOCK_F": 16, "num_warps": 2},
     {"ROWS": 1, "BLOCK_E": 4, "BLOCK_F": 32, "num_warps": 2, "GROUP_ROWS": 4, "GROUP_E": 2},
     {"FLAT": 1, "ROWS": 1, "BLOCK_E": 8, "BLOCK_F": 16, "num_warps": 2},
-], ids=["auto", "rows2", "group4x2", "flat"])
+    {"ROWS": 1, "BLOCK_E": 8, "BLOCK_F": 16, "num_warps": 2, "GROUP_ROWS": 4, "GROUP_E": 2, "LIGHT_STEPS": 64},
+], ids=["auto", "rows2", "group4x2", "flat", "grouped-all"])
 def test_planned_spmm_matches_dense(reduce, dtype, chunk, config):
     # hub rows (degree >> chunk) next to empty rows, loops and duplicates
     ei, w = sg.datasets.random_graph(30, 140, seed=13, num_isolated=2, num_empty_rows=4,

@@ -74,7 +74,9 @@ def plot(rows: List[dict], path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ops = [op for op in BASELINE if any(r["op"] == op for r in rows)]
+    ops = [op for op in BASELINE if speedups(rows, op, BASELINE[op])]
+    if not ops:
+        return
     fig, axes = plt.subplots(len(ops), 1, figsize=(12, 3.2 * len(ops)), squeeze=False)
     for ax, op in zip(axes[:, 0], ops):
         sp = speedups(rows, op, BASELINE[op])

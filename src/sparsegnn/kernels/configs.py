@@ -40,7 +40,7 @@ SPMM_GROUP_SPACE: List[Dict[str, int]] = [
 ]
 
 #: Edges per piece when splitting long rows (the plan's ``chunk``).
-SPMM_CHUNKS = (128, 256, 512, 1024, 2048, 4096)
+SPMM_CHUNKS = (256, 512, 1024, 2048, 4096)
 
 #: Graphs up to this many edges default to a single flat launch (host overhead dominates).
 SMALL_GRAPH_EDGES = 500_000
@@ -119,10 +119,12 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
     # wins; they lead the list there.
     flat = [{"FLAT": 1, "ROWS": 1, "BLOCK_E": _segment_edges(width), "BLOCK_F": width, "num_warps": 4}
             for width in sorted({min(full, 256), min(full, 128), min(full, 64)}, reverse=True)]
+    # Single-launch row groups: every short row grouped (LIGHT_STEPS large), none split.
+    grouped = [dict(_plan_entry(num_rows, avg, min(full, 64), gr, ge), LIGHT_STEPS=64) for gr, ge in ((4, 8), (2, 16))]
     if num_edges <= SMALL_GRAPH_EDGES:
-        out = flat + out
+        out = flat + grouped + out
     elif num_edges <= 8 * SMALL_GRAPH_EDGES:
-        out = out + flat
+        out = out + grouped + flat
     unique = []
     for cfg in out:
         if cfg not in unique:
