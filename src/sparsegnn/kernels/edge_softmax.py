@@ -16,6 +16,14 @@ from .configs import next_pow2
 
 
 @triton.jit
+def _tile(edge0, end, head, head_mask, num_heads, BLOCK_E: tl.constexpr):
+    """Offsets and mask of the [BLOCK_E, BLOCK_H] score tile of edges ``edge0..`` (< ``end``)."""
+    edge = edge0 + tl.arange(0, BLOCK_E)
+    mask = (edge < end)[:, None] & head_mask[None, :]
+    return edge.to(tl.int64)[:, None] * num_heads + head[None, :], mask
+
+
+@triton.jit
 def _edge_softmax_fwd_kernel(
     rowptr_ptr, s_ptr, y_ptr, num_rows, num_heads,
     ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
@@ -30,19 +38,15 @@ def _edge_softmax_fwd_kernel(
             run_max = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
             run_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
             for edge0 in range(start, end, BLOCK_E):
-                edge = edge0 + tl.arange(0, BLOCK_E)
-                mask = (edge < end)[:, None] & head_mask[None, :]
-                s = tl.load(s_ptr + edge.to(tl.int64)[:, None] * num_heads + head[None, :], mask=mask,
-                            other=float("-inf")).to(tl.float32)
+                offs, mask = _tile(edge0, end, head, head_mask, num_heads, BLOCK_E)
+                s = tl.load(s_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
                 new_max = tl.maximum(run_max, tl.max(s, axis=0))
                 safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
                 run_sum = run_sum * tl.exp(run_max - safe_max) + tl.sum(tl.exp(s - safe_max[None, :]), axis=0)
                 run_max = new_max
             safe_max = tl.where(run_max == float("-inf"), 0.0, run_max)
             for edge0 in range(start, end, BLOCK_E):
-                edge = edge0 + tl.arange(0, BLOCK_E)
-                mask = (edge < end)[:, None] & head_mask[None, :]
-                offs = edge.to(tl.int64)[:, None] * num_heads + head[None, :]
+                offs, mask = _tile(edge0, end, head, head_mask, num_heads, BLOCK_E)
                 s = tl.load(s_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
                 y = tl.exp(s - safe_max[None, :]) / run_sum[None, :]
                 tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -62,16 +66,12 @@ def _edge_softmax_bwd_kernel(
             end = tl.load(rowptr_ptr + row + 1)
             total = tl.zeros([BLOCK_H], dtype=tl.float32)
             for edge0 in range(start, end, BLOCK_E):
-                edge = edge0 + tl.arange(0, BLOCK_E)
-                mask = (edge < end)[:, None] & head_mask[None, :]
-                offs = edge.to(tl.int64)[:, None] * num_heads + head[None, :]
+                offs, mask = _tile(edge0, end, head, head_mask, num_heads, BLOCK_E)
                 y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
                 g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
                 total += tl.sum(g * y, axis=0)
             for edge0 in range(start, end, BLOCK_E):
-                edge = edge0 + tl.arange(0, BLOCK_E)
-                mask = (edge < end)[:, None] & head_mask[None, :]
-                offs = edge.to(tl.int64)[:, None] * num_heads + head[None, :]
+                offs, mask = _tile(edge0, end, head, head_mask, num_heads, BLOCK_E)
                 y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
                 g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
                 tl.store(ds_ptr + offs, (y * (g - total[None, :])).to(ds_ptr.dtype.element_ty), mask=mask)

@@ -32,17 +32,14 @@ REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2}
 
 
 @triton.jit
-def _spmm_rows_kernel(
-    rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr,
-    num_feats, stride_x, stride_out,
-    REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+def _reduce_range(
+    start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
+    REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, IDENTITY: tl.constexpr,
+    BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
-    """One program per (row, feature block), BLOCK_E edges per step: few arguments, cheap to launch."""
-    row = tl.program_id(0).to(tl.int64)
-    feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
-    feat_mask = feat < num_feats
-    start = tl.load(rowptr_ptr + row)
-    end = tl.load(rowptr_ptr + row + 1)
+    """``reduce_{e in [start, end)} val[e] * x[col[e], feat]`` as an fp32 [BLOCK_F] vector,
+    BLOCK_E edges per step (mean divides by ``end - start``; max of no edges is 0).
+    ``IDENTITY`` gathers row ``e`` of ``x`` for edge ``e`` (reducing partial results)."""
     if REDUCE == 2:
         acc = tl.full([BLOCK_E, BLOCK_F], float("-inf"), dtype=tl.float32)
     else:
@@ -50,7 +47,10 @@ def _spmm_rows_kernel(
     for edge0 in range(start, end, BLOCK_E):
         edge = edge0 + tl.arange(0, BLOCK_E)
         edge_mask = edge < end
-        src = tl.load(col_ptr + edge, mask=edge_mask, other=0).to(tl.int64)
+        if IDENTITY:
+            src = edge.to(tl.int64)
+        else:
+            src = tl.load(col_ptr + edge, mask=edge_mask, other=0).to(tl.int64)
         mask = edge_mask[:, None] & feat_mask[None, :]
         tile = tl.load(x_ptr + src[:, None] * stride_x + feat[None, :], mask=mask, other=0.0).to(tl.float32)
         if HAS_VAL:
@@ -66,6 +66,23 @@ def _spmm_rows_kernel(
         result = tl.sum(acc, axis=0)
         if REDUCE == 1:
             result = result / tl.maximum(end - start, 1).to(tl.float32)
+    return result
+
+
+@triton.jit
+def _spmm_rows_kernel(
+    rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr,
+    num_feats, stride_x, stride_out,
+    REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+):
+    """One program per (row, feature block), BLOCK_E edges per step: few arguments, cheap to launch."""
+    row = tl.program_id(0).to(tl.int64)
+    feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    feat_mask = feat < num_feats
+    start = tl.load(rowptr_ptr + row)
+    end = tl.load(rowptr_ptr + row + 1)
+    result = _reduce_range(start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
+                           REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F)
     tl.store(out_ptr + row * stride_out + feat, result.to(out_ptr.dtype.element_ty), mask=feat_mask)
 
 
@@ -78,8 +95,7 @@ def _segment_reduce_kernel(
     ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
     """Segment ``s`` covers edges ``[start[id], end[id])`` with ``id = seg_ids[s]`` (or ``s``);
-    its result goes to row ``out_rows[s]`` (or ``id``) of ``out``.  ``IDENTITY`` gathers row
-    ``e`` of ``x`` for edge ``e`` (reducing partial results); ``scale`` multiplies the result."""
+    its result goes to row ``out_rows[s]`` (or ``id``) of ``out``; ``scale`` multiplies it."""
     feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     feat_mask = feat < num_feats
     for r in tl.static_range(ROWS):
@@ -91,33 +107,8 @@ def _segment_reduce_kernel(
                 seg_id = seg
             start = tl.load(start_ptr + seg_id)
             end = tl.load(end_ptr + seg_id)
-            if REDUCE == 2:
-                acc = tl.full([BLOCK_E, BLOCK_F], float("-inf"), dtype=tl.float32)
-            else:
-                acc = tl.zeros([BLOCK_E, BLOCK_F], dtype=tl.float32)
-            for edge0 in range(start, end, BLOCK_E):
-                edge = edge0 + tl.arange(0, BLOCK_E)
-                edge_mask = edge < end
-                if IDENTITY:
-                    src = edge.to(tl.int64)
-                else:
-                    src = tl.load(col_ptr + edge, mask=edge_mask, other=0).to(tl.int64)
-                mask = edge_mask[:, None] & feat_mask[None, :]
-                tile = tl.load(x_ptr + src[:, None] * stride_x + feat[None, :], mask=mask, other=0.0).to(tl.float32)
-                if HAS_VAL:
-                    weight = tl.load(val_ptr + edge, mask=edge_mask, other=0.0).to(tl.float32)
-                    tile = tile * weight[:, None]
-                if REDUCE == 2:
-                    acc = tl.maximum(acc, tl.where(mask, tile, float("-inf")))
-                else:
-                    acc += tile
-            if REDUCE == 2:
-                result = tl.max(acc, axis=0)
-                result = tl.where(end > start, result, 0.0)
-            else:
-                result = tl.sum(acc, axis=0)
-                if REDUCE == 1:
-                    result = result / tl.maximum(end - start, 1).to(tl.float32)
+            result = _reduce_range(start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
+                                   REDUCE, HAS_VAL, IDENTITY, BLOCK_E, BLOCK_F)
             if HAS_SCALE:
                 result = result * tl.load(scale_ptr + seg).to(tl.float32)
             if HAS_OUT_ROWS:
@@ -174,6 +165,14 @@ def _rowgroup_kernel(
              mask=row_mask[:, None] & feat_mask[None, :])
 
 
+def _prepare(rowptr: Tensor, x: Tensor, out: Optional[Tensor]):
+    """Contiguous ``x`` and the [N, F] output buffer (allocated unless given)."""
+    x = x.contiguous()
+    if out is None:
+        out = torch.empty((rowptr.numel() - 1, x.shape[1]), dtype=x.dtype, device=x.device)
+    return x, out
+
+
 def spmm_csr(
     rowptr: Tensor,
     col: Tensor,
@@ -195,11 +194,8 @@ def spmm_csr(
     Returns:
         [N, F] tensor of ``x``'s dtype (fp32 accumulation).
     """
-    num_rows = rowptr.numel() - 1
-    num_feats = x.shape[1]
-    x = x.contiguous()
-    if out is None:
-        out = torch.empty((num_rows, num_feats), dtype=x.dtype, device=x.device)
+    x, out = _prepare(rowptr, x, out)
+    num_rows, num_feats = out.shape
     if num_rows == 0 or num_feats == 0:
         return out
     cfg = dict(config or spmm_csr_default(num_feats))
@@ -254,11 +250,8 @@ def spmm_planned(
     Returns:
         [N, F] tensor of ``x``'s dtype, fp32 accumulation; deterministic.
     """
-    num_rows = rowptr.numel() - 1
-    num_feats = x.shape[1]
-    x = x.contiguous()
-    if out is None:
-        out = torch.empty((num_rows, num_feats), dtype=x.dtype, device=x.device)
+    x, out = _prepare(rowptr, x, out)
+    num_rows, num_feats = out.shape
     if num_rows == 0 or num_feats == 0:
         return out
     cfg = config or spmm_plan_config(num_rows, plan.col32.numel(), num_feats, x.element_size())
