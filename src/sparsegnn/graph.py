@@ -206,6 +206,14 @@ class Graph:
         batch = "" if self.ptr is None else f", graphs={self.ptr.numel() - 1}"
         return f"Graph(num_nodes={self.num_nodes}, num_edges={self.num_edges}{vals}{batch}, device={self.device})"
 
+    @property
+    def cache(self) -> Dict[object, object]:
+        """Derived forms of this graph's structure (transpose, plans, tuned kernel configs).
+
+        Copied into graphs made with ``with_values`` (same structure); not carried over by ``to``.
+        """
+        return self._cache
+
     def _cached(self, key: str, build):
         if key not in self._cache:
             self._cache[key] = build()

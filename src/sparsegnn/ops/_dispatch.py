@@ -59,10 +59,10 @@ def _kernels():
 
 def plan_of(graph: Graph):
     """The graph's cached work partition, at the chunk length the heuristics pick for it."""
-    plan = graph._cache.get("plan")
+    plan = graph.cache.get("plan")
     if plan is None:
         chunk = _kernels().configs.spmm_chunk(graph.num_nodes, graph.num_edges)
-        plan = graph._cache["plan"] = graph.row_plan(chunk)
+        plan = graph.cache["plan"] = graph.row_plan(chunk)
     return plan
 
 
@@ -70,10 +70,10 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str)
     k = _kernels()
     plan = plan_of(graph)
     key = ("spmm_config", x.shape[1], x.dtype, reduce, weight is not None)
-    config = graph._cache.get(key)
+    config = graph.cache.get(key)
     if config is None:
         candidates = k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1], x.element_size())
-        config = k.pick_config(graph._cache, key, candidates,
+        config = k.pick_config(graph.cache, key, candidates,
                                lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg))
     return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=config)
 
@@ -84,10 +84,10 @@ def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Te
         k = _kernels()
         plan = plan_of(graph)
         key = ("sddmm_config", a.shape[1], a.dtype, op)
-        config = graph._cache.get(key)
+        config = graph.cache.get(key)
         if config is None:
             candidates = k.configs.sddmm_candidates(graph.num_nodes, graph.num_edges, a.shape[1], op)
-            config = k.pick_config(graph._cache, key, candidates, lambda cfg: k.sddmm.sddmm_csr(plan, a, b, op, config=cfg))
+            config = k.pick_config(graph.cache, key, candidates, lambda cfg: k.sddmm.sddmm_csr(plan, a, b, op, config=cfg))
         return k.sddmm.sddmm_csr(plan, a, b, op, config=config)
     return reference.sddmm(graph.row, graph.col, a, b, op)
 

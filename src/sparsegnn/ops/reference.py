@@ -8,7 +8,7 @@ Notation: edge ``e`` goes from source ``col[e]`` (= j) to target ``row[e]`` (= i
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import Tensor

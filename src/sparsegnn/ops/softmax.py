@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .._checks import check, check_edge_values, check_same_device
+from .._checks import check_edge_values, check_same_device
 from ..graph import Graph, as_graph
 from . import reference
 from ._dispatch import choose_backend
