@@ -15,9 +15,7 @@ Two kernels:
 Every grid is ``(programs, feature blocks)`` with the feature block slowest, so while one
 feature block is processed only ``N x BLOCK_F`` of ``x`` is gathered and it can stay in L2.
 
-Feature and edge tails are masked.  Gather offsets into ``x`` are computed in int32 when
-``N * stride`` fits (fewer integer instructions per gathered element) and in int64 otherwise;
-row offsets of outputs are always int64.
+Feature and edge tails are masked; node and feature offsets are int64.
 """
 from __future__ import annotations
 
@@ -37,7 +35,7 @@ REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2}
 def _reduce_range(
     start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
     REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, IDENTITY: tl.constexpr,
-    BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, OFF64: tl.constexpr,
+    BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
     """``reduce_{e in [start, end)} val[e] * x[col[e], feat]`` as an fp32 [BLOCK_F] vector,
     BLOCK_E edges per step (mean divides by ``end - start``; max of no edges is 0).
@@ -52,9 +50,7 @@ def _reduce_range(
         if IDENTITY:
             src = edge.to(tl.int64)
         else:
-            src = tl.load(col_ptr + edge, mask=edge_mask, other=0)
-            if OFF64:
-                src = src.to(tl.int64)
+            src = tl.load(col_ptr + edge, mask=edge_mask, other=0).to(tl.int64)
         mask = edge_mask[:, None] & feat_mask[None, :]
         tile = tl.load(x_ptr + src[:, None] * stride_x + feat[None, :], mask=mask, other=0.0).to(tl.float32)
         if HAS_VAL:
@@ -78,7 +74,6 @@ def _spmm_rows_kernel(
     rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr,
     num_feats, stride_x, stride_out,
     REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
-    OFF64: tl.constexpr = True,
 ):
     """One program per (row, feature block), BLOCK_E edges per step: few arguments, cheap to launch."""
     row = tl.program_id(0).to(tl.int64)
@@ -87,7 +82,7 @@ def _spmm_rows_kernel(
     start = tl.load(rowptr_ptr + row)
     end = tl.load(rowptr_ptr + row + 1)
     result = _reduce_range(start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
-                           REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F, OFF64)
+                           REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F)
     tl.store(out_ptr + row * stride_out + feat, result.to(out_ptr.dtype.element_ty), mask=feat_mask)
 
 
@@ -97,7 +92,7 @@ def _segment_reduce_kernel(
     num_segments, num_feats, stride_x, stride_out,
     REDUCE: tl.constexpr, HAS_SEG_IDS: tl.constexpr, HAS_OUT_ROWS: tl.constexpr,
     HAS_VAL: tl.constexpr, HAS_SCALE: tl.constexpr, IDENTITY: tl.constexpr,
-    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, OFF64: tl.constexpr = True,
+    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
     """Segment ``s`` covers edges ``[start[id], end[id])`` with ``id = seg_ids[s]`` (or ``s``);
     its result goes to row ``out_rows[s]`` (or ``id``) of ``out``; ``scale`` multiplies it."""
@@ -113,7 +108,7 @@ def _segment_reduce_kernel(
             start = tl.load(start_ptr + seg_id)
             end = tl.load(end_ptr + seg_id)
             result = _reduce_range(start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
-                                   REDUCE, HAS_VAL, IDENTITY, BLOCK_E, BLOCK_F, OFF64)
+                                   REDUCE, HAS_VAL, IDENTITY, BLOCK_E, BLOCK_F)
             if HAS_SCALE:
                 result = result * tl.load(scale_ptr + seg).to(tl.float32)
             if HAS_OUT_ROWS:
@@ -128,7 +123,7 @@ def _rowgroup_kernel(
     rows_ptr, rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr,
     num_listed, num_feats, stride_x, stride_out,
     REDUCE: tl.constexpr, HAS_VAL: tl.constexpr,
-    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, OFF64: tl.constexpr = True,
+    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
     """``ROWS`` listed rows side by side: step ``k`` gathers edges ``k..k+BLOCK_E`` of every
     row at once (a [ROWS, BLOCK_E, BLOCK_F] tile), until the group's largest degree."""
@@ -149,9 +144,7 @@ def _rowgroup_kernel(
         slot = k + tl.arange(0, BLOCK_E)
         edge_mask = slot[None, :] < deg[:, None]
         edge = start[:, None] + slot[None, :]
-        src = tl.load(col_ptr + edge, mask=edge_mask, other=0)
-        if OFF64:
-            src = src.to(tl.int64)
+        src = tl.load(col_ptr + edge, mask=edge_mask, other=0).to(tl.int64)
         mask = edge_mask[:, :, None] & feat_mask[None, None, :]
         tile = tl.load(x_ptr + src[:, :, None] * stride_x + feat[None, None, :], mask=mask, other=0.0).to(tl.float32)
         if HAS_VAL:
@@ -216,11 +209,6 @@ def spmm_csr(
     return out
 
 
-def needs_int64_offsets(x: Tensor) -> bool:
-    """Whether element offsets into ``x`` can exceed int32 (then gathers use int64 arithmetic)."""
-    return x.shape[0] * max(x.stride(0), 1) >= 2**31 - 1
-
-
 def _launch(seg_ids, start, end, col, val, x, out, out_rows, scale, num_segments, reduce_code, identity, cfg):
     rows, block_f = cfg["ROWS"], cfg["BLOCK_F"]
     grid = (triton.cdiv(num_segments, rows), triton.cdiv(x.shape[1], block_f))
@@ -232,8 +220,8 @@ def _launch(seg_ids, start, end, col, val, x, out, out_rows, scale, num_segments
         num_segments, x.shape[1], x.stride(0), out.stride(0),
         REDUCE=reduce_code, HAS_SEG_IDS=seg_ids is not None, HAS_OUT_ROWS=out_rows is not None,
         HAS_VAL=val is not None, HAS_SCALE=scale is not None, IDENTITY=identity,
-        ROWS=rows, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, OFF64=cfg.get("OFF64", needs_int64_offsets(x)),
-        num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 2),
+        ROWS=rows, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, num_warps=cfg["num_warps"],
+        num_stages=cfg.get("num_stages", 2),
     )
 
 
@@ -274,7 +262,7 @@ def spmm_planned(
             rowptr, plan.col32, edge_val if edge_val is not None else rowptr, x, out,
             num_feats, x.stride(0), out.stride(0),
             REDUCE=code, HAS_VAL=edge_val is not None, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f,
-            OFF64=cfg.get("OFF64", needs_int64_offsets(x)), num_warps=cfg["num_warps"],
+            num_warps=cfg["num_warps"],
         )
         return out
     num_short = plan.short_rows.numel()
@@ -289,7 +277,7 @@ def spmm_planned(
             plan.short_rows, rowptr, plan.col32, edge_val if edge_val is not None else rowptr, x, out,
             num_light, num_feats, x.stride(0), out.stride(0),
             REDUCE=code, HAS_VAL=edge_val is not None, ROWS=group, BLOCK_E=group_e, BLOCK_F=cfg["BLOCK_F"],
-            OFF64=cfg.get("OFF64", needs_int64_offsets(x)), num_warps=cfg["num_warps"],
+            num_warps=cfg["num_warps"],
         )
     if num_short > num_light:
         _launch(plan.short_rows[num_light:], rowptr, rowptr[1:], plan.col32, edge_val, x, out, None, None,
