@@ -14,7 +14,7 @@ import triton.testing
 
 from sparsegnn import Graph
 from sparsegnn.datasets.synthetic import STAND_INS, stand_in_graph
-from sparsegnn.kernels.configs import SPMM_CHUNKS, spmm_chunk, spmm_plan_config
+from sparsegnn.kernels.configs import SPMM_CHUNKS, SPMM_SPACE, spmm_chunk, spmm_plan_config
 from sparsegnn.kernels.spmm_csr import spmm_planned
 
 graphs = sys.argv[1].split(",")
@@ -44,9 +44,8 @@ for name in graphs:
         out = spmm_planned(g.rowptr, g.row_plan(chunk), g.edge_val, x, "sum", config=cfg).float()
         err = float((out - ref).norm() / ref.norm())
         best, best_ms, best_chunk = dict(cfg), heur_ms, chunk
-        space = {"BLOCK_F": [v for v in (32, 64, 128, 256) if v <= max(32, num_feats)],
-                 "GROUP_E": [2, 4, 8, 16, 32], "GROUP_ROWS": [1, 2, 4, 8, 16, 32, 64],
-                 "num_warps": [2, 4, 8], "BLOCK_E": [8, 16, 32, 64], "ROWS": [1, 2, 4]}
+        space = {key: [v for v in SPMM_SPACE[key] if key != "BLOCK_F" or 32 <= v <= max(32, num_feats)]
+                 for key in ("BLOCK_F", "GROUP_E", "GROUP_ROWS", "num_warps", "BLOCK_E", "ROWS")}
         for key, values in space.items():
             for v in values:
                 trial = dict(best, **{key: v})

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from sparsegnn.kernels.configs import SPMM_PLAN_SPACE, spmm_candidates
+from sparsegnn.kernels.configs import SDDMM_SPACE, SPMM_SPACE, in_space, sddmm_candidates, spmm_candidates
 from sparsegnn.tune import autotune_enabled, pick_config
 
 
@@ -34,4 +34,6 @@ def test_spmm_candidates_are_valid(n, e, f):
         assert c["BLOCK_F"] in (16, 32, 64, 128, 256) and c["BLOCK_E"] >= 8
         if not c.get("FLAT"):
             assert c["GROUP_ROWS"] * c["GROUP_E"] * c["BLOCK_F"] <= 4096
-    assert any(c["BLOCK_F"] == 32 for c in SPMM_PLAN_SPACE)
+    assert all(in_space(c, SPMM_SPACE) for c in cands)
+    assert all(in_space(c, SDDMM_SPACE) for c in sddmm_candidates(n, e, f, "dot"))
+    assert not in_space({"BLOCK_F": 48}, SPMM_SPACE)

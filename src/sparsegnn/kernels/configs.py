@@ -1,43 +1,50 @@
 """Kernel launch configurations as data, shared by the launchers, the benchmark sweeps and the tuner.
 
-Each entry is a plain dict of constexpr block sizes and launch options.  The ``*_default`` /
-``*_config`` functions are the current heuristics, picked from sweeps on the H100
-(see notes/spmm.md); they return entries of the matching search space.
+A config is a plain dict of constexpr block sizes and launch options; a search space gives
+the values each key may take.  The ``*_candidates`` functions are the current heuristics
+(picked from sweeps on the H100, see notes/spmm.md): short lists drawn from the spaces that
+first-call autotuning times.
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 
 def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
-#: Row-per-program CSR SpMM (the unplanned baseline).
-SPMM_CSR_SPACE: List[Dict[str, int]] = [
-    {"BLOCK_E": block_e, "BLOCK_F": block_f, "num_warps": warps}
-    for block_e in (8, 16, 32)
-    for block_f in (32, 64, 128)
-    for warps in (2, 4, 8)
-]
+#: Planned SpMM search space: the values each config key may take.  Every autotuning
+#: candidate (``spmm_candidates``) is drawn from it, and scripts/sweep_spmm.py sweeps it.
+#: GROUP_ROWS x GROUP_E: short rows side by side x edges per step (row-group kernel);
+#: ROWS x BLOCK_E: segments per program x edges per step (heavy rows, long-row pieces, flat);
+#: LIGHT_STEPS: row-group steps a short row may take before it goes to the segment kernel;
+#: FLAT: one launch, one row per program; SEG_WARPS: warps of the segment launches.
+SPMM_SPACE: Dict[str, Tuple[int, ...]] = {
+    "BLOCK_F": (16, 32, 64, 128, 256),
+    "BLOCK_E": (8, 16, 32, 64),
+    "ROWS": (1, 2, 4),
+    "GROUP_ROWS": (1, 2, 4, 8, 16, 32, 64),
+    "GROUP_E": (2, 4, 8, 16, 32),
+    "num_warps": (2, 4, 8),
+    "SEG_WARPS": (4, 8),
+    "LIGHT_STEPS": (4, 64),
+    "FLAT": (1,),
+}
 
-#: Planned segment-reduce SpMM: rows per program, edges per step, features per program, warps.
-SPMM_PLAN_SPACE: List[Dict[str, int]] = [
-    {"ROWS": rows, "BLOCK_E": block_e, "BLOCK_F": block_f, "num_warps": warps}
-    for rows in (1, 2, 4)
-    for block_e in (8, 16, 32, 64)
-    for block_f in (16, 32, 64, 128, 256)
-    for warps in (2, 4, 8)
-    if block_e * block_f <= 8192
-]
+#: Row-wise SDDMM search space (same meaning of the keys).
+SDDMM_SPACE: Dict[str, Tuple[int, ...]] = {
+    "BLOCK_F": (16, 32, 64, 128, 256),
+    "BLOCK_E": (4, 8, 16, 32, 64),
+    "ROWS": (1, 2, 4),
+    "num_warps": (2, 4, 8),
+}
 
-#: Short-row groups: rows side by side x edges per step (with BLOCK_F of SPMM_PLAN_SPACE).
-SPMM_GROUP_SPACE: List[Dict[str, int]] = [
-    {"GROUP_ROWS": rows, "GROUP_E": block_e}
-    for rows in (1, 2, 4, 8, 16, 32, 64)
-    for block_e in (2, 4, 8, 16, 32)
-    if rows * block_e <= 256
-]
+
+def in_space(config: Dict[str, int], space: Dict[str, Tuple[int, ...]]) -> bool:
+    """Whether every key of ``config`` is a key of ``space`` with an allowed value."""
+    return all(key in space and value in space[key] for key, value in config.items())
+
 
 #: Edges per piece when splitting long rows (the plan's ``chunk``).
 SPMM_CHUNKS = (256, 512, 1024, 2048, 4096)
@@ -130,17 +137,6 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
         if cfg not in unique:
             unique.append(cfg)
     return unique
-
-
-#: Row-wise SDDMM: segments per program, edges per step, features per step, warps.
-SDDMM_SPACE: List[Dict[str, int]] = [
-    {"ROWS": rows, "BLOCK_E": block_e, "BLOCK_F": block_f, "num_warps": warps}
-    for rows in (1, 2, 4)
-    for block_e in (8, 16, 32, 64)
-    for block_f in (32, 64, 128, 256)
-    for warps in (2, 4, 8)
-    if block_e * block_f <= 8192
-]
 
 
 def sddmm_candidates(num_rows: int, num_edges: int, num_feats: int, op: str) -> List[Dict[str, int]]:

@@ -270,7 +270,10 @@ def spmm_planned(
     group_e = cfg.get("GROUP_E", cfg["BLOCK_E"])
     # Light rows (at most LIGHT_STEPS steps of GROUP_E edges) side by side; heavier short rows
     # one per program with BLOCK_E-edge steps, so a hub does not serialise a whole group.
-    num_light = plan.num_short_below(cfg.get("LIGHT_STEPS", 4) * group_e) if group > 1 or group_e < cfg["BLOCK_E"] else num_short
+    if group == 1 and group_e >= cfg["BLOCK_E"]:  # row groups are as wide as the segment steps
+        num_light = num_short
+    else:
+        num_light = plan.num_short_below(cfg.get("LIGHT_STEPS", 4) * group_e)
     if num_light:
         grid = (triton.cdiv(num_light, group), triton.cdiv(num_feats, cfg["BLOCK_F"]))
         _rowgroup_kernel[grid](

@@ -13,7 +13,6 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..graph import Graph
 
 #: Largest per-chunk intermediate, in elements (64 MB in float32).
 CHUNK_ELEMENTS = 1 << 24
@@ -142,7 +141,3 @@ def edge_softmax(row: Tensor, num_rows: int, scores: Tensor) -> Tensor:
     denom = torch.zeros_like(row_max).index_add_(0, row, exp)
     return (exp / denom.gather(0, index)).to(scores.dtype)
 
-
-def graph_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor] = None) -> Tensor:
-    """``spmm_sum`` on a Graph's CSR."""
-    return spmm_sum(graph.row, graph.col, graph.num_nodes, x, weight)
