@@ -72,9 +72,11 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str)
     key = ("spmm_config", x.shape[1], x.dtype, reduce, weight is not None)
     config = graph.cache.get(key)
     if config is None:
-        candidates = k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1], x.element_size())
+        candidates = k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1], x.element_size(),
+                                                plan.max_degree)
         config = k.pick_config(graph.cache, key, candidates,
-                               lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg))
+                               lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg),
+                               device=x.device)
     return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=config)
 
 
@@ -87,7 +89,8 @@ def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Te
         config = graph.cache.get(key)
         if config is None:
             candidates = k.configs.sddmm_candidates(graph.num_nodes, graph.num_edges, a.shape[1], op)
-            config = k.pick_config(graph.cache, key, candidates, lambda cfg: k.sddmm.sddmm_csr(plan, a, b, op, config=cfg))
+            config = k.pick_config(graph.cache, key, candidates,
+                                   lambda cfg: k.sddmm.sddmm_csr(plan, a, b, op, config=cfg), device=a.device)
         return k.sddmm.sddmm_csr(plan, a, b, op, config=config)
     return reference.sddmm(graph.row, graph.col, a, b, op)
 
