@@ -95,7 +95,10 @@ def _dense_reduce(ei, n, x, w, reduce):
     {"ROWS": 1, "BLOCK_E": 4, "BLOCK_F": 32, "num_warps": 2, "GROUP_ROWS": 4, "GROUP_E": 2},
     {"FLAT": 1, "ROWS": 1, "BLOCK_E": 8, "BLOCK_F": 16, "num_warps": 2},
     {"ROWS": 1, "BLOCK_E": 8, "BLOCK_F": 16, "num_warps": 2, "GROUP_ROWS": 4, "GROUP_E": 2, "LIGHT_STEPS": 64},
-], ids=["auto", "rows2", "group4x2", "flat", "grouped-all"])
+    {"FLAT": 1, "ROWS": 1, "BLOCK_E": 4, "BLOCK_F": 32, "num_warps": 1},
+    {"ROWS": 1, "BLOCK_E": 8, "BLOCK_F": 16, "num_warps": 1, "GROUP_ROWS": 8, "GROUP_E": 1, "LIGHT_STEPS": 4},
+    {"FLAT": 1, "ROWS": 1, "BLOCK_E": 4, "BLOCK_F": 16, "num_warps": 1, "HEAVY_E": 16, "LIGHT_STEPS": 2},
+], ids=["auto", "rows2", "group4x2", "flat", "grouped-all", "flat-1warp", "group8x1", "flat-hybrid"])
 def test_planned_spmm_matches_dense(reduce, dtype, chunk, config):
     # hub rows (degree >> chunk) next to empty rows, loops and duplicates
     ei, w = sg.datasets.random_graph(30, 140, seed=13, num_isolated=2, num_empty_rows=4,
@@ -127,6 +130,31 @@ def test_row_plan_covers_every_edge_once():
         covered[s:e] += 1
     assert bool((covered == 1).all())
     assert sorted(plan.short_rows.tolist() + plan.long_rows.tolist()) == list(range(50))
+    assert plan.max_degree == int(deg.max())
+
+
+def test_plan_buckets_are_exact_at_powers_of_two():
+    # rows of degree 0..70 (each boundary 2^k - 1 included), on the test device
+    deg = torch.arange(71)
+    col = torch.cat([torch.arange(int(d)) for d in deg])
+    rowptr = torch.cat([torch.zeros(1, dtype=torch.int64), deg.cumsum(0)])
+    plan = build_row_plan(rowptr.to(DEVICE), col.to(DEVICE), 1000)
+    for b in range(len(plan.bucket_ptr) - 1):
+        rows = plan.short_rows[plan.bucket_ptr[b]:plan.bucket_ptr[b + 1]].cpu()
+        assert all((int(deg[r]) + 1).bit_length() - 1 == b for r in rows)
+
+
+@pytest.mark.parametrize("chunk", [4, 1000])
+def test_heavy_rows_are_exactly_the_rows_above_the_light_bound(chunk):
+    ei, _ = sg.datasets.random_graph(60, 500, seed=5, num_empty_rows=4)
+    hub = torch.stack([torch.arange(40), torch.full((40,), 7)])
+    g = Graph.from_edge_index(torch.cat([ei, hub], 1), num_nodes=60)
+    plan = build_row_plan(g.rowptr, g.col, chunk)
+    deg = g.in_degree()
+    for degree in (0, 1, 2, 6, 7, 20, 10_000):
+        rows, light_max = plan.heavy_rows(degree)
+        assert light_max < max(min(degree, chunk), 0) or light_max == -1
+        assert sorted(rows.tolist()) == (deg > light_max).nonzero().flatten().tolist()
 
 
 def test_triton_max_backward_matches_reference():

@@ -191,3 +191,17 @@ def test_triton_backend_needs_cuda_or_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match=r"spmm\(\): backend='triton' needs CUDA tensors"):
         sg.spmm(_g(), torch.randn(3, 2), backend="triton")
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_autograd_node_only_when_a_gradient_is_needed(op):
+    ei, w = sg.datasets.random_graph(20, 80, seed=4, weighted=True)
+    g = Graph.from_edge_index(ei, w, num_nodes=20)
+    x = torch.randn(20, 5, dtype=torch.float64)
+    run = (lambda t: sg.spmm(g, t)) if op == "spmm" else (lambda t: sg.sddmm(g, t, x))
+    assert run(x).grad_fn is None
+    with_grad = run(x.clone().requires_grad_(True))
+    assert with_grad.grad_fn is not None
+    with torch.no_grad():
+        assert run(x.clone().requires_grad_(True)).grad_fn is None
+    assert torch.equal(with_grad.detach(), run(x))

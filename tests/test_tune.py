@@ -37,3 +37,17 @@ def test_spmm_candidates_are_valid(n, e, f):
     assert all(in_space(c, SPMM_SPACE) for c in cands)
     assert all(in_space(c, SDDMM_SPACE) for c in sddmm_candidates(n, e, f, "dot"))
     assert not in_space({"BLOCK_F": 48}, SPMM_SPACE)
+
+
+def test_flat_candidates_only_when_the_largest_row_is_short():
+    from sparsegnn.kernels.configs import FLAT_MAX_STEPS
+
+    def flat_steps(max_degree):
+        cands = spmm_candidates(50_000, 1_600_000, 128, 4, max_degree)
+        # a flat launch walks a row whole: the largest row's steps, at HEAVY_E per step if hybrid
+        return [-(-max_degree // c.get("HEAVY_E", c["BLOCK_E"])) for c in cands if c.get("FLAT")]
+
+    assert flat_steps(300) and max(flat_steps(300)) <= FLAT_MAX_STEPS
+    assert all(s <= FLAT_MAX_STEPS for s in flat_steps(3000))
+    assert flat_steps(100_000) == []
+    assert not any(c.get("FLAT") for c in spmm_candidates(50_000, 1_600_000, 128, 4))  # degree unknown

@@ -10,7 +10,8 @@ result is deterministic (no atomics) and no program walks a hub's full edge list
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Tuple
 
 import torch
 from torch import Tensor
@@ -33,6 +34,7 @@ class RowPlan:
             independent ``(row, first edge, end edge)`` segments (for per-edge outputs: SDDMM).
         bucket_ptr: host list: ``short_rows[bucket_ptr[b]:bucket_ptr[b + 1]]`` have
             ``floor(log2(deg + 1)) == b`` (so kernels can treat light and heavy rows apart).
+        max_degree: the largest row degree (host int; bounds the steps of unsplit schedules).
     """
 
     chunk: int
@@ -47,6 +49,8 @@ class RowPlan:
     seg_start: Tensor
     seg_end: Tensor
     bucket_ptr: list
+    max_degree: int = 0
+    _heavy: dict = field(default_factory=dict, repr=False)
 
     def num_short_below(self, degree: int) -> int:
         """How many listed short rows are in buckets whose degrees are all <= ``degree``."""
@@ -56,6 +60,21 @@ class RowPlan:
                 break
             count = self.bucket_ptr[b + 1]
         return count
+
+    def heavy_rows(self, degree: int) -> Tuple[Tensor, int]:
+        """Rows too heavy for light treatment up to ``degree`` edges, and the light bound.
+
+        Returns ``(rows, light_max)``: ``rows`` (int32, cached) holds exactly the rows of more
+        than ``light_max`` edges, where ``light_max`` is the top degree of the last whole bucket
+        within ``min(degree, chunk)`` (-1 when none fits): heavier short rows, then long rows.
+        """
+        last = (min(degree, self.chunk) + 1).bit_length() - 2  # last bucket with max degree < limit
+        count = self.bucket_ptr[min(last + 1, len(self.bucket_ptr) - 1)] if last >= 0 else 0
+        light_max = (1 << (last + 1)) - 2 if last >= 0 else -1
+        cached = self._heavy.get(count)
+        if cached is None:
+            cached = self._heavy[count] = torch.cat([self.short_rows[count:], self.long_rows.to(torch.int32)])
+        return cached, light_max
 
     @property
     def num_pieces(self) -> int:
@@ -73,7 +92,9 @@ def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
     deg = rowptr[1:] - rowptr[:-1]
     is_long = deg > chunk
     short_rows = torch.nonzero(~is_long).flatten()
-    bucket = torch.floor(torch.log2(deg[short_rows].to(torch.float64) + 1)).to(torch.int64)
+    # floor(log2(deg + 1)) exactly, from the binary exponent (a float log2 on the GPU can round
+    # 2^k - 1 into the bucket below, and the kernels' light/heavy split relies on exact buckets)
+    bucket = torch.frexp((deg[short_rows] + 1).to(torch.float64)).exponent.to(torch.int64) - 1
     short_rows = short_rows[torch.argsort(bucket, stable=True)].to(torch.int32)
     counts = torch.bincount(bucket, minlength=1).cpu().tolist() if bucket.numel() else [0]
     bucket_ptr = [0]
@@ -95,4 +116,5 @@ def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
     seg_start = torch.cat([rowptr[short64], piece_start])
     seg_end = torch.cat([rowptr[short64 + 1], piece_end])
     return RowPlan(chunk, short_rows, long_rows, piece_start, piece_end, long_piece_ptr, long_inv_deg,
-                   col.to(torch.int32), seg_row, seg_start, seg_end, bucket_ptr)
+                   col.to(torch.int32), seg_row, seg_start, seg_end, bucket_ptr,
+                   int(deg.max()) if deg.numel() else 0)

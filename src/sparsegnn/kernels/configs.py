@@ -7,7 +7,7 @@ first-call autotuning times.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 
 def next_pow2(n: int) -> int:
@@ -15,21 +15,23 @@ def next_pow2(n: int) -> int:
 
 
 #: Planned SpMM search space: the values each config key may take.  Every autotuning
-#: candidate (``spmm_candidates``) is drawn from it, and scripts/sweep_spmm.py sweeps it.
+#: candidate (``spmm_candidates``) is drawn from it, and scripts/sweep_spmm_grid.py sweeps it.
 #: GROUP_ROWS x GROUP_E: short rows side by side x edges per step (row-group kernel);
 #: ROWS x BLOCK_E: segments per program x edges per step (heavy rows, long-row pieces, flat);
 #: LIGHT_STEPS: row-group steps a short row may take before it goes to the segment kernel;
-#: FLAT: one launch, one row per program; SEG_WARPS: warps of the segment launches.
+#: FLAT: one launch, one row per program; SEG_WARPS: warps of the segment launches;
+#: HEAVY_E: in a flat launch, edges per step of the rows heavier than LIGHT_STEPS steps.
 SPMM_SPACE: Dict[str, Tuple[int, ...]] = {
     "BLOCK_F": (16, 32, 64, 128, 256),
-    "BLOCK_E": (8, 16, 32, 64),
+    "BLOCK_E": (4, 8, 16, 32, 64),
     "ROWS": (1, 2, 4),
     "GROUP_ROWS": (1, 2, 4, 8, 16, 32, 64),
-    "GROUP_E": (2, 4, 8, 16, 32),
-    "num_warps": (2, 4, 8),
+    "GROUP_E": (1, 2, 4, 8, 16, 32),
+    "num_warps": (1, 2, 4, 8),
     "SEG_WARPS": (4, 8),
-    "LIGHT_STEPS": (4, 64),
+    "LIGHT_STEPS": (4, 8, 16, 64),
     "FLAT": (1,),
+    "HEAVY_E": (16, 32, 64),
 }
 
 #: Row-wise SDDMM search space (same meaning of the keys).
@@ -37,7 +39,7 @@ SDDMM_SPACE: Dict[str, Tuple[int, ...]] = {
     "BLOCK_F": (16, 32, 64, 128, 256),
     "BLOCK_E": (4, 8, 16, 32, 64),
     "ROWS": (1, 2, 4),
-    "num_warps": (2, 4, 8),
+    "num_warps": (1, 2, 4, 8),
 }
 
 
@@ -97,41 +99,64 @@ def _segment_edges(block_f: int) -> int:
     return min(max(2048 // block_f, 8), 32)
 
 
-def spmm_plan_config(num_rows: int, num_edges: int, num_feats: int, elem_size: int) -> Dict[str, int]:
-    """Heuristic config of the planned SpMM (the first autotuning candidate).
+def spmm_plan_config(num_rows: int, num_edges: int, num_feats: int, elem_size: int,
+                     max_degree: Optional[int] = None) -> Dict[str, int]:
+    """Heuristic config of the planned SpMM (the first autotuning candidate)."""
+    return spmm_candidates(num_rows, num_edges, num_feats, elem_size, max_degree)[0]
 
-    ``BLOCK_F``: the widest power of two (<= F, <= 256) whose ``x`` slice ``N x BLOCK_F`` fits
-    the L2 budget (at least 32), so gathers hit L2.
+
+#: An unsplit schedule (flat) may take at most this many edge steps for the largest row, so a
+#: hub does not leave one program running long after the rest.
+FLAT_MAX_STEPS = 256
+
+
+def _flat(block_e: int, block_f: int, num_warps: int, heavy_e: int = 0) -> Dict[str, int]:
+    """One launch, one program per row; with ``heavy_e``, rows of more than 8 steps are listed
+    first and take ``heavy_e`` edges per step."""
+    cfg = {"FLAT": 1, "ROWS": 1, "BLOCK_E": block_e, "BLOCK_F": block_f, "num_warps": num_warps}
+    return dict(cfg, HEAVY_E=heavy_e, LIGHT_STEPS=8) if heavy_e else cfg
+
+
+def _grouped(group_rows: int, group_e: int, block_f: int, num_warps: int) -> Dict[str, int]:
+    """Single-launch row groups: every short row up to 64 steps grouped; heavier ones and long
+    pieces (few) through the segment kernel."""
+    return {"GROUP_ROWS": group_rows, "GROUP_E": group_e, "BLOCK_F": block_f, "ROWS": 1,
+            "BLOCK_E": _segment_edges(block_f), "num_warps": num_warps, "SEG_WARPS": 4, "LIGHT_STEPS": 64}
+
+
+def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: int,
+                    max_degree: Optional[int] = None) -> List[Dict[str, int]]:
+    """Autotuning candidates for the planned SpMM, the heuristic first.
+
+    From the grid sweeps on the H100 (notes/spmm.md, timed from a cold L2 as the benchmark
+    times): small tiles with one or two warps win almost everywhere, because many resident
+    programs keep many independent gathers in flight.  Three families:
+
+    - flat, one program per row (rows in id order, which keeps the L2 reuse of community
+      graphs): only when the largest row takes at most ``FLAT_MAX_STEPS`` steps
+      (``max_degree`` unknown: no flat configs); the hybrid variants give rows of more than 8
+      steps their own programs, launched first, with 32 edges per step (the largest row's
+      serial steps bound a small graph's time);
+    - row groups of similar-degree rows, 1-2 edges per row per step, single launch;
+    - the planned multi-launch schedule sized by ``_plan_entry`` (hub rows split into pieces).
     """
-    return spmm_candidates(num_rows, num_edges, num_feats, elem_size)[0]
-
-
-def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: int) -> List[Dict[str, int]]:
-    """Autotuning candidates: the heuristic first, then other feature widths and group shapes."""
     full = min(max(next_pow2(num_feats), 16), 256)
+    width = lambda w: min(full, w)  # noqa: E731
+    flat_ok = lambda block_e: max_degree is not None and -(-max_degree // block_e) <= FLAT_MAX_STEPS  # noqa: E731
+    out: List[Dict[str, int]] = []
+    flat = [_flat(4, width(128), 1), _flat(4, width(256), 1), _flat(8, width(64), 2), _flat(16, 32, 2)]
+    if num_edges <= SMALL_GRAPH_EDGES:
+        flat += [_flat(8, width(128), 1), _flat(32, 32, 4)]
+    hybrid = [_flat(4, width(128), 1, 32), _flat(8, width(64), 2, 32), _flat(4, width(64), 1, 32)]
+    out += [c for c in hybrid + flat if flat_ok(c.get("HEAVY_E", c["BLOCK_E"]))]
+    out += [_grouped(8, 1, 32, 1), _grouped(16, 1, 32, 1), _grouped(4, 1, width(64), 1),
+            _grouped(4, 2, width(64), 1), _grouped(4, 1, width(128), 1), _grouped(8, 2, width(64), 2)]
+    # Planned multi-launch: the widest feature block whose x slice fits the L2 budget.
     block_f = full
     while block_f > 32 and num_rows * block_f * elem_size > L2_BUDGET_BYTES:
         block_f //= 2
     avg = num_edges / max(num_rows, 1)
-    first = _plan_entry(num_rows, avg, block_f)
-    out = [first]
-    gr, ge = first["GROUP_ROWS"], first["GROUP_E"]
-    for shape in ((gr * 2, max(ge // 2, 2)), (max(gr // 2, 1), min(ge * 2, 32))):
-        out.append(_plan_entry(num_rows, avg, block_f, *shape))
-    out.append(dict(first, num_warps=8))
-    for width in (32, 64, 128, 256):
-        if width != block_f and width <= full:
-            out.append(_plan_entry(num_rows, avg, width))
-    # Flat single-launch schedules: on small graphs host launch cost dominates, so one launch
-    # wins; they lead the list there.
-    flat = [{"FLAT": 1, "ROWS": 1, "BLOCK_E": _segment_edges(width), "BLOCK_F": width, "num_warps": 4}
-            for width in sorted({min(full, 256), min(full, 128), min(full, 64)}, reverse=True)]
-    # Single-launch row groups: every short row grouped (LIGHT_STEPS large), none split.
-    grouped = [dict(_plan_entry(num_rows, avg, min(full, 64), gr, ge), LIGHT_STEPS=64) for gr, ge in ((4, 8), (2, 16))]
-    if num_edges <= SMALL_GRAPH_EDGES:
-        out = flat + grouped + out
-    elif num_edges <= 8 * SMALL_GRAPH_EDGES:
-        out = out + grouped + flat
+    out += [_plan_entry(num_rows, avg, block_f), _plan_entry(num_rows, avg, 32)]
     unique = []
     for cfg in out:
         if cfg not in unique:
@@ -140,22 +165,26 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
 
 
 def sddmm_candidates(num_rows: int, num_edges: int, num_feats: int, op: str) -> List[Dict[str, int]]:
-    """SDDMM autotuning candidates, heuristic first: a [BLOCK_E, BLOCK_F] tile of about 2048
-    elements (the feature row in one step up to 256 for ``dot``), one segment per program on
-    graphs too small to fill the GPU otherwise."""
-    block_f = min(max(next_pow2(num_feats), 16), 256 if op == "dot" else 128)
-    block_e = min(max(2048 // block_f, 8), 32)
-    avg = num_edges / max(num_rows, 1)
-    rows = 1 if num_rows < 200_000 else 4 if avg <= 4 else 2 if avg <= 16 else 1
-    base = {"ROWS": rows, "BLOCK_E": block_e, "BLOCK_F": block_f, "num_warps": 4}
-    out = [base, dict(base, BLOCK_E=min(block_e * 2, 64)), dict(base, BLOCK_E=max(block_e // 2, 4)),
-           dict(base, ROWS=max(rows // 2, 1) if rows > 1 else 2)]
-    if block_f > 32:
-        out.append(dict(base, BLOCK_F=block_f // 2, BLOCK_E=min(block_e * 2, 64)))
+    """SDDMM autotuning candidates, heuristic first.
+
+    From the grid sweep on the H100 (notes/sddmm.md, cold L2): one or two warps per program
+    and small tiles win everywhere: at F <= 32 two segments of 16 edges per program, wider
+    features 8 edges x 128 features (``dot`` loops over feature blocks).
+    """
+    full = min(max(next_pow2(num_feats), 16), 256 if op == "dot" else 128)
+    cfg = lambda rows, block_e, block_f, warps: {"ROWS": rows, "BLOCK_E": block_e, "BLOCK_F": block_f,  # noqa: E731
+                                                  "num_warps": warps}
+    if full <= 32:
+        out = [cfg(2, 16, full, 1), cfg(1, 32, full, 1), cfg(1, 32, full, 2), cfg(1, 16, full, 1), cfg(4, 16, full, 1)]
+    else:
+        wide = min(full, 128)
+        out = [cfg(1, 8, wide, 1), cfg(2, 8, wide, 1), cfg(1, 4, wide, 2), cfg(1, 16, 64, 2), cfg(1, 8, 64, 1)]
+        if full == 256:
+            out += [cfg(1, 4, 256, 1), cfg(1, 8, 256, 2)]
     unique = []
-    for cfg in out:
-        if cfg not in unique:
-            unique.append(cfg)
+    for c in out:
+        if c not in unique:
+            unique.append(c)
     return unique
 
 

@@ -71,19 +71,43 @@ def _reduce_range(
 
 @triton.jit
 def _spmm_rows_kernel(
-    rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr,
-    num_feats, stride_x, stride_out,
+    rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr, heavy_ptr,
+    num_heavy, light_max, num_feats, stride_x, stride_out,
     REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+    HEAVY_E: tl.constexpr = 0,
 ):
-    """One program per (row, feature block), BLOCK_E edges per step: few arguments, cheap to launch."""
-    row = tl.program_id(0).to(tl.int64)
+    """One program per (row, feature block), ``BLOCK_E`` edges per step: few arguments, cheap
+    to launch.  With ``HEAVY_E > 0`` the first ``num_heavy`` programs take the listed heavy
+    rows (``heavy_ptr``) with ``HEAVY_E`` edges per step, and the row programs skip rows of
+    more than ``light_max`` edges: a hub then takes few steps, and it starts first."""
+    pid = tl.program_id(0)
     feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     feat_mask = feat < num_feats
-    start = tl.load(rowptr_ptr + row)
-    end = tl.load(rowptr_ptr + row + 1)
-    result = _reduce_range(start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
-                           REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F)
-    tl.store(out_ptr + row * stride_out + feat, result.to(out_ptr.dtype.element_ty), mask=feat_mask)
+    if HEAVY_E > 0:
+        # Both loops run in every program, one over an empty range: no loop inside if/else.
+        # (A first version with the loops in nested branches gave NaN rows on the H100 while
+        # passing under the interpreter; this form passes on both.)
+        is_heavy = pid < num_heavy
+        listed = tl.load(heavy_ptr + pid, mask=is_heavy, other=0).to(tl.int64)
+        row = tl.where(is_heavy, listed, (pid - num_heavy).to(tl.int64))
+        start = tl.load(rowptr_ptr + row)
+        end = tl.load(rowptr_ptr + row + 1)
+        is_light = (pid >= num_heavy) & (end - start <= light_max)
+        heavy = _reduce_range(start, tl.where(is_heavy, end, start), col_ptr, val_ptr, x_ptr, stride_x, feat,
+                              feat_mask, REDUCE, HAS_VAL, False, HEAVY_E, BLOCK_F)
+        light = _reduce_range(start, tl.where(is_light, end, start), col_ptr, val_ptr, x_ptr, stride_x, feat,
+                              feat_mask, REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F)
+        result = tl.where(is_heavy, heavy, light)
+        # the row's flag broadcast over the features (the interpreter rejects a scalar-bool mask term)
+        written = feat_mask & ((is_heavy | is_light).to(tl.int32) + tl.zeros_like(feat) > 0)
+        tl.store(out_ptr + row * stride_out + feat, result.to(out_ptr.dtype.element_ty), mask=written)
+    else:
+        row = pid.to(tl.int64)
+        start = tl.load(rowptr_ptr + row)
+        end = tl.load(rowptr_ptr + row + 1)
+        result = _reduce_range(start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
+                               REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F)
+        tl.store(out_ptr + row * stride_out + feat, result.to(out_ptr.dtype.element_ty), mask=feat_mask)
 
 
 @triton.jit
@@ -202,8 +226,8 @@ def spmm_csr(
     num_warps = cfg.pop("num_warps", 4)
     grid = (num_rows, triton.cdiv(num_feats, cfg["BLOCK_F"]))
     _spmm_rows_kernel[grid](
-        rowptr, col, edge_val if edge_val is not None else col, x, out,
-        num_feats, x.stride(0), out.stride(0),
+        rowptr, col, edge_val if edge_val is not None else col, x, out, rowptr,
+        0, 0, num_feats, x.stride(0), out.stride(0),
         REDUCE=0, HAS_VAL=edge_val is not None, num_warps=num_warps, **cfg,
     )
     return out
@@ -244,7 +268,8 @@ def spmm_planned(
         reduce: ``"sum"``, ``"mean"`` (divide by the number of edges) or ``"max"`` (0 for empty rows).
         config: ``GROUP_ROWS`` x ``GROUP_E`` (short-row groups), ``ROWS`` x ``BLOCK_E`` (long-row
             pieces), ``BLOCK_F``, ``num_warps`` (default: ``configs.spmm_plan_config``); with
-            ``FLAT`` set, a single launch reduces every row whole (``BLOCK_E`` edges per step).
+            ``FLAT`` set, a single launch reduces every row whole (``BLOCK_E`` edges per step;
+            with ``HEAVY_E``, rows of more than ``LIGHT_STEPS`` steps take ``HEAVY_E`` per step).
         out: optional contiguous [N, F] output buffer (every element is written).
 
     Returns:
@@ -254,15 +279,19 @@ def spmm_planned(
     num_rows, num_feats = out.shape
     if num_rows == 0 or num_feats == 0:
         return out
-    cfg = config or spmm_plan_config(num_rows, plan.col32.numel(), num_feats, x.element_size())
+    cfg = config or spmm_plan_config(num_rows, plan.col32.numel(), num_feats, x.element_size(), plan.max_degree)
     code = REDUCE_CODES[reduce]
     if cfg.get("FLAT"):  # one launch, one row per program: least host overhead (small graphs)
-        block_f = cfg["BLOCK_F"]
-        _spmm_rows_kernel[(num_rows, triton.cdiv(num_feats, block_f))](
-            rowptr, plan.col32, edge_val if edge_val is not None else rowptr, x, out,
-            num_feats, x.stride(0), out.stride(0),
+        block_f, heavy_e = cfg["BLOCK_F"], cfg.get("HEAVY_E", 0)
+        heavy, light_max = rowptr, 0
+        if heavy_e:  # rows of more than LIGHT_STEPS light steps: listed first, HEAVY_E edges per step
+            heavy, light_max = plan.heavy_rows(cfg.get("LIGHT_STEPS", 8) * cfg["BLOCK_E"])
+        num_heavy = heavy.numel() if heavy_e else 0
+        _spmm_rows_kernel[(num_heavy + num_rows, triton.cdiv(num_feats, block_f))](
+            rowptr, plan.col32, edge_val if edge_val is not None else rowptr, x, out, heavy,
+            num_heavy, light_max, num_feats, x.stride(0), out.stride(0),
             REDUCE=code, HAS_VAL=edge_val is not None, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f,
-            num_warps=cfg["num_warps"],
+            HEAVY_E=heavy_e, num_warps=cfg["num_warps"],
         )
         return out
     num_short = plan.short_rows.numel()

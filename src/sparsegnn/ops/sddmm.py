@@ -91,5 +91,8 @@ def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto") -
         raise ValueError(f"{fn}(): op must be one of {OPS}, got {op!r}")
     check_same_device(fn, graph=graph.rowptr, a=a, b=b)
     chosen = choose_backend(fn, backend, a)
-    out = _SDDMM.apply(graph, a, b, op, chosen)
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        out = _SDDMM.apply(graph, a, b, op, chosen)
+    else:  # no autograd node (and its host cost) when nothing needs a gradient
+        out = edge_values(chosen, graph, a, b, op)
     return graph.to_input_order(out) if input_order else out
