@@ -75,6 +75,15 @@ def spmm_chunk(num_rows: int, num_edges: int) -> int:
     return next((c for c in SPMM_CHUNKS if c >= target), SPMM_CHUNKS[-1])
 
 
+def _unique(configs: List[Dict[str, int]]) -> List[Dict[str, int]]:
+    """``configs`` without repeats, first occurrence kept (the heuristic stays first)."""
+    out: List[Dict[str, int]] = []
+    for cfg in configs:
+        if cfg not in out:
+            out.append(cfg)
+    return out
+
+
 def _pow2_floor(n: float) -> int:
     return 1 << max(int(n), 1).bit_length() - 1
 
@@ -157,11 +166,7 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
         block_f //= 2
     avg = num_edges / max(num_rows, 1)
     out += [_plan_entry(num_rows, avg, block_f), _plan_entry(num_rows, avg, 32)]
-    unique = []
-    for cfg in out:
-        if cfg not in unique:
-            unique.append(cfg)
-    return unique
+    return _unique(out)
 
 
 def sddmm_candidates(num_rows: int, num_edges: int, num_feats: int, op: str) -> List[Dict[str, int]]:
@@ -181,11 +186,7 @@ def sddmm_candidates(num_rows: int, num_edges: int, num_feats: int, op: str) -> 
         out = [cfg(1, 8, wide, 1), cfg(2, 8, wide, 1), cfg(1, 4, wide, 2), cfg(1, 16, 64, 2), cfg(1, 8, 64, 1)]
         if full == 256:
             out += [cfg(1, 4, 256, 1), cfg(1, 8, 256, 2)]
-    unique = []
-    for c in out:
-        if c not in unique:
-            unique.append(c)
-    return unique
+    return _unique(out)
 
 
 def sddmm_config(num_rows: int, num_edges: int, num_feats: int, op: str) -> Dict[str, int]:
