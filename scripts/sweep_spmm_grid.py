@@ -78,7 +78,11 @@ def main():
             torch.cuda.synchronize()
             tune_s = time.perf_counter() - t1
             op_ms = bench(lambda: sg.spmm(fresh, x))
-            picked = next(v for k, v in fresh.cache.items() if isinstance(k, tuple) and k[0] == "spmm_config")
+            from sparsegnn.ops._dispatch import spmm_detail
+            from sparsegnn.tune import lookup
+
+            record = lookup("spmm", fresh, spmm_detail(fresh.edge_val, "sum"), num_feats, x.dtype, x.device)
+            picked = record["config"] if record else None
             best_by_family = {}
             for ms, fam, cfg in results:
                 best_by_family.setdefault(fam, (ms, cfg))

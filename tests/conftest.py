@@ -9,6 +9,11 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# Tuning decisions persist on disk: keep the suite's away from the user's cache.
+if "SPARSEGNN_TUNE_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["SPARSEGNN_TUNE_CACHE"] = tempfile.mkdtemp(prefix="sparsegnn-tune-")
 
 import pytest  # noqa: E402
 

@@ -98,7 +98,12 @@ def _dense_reduce(ei, n, x, w, reduce):
     {"FLAT": 1, "ROWS": 1, "BLOCK_E": 4, "BLOCK_F": 32, "num_warps": 1},
     {"ROWS": 1, "BLOCK_E": 8, "BLOCK_F": 16, "num_warps": 1, "GROUP_ROWS": 8, "GROUP_E": 1, "LIGHT_STEPS": 4},
     {"FLAT": 1, "ROWS": 1, "BLOCK_E": 4, "BLOCK_F": 16, "num_warps": 1, "HEAVY_E": 16, "LIGHT_STEPS": 2},
-], ids=["auto", "rows2", "group4x2", "flat", "grouped-all", "flat-1warp", "group8x1", "flat-hybrid"])
+    {"SPLIT": 1, "ROWS": 1, "BLOCK_E": 4, "BLOCK_F": 16, "num_warps": 1, "HEAVY_E": 4, "PIECE_STEPS": 2,
+     "LIGHT_STEPS": 1, "INLINE": 1},
+    {"SPLIT": 1, "ROWS": 1, "BLOCK_E": 4, "BLOCK_F": 16, "num_warps": 1, "HEAVY_E": 4, "PIECE_STEPS": 2,
+     "LIGHT_STEPS": 1, "INLINE": 0},
+], ids=["auto", "rows2", "group4x2", "flat", "grouped-all", "flat-1warp", "group8x1", "flat-hybrid", "split-inline",
+        "split-2launch"])
 def test_planned_spmm_matches_dense(reduce, dtype, chunk, config):
     # hub rows (degree >> chunk) next to empty rows, loops and duplicates
     ei, w = sg.datasets.random_graph(30, 140, seed=13, num_isolated=2, num_empty_rows=4,
@@ -114,6 +119,79 @@ def test_planned_spmm_matches_dense(reduce, dtype, chunk, config):
     out = spmm_planned(g.rowptr, plan, g.edge_val, x.to(DEVICE), reduce, config=config, out=poisoned)
     assert not torch.isnan(out).any()
     assert _rel_err(out, _dense_reduce(ei, 30, x.double(), w, reduce)) < TOL[dtype]
+
+
+def _hub_graph(seed=13):
+    ei, w = sg.datasets.random_graph(30, 140, seed=seed, num_isolated=2, num_empty_rows=4,
+                                     num_self_loops=3, num_duplicates=6, weighted=True)
+    hub = torch.stack([torch.arange(30).repeat(3)[:70], torch.full((70,), 5)])
+    return torch.cat([ei, hub], 1), torch.cat([w, torch.rand(70) + 0.5])
+
+
+def _all_candidates():
+    from sparsegnn.kernels.configs import spmm_candidates
+
+    seen = []
+    for args in [(30, 300, 19, 4, 70), (30, 300, 19, 4, 20), (30, 300, 19, 4, None), (2_000_000, 10**8, 19, 2, 5000),
+                 (30, 300, 19, 4, 70, True)]:
+        for cfg in spmm_candidates(*args):
+            if cfg not in seen:
+                seen.append(cfg)
+    return seen
+
+
+@pytest.mark.parametrize("config", _all_candidates(), ids=lambda c: "-".join(f"{k}{v}" for k, v in sorted(c.items())))
+def test_every_tuner_candidate_is_correct(config):
+    """Any config the tuner or the cost model may pick computes the same function."""
+    ei, w = _hub_graph()
+    g = Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE)
+    plan = build_row_plan(g.rowptr, g.col, 8)
+    x = torch.randn(30, 19, generator=torch.Generator().manual_seed(4))
+    poisoned = torch.full((30, 19), float("nan"), device=DEVICE)
+    out = spmm_planned(g.rowptr, plan, g.edge_val, x.to(DEVICE), "sum", config=config, out=poisoned)
+    assert _rel_err(out, _dense_reduce(ei, 30, x.double(), w, "sum")) < 1e-5
+
+
+@pytest.mark.parametrize("config", [
+    {"SPLIT": 1, "BLOCK_E": 4, "BLOCK_F": 16, "num_warps": 1, "HEAVY_E": 4, "PIECE_STEPS": 2, "LIGHT_STEPS": 1,
+     "INLINE": 1},
+    {"FLAT": 1, "BLOCK_E": 4, "BLOCK_F": 32, "num_warps": 1, "HEAVY_E": 16, "LIGHT_STEPS": 2},
+    {"FLAT": 1, "BLOCK_E": 8, "BLOCK_F": 16, "num_warps": 2},
+], ids=["split", "hybrid", "flat"])
+def test_multi_head_spmm_matches_per_head(config):
+    """Edge values [E, H] weight head h's slice of the features: one launch for every head."""
+    ei, _ = _hub_graph(seed=5)
+    g = Graph.from_edge_index(ei, num_nodes=30).to(DEVICE)
+    plan = build_row_plan(g.rowptr, g.col, 8)
+    heads, channels = 3, 5
+    alpha = torch.rand(g.num_edges, heads, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    x = torch.randn(30, heads * channels, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    out = spmm_planned(g.rowptr, plan, alpha, x, "sum", config=config)
+    for h in range(heads):
+        ref = _dense_reduce(g.edge_index().cpu(), 30, x[:, h * channels:(h + 1) * channels].double().cpu(),
+                            alpha[:, h].cpu(), "sum")
+        assert _rel_err(out[:, h * channels:(h + 1) * channels], ref) < 1e-5
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="a race needs concurrent programs (GPU)")
+def test_split_inline_combine_is_deterministic_on_gpu():
+    """The last-arriving piece combines in piece order: bitwise identical across many calls,
+    and equal to the two-launch combine (no lost or torn partial)."""
+    from sparsegnn.datasets.synthetic import chung_lu
+
+    ei = chung_lu(20_000, 600_000, seed=1, max_degree_ratio=600.0, exponent=2.1, device="cuda")
+    g = Graph.from_edge_index(ei, torch.rand(ei.shape[1], device="cuda") + 0.5, num_nodes=20_000)
+    plan = build_row_plan(g.rowptr, g.col, 4096)
+    x = torch.randn(20_000, 96, device="cuda")
+    cfg = {"SPLIT": 1, "BLOCK_E": 4, "BLOCK_F": 32, "num_warps": 1, "HEAVY_E": 32, "PIECE_STEPS": 4,
+           "LIGHT_STEPS": 8, "INLINE": 1}
+    first = spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=cfg)
+    two = spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=dict(cfg, INLINE=0))
+    ref = torch.sparse.mm(g.to_torch_sparse_csr().double(), x.double())
+    assert _rel_err(first, ref) < 1e-6 and _rel_err(two, ref) < 1e-6  # (the two sum partials in other orders)
+    mismatches = sum(not torch.equal(spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=cfg), first)
+                     for _ in range(50))
+    assert mismatches == 0
 
 
 def test_row_plan_covers_every_edge_once():

@@ -1,4 +1,4 @@
-"""Command line: ``sparsegnn train | bench | info`` (also ``python -m sparsegnn``)."""
+"""Command line: ``sparsegnn train | bench | tune | info`` (also ``python -m sparsegnn``)."""
 from __future__ import annotations
 
 import argparse
@@ -91,14 +91,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         print("bench: needs a CUDA device (the baselines and kernels are GPU code)", file=sys.stderr)
         return 2
-    graphs = args.graphs.split(",") if args.graphs else list(SUITES[args.suite])
-    unknown = [g for g in graphs if g not in STAND_INS]
+    from .datasets.suite import REAL_SUITE
+
+    suites = dict(SUITES, real=REAL_SUITE)
+    graphs = args.graphs.split(",") if args.graphs else list(suites[args.suite])
+    unknown = [g for g in graphs if g not in STAND_INS and g not in REAL_SUITE]
     if unknown:
-        raise ValueError(f"bench(): unknown graphs {unknown}; known: {', '.join(STAND_INS)}")
+        raise ValueError(f"bench(): unknown graphs {unknown}; known: {', '.join(list(STAND_INS) + list(REAL_SUITE))}")
     import triton
 
     rows = run(graphs, args.ops.split(","), [int(d) for d in args.dims.split(",")], args.dtypes.split(","),
-               providers=args.providers.split(",") if args.providers else None, progress=True)
+               providers=args.providers.split(",") if args.providers else None, progress=True,
+               data_dir=args.data_dir, real=args.suite == "real")
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "date": datetime.date.today().isoformat(), "suite": args.suite, "graphs": graphs}
     out = Path(args.out)
@@ -115,6 +119,25 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     except ImportError:
         print("bench: matplotlib not installed, no plot", file=sys.stderr)
     print(text)
+    return 0
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from .bench.tuning import markdown, tuning_report
+
+    if not torch.cuda.is_available():
+        print("tune: needs a CUDA device (it times kernels)", file=sys.stderr)
+        return 2
+    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    rows = tuning_report(args.graphs.split(","), [int(d) for d in args.dims.split(",")], dtypes,
+                         real=not args.stand_ins, data_dir=args.data_dir)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+    print(markdown(rows))
     return 0
 
 
@@ -140,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=_cmd_train)
 
     bench = sub.add_parser("bench", help="benchmark ops against cuSPARSE / PyG / torch.sparse (GPU)")
-    bench.add_argument("--suite", default="small", choices=["small", "paper", "large"])
+    bench.add_argument("--suite", default="small", choices=["small", "paper", "large", "structure", "real"],
+                       help="real = the real-graph suite (needs the datasets: --data-dir or SPARSEGNN_DATA)")
+    bench.add_argument("--data-dir", default=None, help="directory of the real datasets (default: SPARSEGNN_DATA, ../shared/datasets)")
     bench.add_argument("--graphs", default=None, help="comma-separated stand-in names (overrides --suite)")
     bench.add_argument("--ops", default="spmm,sddmm", help="spmm, spmm-mean, spmm-max, sddmm")
     bench.add_argument("--dims", default="32,64,128,256")
@@ -149,6 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default="benchmarks/local")
     bench.add_argument("--tag", default="bench")
     bench.set_defaults(func=_cmd_bench)
+
+    tune = sub.add_parser("tune", help="cost model vs timing: picks, their speed, tuning cost (GPU)")
+    tune.add_argument("--graphs", default="cora,wikipedia,deezer,reddit-threads-10k")
+    tune.add_argument("--dims", default="32,128")
+    tune.add_argument("--dtypes", default="float32")
+    tune.add_argument("--stand-ins", action="store_true", help="graph names are synthetic stand-ins")
+    tune.add_argument("--data-dir", default=None)
+    tune.add_argument("--out", default=None, help="JSON rows")
+    tune.set_defaults(func=_cmd_tune)
 
     info = sub.add_parser("info", help="versions, device and available backends")
     info.set_defaults(func=_cmd_info)

@@ -104,21 +104,39 @@ def _second_pass(timed, nbytes: int) -> None:
 
 
 def _chosen_config(graph: Graph, op: str, num_feats: int, dtype: torch.dtype) -> Dict[str, Any]:
-    """The config the autotuner cached on ``graph`` for this case (empty if none)."""
-    kind, detail = ("sddmm_config", "dot") if op == "sddmm" else ("spmm_config", op.partition("-")[2] or "sum")
-    for key, value in graph.cache.items():
-        if isinstance(key, tuple) and key[:4] == (kind, num_feats, dtype, detail):
-            found = {"config": dict(value)}
-            timings = graph.cache.get((key, "timings"))
-            if timings:  # what the autotuner measured: the chosen config's time and the spread
-                found["tuned_ms"] = min(ms for cfg, ms in timings if cfg == value)
-                found["tune_candidates"] = len(timings)
-            return found
-    return {}
+    """The decision the tuner stored for this case: config, its own timing, how it was made."""
+    from ..ops._dispatch import spmm_detail
+    from ..tune import lookup
+
+    if op == "sddmm":
+        record = lookup("sddmm", graph, "dot", num_feats, dtype, graph.device)
+    else:
+        reduce = op.partition("-")[2] or "sum"
+        record = lookup("spmm", graph, spmm_detail(graph.edge_val, reduce), num_feats, dtype, graph.device)
+    if record is None:
+        return {}
+    return {"config": dict(record["config"]), "tuned_ms": record.get("ms"), "tune_source": record.get("source")}
+
+
+def bench_graph(name: str, seed: int = 0, device=None, data_dir=None, real: bool = False) -> Graph:
+    """The graph of a benchmark case without values: a synthetic stand-in (``STAND_INS``) or,
+    with ``real`` (or a name no stand-in has), a real-suite graph (``datasets.suite``, natural
+    node order).  Some names (cora, citeseer, PROTEINS_full) exist as both."""
+    if name in STAND_INS and not real:
+        spec = STAND_INS[name]
+        edge_index = stand_in_graph(name, seed=seed, device=device)
+        num_nodes = max(spec.num_nodes, int(edge_index.max()) + 1 if edge_index.numel() else 0)
+        graph = Graph.from_edge_index(edge_index, num_nodes=num_nodes)
+        return Graph(graph.rowptr, graph.col, None, graph.num_nodes)  # drop edge_perm memory
+    from ..datasets.suite import load_suite_graph
+
+    graph = load_suite_graph(name, data_dir=data_dir).to(device)
+    return Graph(graph.rowptr, graph.col, None, graph.num_nodes)
 
 
 def run(graphs: Iterable[str], ops: Iterable[str], dims: Iterable[int], dtypes: Iterable[str],
-        providers: Optional[Iterable[str]] = None, seed: int = 0, progress: bool = True) -> List[Row]:
+        providers: Optional[Iterable[str]] = None, seed: int = 0, progress: bool = True,
+        data_dir=None, real: bool = False) -> List[Row]:
     """Run every (op, graph, F, dtype) case with every applicable provider.
 
     ``ops`` items: ``spmm`` (sum), ``spmm-mean``, ``spmm-max``, ``sddmm`` (dot).
@@ -131,20 +149,19 @@ def run(graphs: Iterable[str], ops: Iterable[str], dims: Iterable[int], dtypes: 
     device = torch.device("cuda")
     bar = tqdm(total=len(graphs) * len(ops) * len(dims) * len(dtypes), disable=not progress, desc="bench")
     for name in graphs:
-        spec = STAND_INS[name]
-        edge_index = stand_in_graph(name, seed=seed, device=device)
+        structure = bench_graph(name, seed=seed, device=device, data_dir=data_dir, real=real)
         gen = torch.Generator(device=device).manual_seed(seed)
-        weight = torch.rand(edge_index.shape[1], device=device, generator=gen) + 0.5
-        graph = Graph.from_edge_index(edge_index, weight, num_nodes=spec.num_nodes)
-        graph = Graph(graph.rowptr, graph.col, graph.edge_val, graph.num_nodes)  # drop edge_perm memory
-        del edge_index, weight
+        weight = torch.rand(structure.num_edges, device=device, generator=gen) + 0.5
+        graph = structure.with_values(weight)
+        num_nodes = graph.num_nodes
+        del structure, weight
         t0 = time.perf_counter()
         plan_of(graph)  # the per-graph preprocessing, reported separately
         torch.cuda.synchronize()
         plan_ms = 1e3 * (time.perf_counter() - t0)
         for num_feats in dims:
-            x32 = torch.randn(spec.num_nodes, num_feats, device=device, generator=gen)
-            y32 = torch.randn(spec.num_nodes, num_feats, device=device, generator=gen)
+            x32 = torch.randn(num_nodes, num_feats, device=device, generator=gen)
+            y32 = torch.randn(num_nodes, num_feats, device=device, generator=gen)
             for op in ops:
                 for dtype_name in dtypes:
                     dtype = DTYPES[dtype_name]
@@ -159,12 +176,12 @@ def run(graphs: Iterable[str], ops: Iterable[str], dims: Iterable[int], dtypes: 
                     else:
                         ref = sddmm(ref_graph, x.double(), y.double(), "dot", backend="reference")
                         table = dict(SDDMM_PROVIDERS)
-                    nbytes = compulsory_bytes(op, spec.num_nodes, graph.num_edges, num_feats, x.element_size())
+                    nbytes = compulsory_bytes(op, num_nodes, graph.num_edges, num_feats, x.element_size())
                     timed = []  # (row, fn) of the providers that ran, for the second pass
                     for provider, make in table.items():
                         if wanted and provider not in wanted:
                             continue
-                        row = Row(op, name, spec.num_nodes, graph.num_edges, num_feats, dtype_name, provider,
+                        row = Row(op, name, num_nodes, graph.num_edges, num_feats, dtype_name, provider,
                                   extra={"plan_ms": plan_ms} if provider == "sparsegnn" else {})
                         if not _fits(nbytes, provider, graph.num_edges, num_feats, x.element_size()):
                             row.note = "skipped: does not fit in GPU memory"

@@ -1,5 +1,6 @@
 """Datasets: ``load(name)`` for node classification, ``load_tu`` for graph classification,
-and seeded random graphs.
+readers for common graph formats (``.npz``, SNAP edge lists, Matrix Market, TU batches,
+SMILES / MoleculeNet CSV), the real-graph suite, and seeded random graphs.
 
 >>> data = load("cora")          # bundled, no download
 >>> data.x.shape, data.num_classes
@@ -16,12 +17,15 @@ import torch
 from torch import Tensor
 
 from ..graph import Graph
+from .molecules import MoleculeBatch, load_molecules, smiles_to_edges
 from .planetoid import read_planetoid_raw
+from .real import RealGraph, load_tu_batch, read_edge_list, read_matrix_market, read_npz_graph
+from .suite import REAL_SUITE, default_data_dir, describe, load_suite_graph
 from .synthetic import random_graph
 from .tu import GraphSample, load_tu
 
 _BUNDLED = Path(__file__).parent / "data"
-PLANETOID = ("cora", "citeseer")
+PLANETOID = ("cora", "citeseer", "pubmed")
 
 
 @dataclass
@@ -76,7 +80,7 @@ def load(name: str, root: Optional[str] = None, normalize_features: bool = True)
     """Load a node-classification dataset.
 
     Args:
-        name: ``"cora"`` (bundled) or ``"citeseer"`` (needs ``root``).
+        name: ``"cora"`` (bundled), ``"citeseer"`` or ``"pubmed"`` (these two need ``root``).
         root: directory with raw Planetoid files ``ind.<name>.*``; when given, they are read
             instead of the bundled copy.
         normalize_features: divide each feature row by its sum.
@@ -98,4 +102,9 @@ def load(name: str, root: Optional[str] = None, normalize_features: bool = True)
         return _from_arrays(key, dict(arrays), normalize_features)
 
 
-__all__ = ["load", "load_tu", "random_graph", "NodeDataset", "GraphSample", "read_planetoid_raw"]
+__all__ = [
+    "load", "load_tu", "random_graph", "NodeDataset", "GraphSample", "read_planetoid_raw",
+    "RealGraph", "read_npz_graph", "read_edge_list", "read_matrix_market", "load_tu_batch",
+    "MoleculeBatch", "smiles_to_edges", "load_molecules",
+    "REAL_SUITE", "default_data_dir", "load_suite_graph", "describe",
+]

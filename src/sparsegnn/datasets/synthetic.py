@@ -127,6 +127,9 @@ class StandIn:
     num_classes: int
     source: str
     community_size: int = 0
+    max_degree_ratio: float = 50.0
+    exponent: float = 2.3
+    kind: str = "chung_lu"
 
 
 #: TC-GNN Table 4 and MaxK-GNN's datasets (node and edge counts as the papers report them).
@@ -151,18 +154,57 @@ STAND_INS: Dict[str, StandIn] = {s.name: s for s in [
     StandIn("ogbn-proteins", 132_534, 79_122_504, 8, 112, "maxk-gnn"),
     StandIn("ogbn-products", 2_449_029, 123_718_280, 100, 47, "maxk-gnn"),
     StandIn("reddit-community", 232_965, 67_000_000, 602, 41, "performance.md", community_size=2048),
+    # Structure classes the real graphs showed and the paper stand-ins lack (issue 7):
+    # hubs of thousands of edges in graphs of tens of thousands of nodes (GitHub / Twitch-like
+    # social graphs: max degree ~600x the mean), small dense graphs, near-regular meshes.
+    StandIn("hub-social", 37_700, 578_006, 128, 2, "structure", max_degree_ratio=620.0, exponent=2.1),
+    StandIn("hub-wiki", 11_631, 341_691, 128, 2, "structure", max_degree_ratio=120.0, exponent=2.0),
+    StandIn("dense-small", 7_000, 840_000, 128, 2, "structure", max_degree_ratio=6.0, exponent=3.5),
+    StandIn("mesh", 1_000_000, 3_960_000, 32, 2, "structure", kind="grid"),
+    StandIn("mesh-shuffled", 1_000_000, 3_960_000, 32, 2, "structure", kind="grid-shuffled"),
 ]}
 
 SUITES: Dict[str, Tuple[str, ...]] = {
     "small": ("cora", "citeseer", "pubmed", "ppi", "artist"),
     "paper": tuple(n for n, s in STAND_INS.items() if s.source in ("tc-gnn", "maxk-gnn")),
     "large": ("reddit", "ogbn-proteins", "ogbn-products", "yelp", "reddit-community"),
+    "structure": ("hub-social", "hub-wiki", "dense-small", "mesh", "mesh-shuffled"),
 }
 
 
+def grid_graph(num_nodes: int, seed: int = 0, shuffle: bool = False, device=None) -> Tensor:
+    """A 2-D lattice (4-neighbour, both directions) of about ``num_nodes`` nodes in row-major
+    order, 1% of its edges dropped: a near-regular, low-degree mesh (road-network class).
+    ``shuffle`` relabels nodes at random (no locality in the numbering).
+
+    Shapes:
+        -> [2, E] int64 with E ~= 4 N.
+    """
+    device = torch.device(device or "cpu")
+    side = int(num_nodes ** 0.5)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    ids = torch.arange(side * side, device=device).view(side, side)
+    right = torch.stack([ids[:, :-1].flatten(), ids[:, 1:].flatten()])
+    down = torch.stack([ids[:-1, :].flatten(), ids[1:, :].flatten()])
+    und = torch.cat([right, down], 1)
+    und = und[:, torch.rand(und.shape[1], generator=gen, device=device) > 0.01]
+    edge_index = torch.cat([und, und.flip(0)], 1)
+    if shuffle:
+        edge_index = torch.randperm(side * side, generator=gen, device=device)[edge_index]
+    return edge_index
+
+
 def cache_dir() -> Path:
-    """Where generated graphs are cached: ``$SPARSEGNN_CACHE`` or ``~/.cache/sparsegnn``."""
-    return Path(os.environ.get("SPARSEGNN_CACHE", Path.home() / ".cache" / "sparsegnn"))
+    """Where generated graphs are cached: ``$SPARSEGNN_CACHE``, else the platform's user cache
+    directory (platformdirs, when installed), else ``~/.cache/sparsegnn`` (the tuner's root too)."""
+    if os.environ.get("SPARSEGNN_CACHE"):
+        return Path(os.environ["SPARSEGNN_CACHE"])
+    try:
+        import platformdirs
+
+        return Path(platformdirs.user_cache_dir("sparsegnn"))
+    except ImportError:
+        return Path.home() / ".cache" / "sparsegnn"
 
 
 def stand_in_graph(name: str, seed: int = 0, device=None, use_cache: bool = True) -> Tensor:
@@ -177,7 +219,11 @@ def stand_in_graph(name: str, seed: int = 0, device=None, use_cache: bool = True
     path = cache_dir() / "graphs" / f"{name}-seed{seed}.pt"
     if use_cache and path.exists():
         return torch.load(path, map_location=device, weights_only=True).to(torch.int64)
-    edge_index = chung_lu(spec.num_nodes, spec.num_edges, seed, community_size=spec.community_size, device=device)
+    if spec.kind.startswith("grid"):
+        edge_index = grid_graph(spec.num_nodes, seed, shuffle=spec.kind == "grid-shuffled", device=device)
+    else:
+        edge_index = chung_lu(spec.num_nodes, spec.num_edges, seed, community_size=spec.community_size,
+                              max_degree_ratio=spec.max_degree_ratio, exponent=spec.exponent, device=device)
     if use_cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(edge_index.to(torch.int32).cpu(), path)

@@ -50,7 +50,9 @@ class RowPlan:
     seg_end: Tensor
     bucket_ptr: list
     max_degree: int = 0
+    rowptr: Tensor = None
     _heavy: dict = field(default_factory=dict, repr=False)
+    _split: dict = field(default_factory=dict, repr=False)
 
     def num_short_below(self, degree: int) -> int:
         """How many listed short rows are in buckets whose degrees are all <= ``degree``."""
@@ -79,6 +81,70 @@ class RowPlan:
     @property
     def num_pieces(self) -> int:
         return int(self.piece_start.numel())
+
+    def split_pieces(self, degree: int, piece_edges: int) -> "SplitPieces":
+        """Rows heavier than ``degree`` edges (as :meth:`heavy_rows`) cut into pieces of
+        ``piece_edges`` edges, for the single-launch split schedule (cached per argument pair)."""
+        key = (degree, piece_edges)
+        if key not in self._split:
+            rows, light_max = self.heavy_rows(degree)
+            self._split[key] = _split_rows(self.rowptr, rows, light_max, piece_edges)
+        return self._split[key]
+
+
+@dataclass
+class SplitPieces:
+    """Heavy rows of a CSR cut into fixed-size pieces.
+
+    Attributes:
+        heavy_rows: [H] int32 row ids (rows of more than ``light_max`` edges).
+        heavy_first: [H + 1] int64: pieces of heavy row ``h`` are ``heavy_first[h]:[h + 1]``.
+        piece_heavy: [P] int32 heavy-row index of every piece.
+        piece_start: [P] int64 first edge of every piece (a piece ends ``piece_edges`` later
+            or at its row's end).
+        inv_deg: [H] float32 ``1 / deg`` of every heavy row (mean).
+        light_max: rows of at most this many edges are light.
+    """
+
+    heavy_rows: Tensor
+    heavy_first: Tensor
+    piece_heavy: Tensor
+    piece_start: Tensor
+    inv_deg: Tensor
+    light_max: int
+    _counters: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def num_heavy(self) -> int:
+        return int(self.heavy_rows.numel())
+
+    @property
+    def num_pieces(self) -> int:
+        return int(self.piece_start.numel())
+
+    def counters(self, feature_blocks: int) -> Tensor:
+        """Zeroed int32 arrival counters ``[H * feature_blocks]`` (kept: the kernel resets each
+        counter to 0 after use, so a buffer serves every call on one stream)."""
+        if feature_blocks not in self._counters:
+            self._counters[feature_blocks] = torch.zeros(max(self.num_heavy * feature_blocks, 1), dtype=torch.int32,
+                                                         device=self.heavy_rows.device)
+        return self._counters[feature_blocks]
+
+
+def _split_rows(rowptr: Tensor, rows: Tensor, light_max: int, piece_edges: int) -> SplitPieces:
+    if piece_edges < 1:
+        raise ValueError(f"split_pieces(): piece_edges must be >= 1, got {piece_edges}")
+    rows64 = rows.to(torch.int64)
+    deg = rowptr[rows64 + 1] - rowptr[rows64]
+    pieces = (deg + piece_edges - 1) // piece_edges
+    heavy_first = torch.zeros(rows.numel() + 1, dtype=torch.int64, device=rowptr.device)
+    torch.cumsum(pieces, 0, out=heavy_first[1:])
+    total = int(heavy_first[-1]) if rows.numel() else 0
+    piece_heavy = torch.repeat_interleave(torch.arange(rows.numel(), device=rowptr.device), pieces, output_size=total)
+    index_in_row = torch.arange(total, device=rowptr.device) - heavy_first[:-1][piece_heavy]
+    piece_start = rowptr[rows64[piece_heavy]] + index_in_row * piece_edges
+    return SplitPieces(rows.to(torch.int32), heavy_first, piece_heavy.to(torch.int32), piece_start,
+                       deg.to(torch.float32).reciprocal(), light_max)
 
 
 def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
@@ -117,4 +183,4 @@ def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
     seg_end = torch.cat([rowptr[short64 + 1], piece_end])
     return RowPlan(chunk, short_rows, long_rows, piece_start, piece_end, long_piece_ptr, long_inv_deg,
                    col.to(torch.int32), seg_row, seg_start, seg_end, bucket_ptr,
-                   int(deg.max()) if deg.numel() else 0)
+                   int(deg.max()) if deg.numel() else 0, rowptr)

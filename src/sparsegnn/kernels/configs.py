@@ -32,6 +32,10 @@ SPMM_SPACE: Dict[str, Tuple[int, ...]] = {
     "LIGHT_STEPS": (4, 8, 16, 64),
     "FLAT": (1,),
     "HEAVY_E": (16, 32, 64),
+    "SPLIT": (1,),
+    "PIECE_STEPS": (4, 8, 16, 32),
+    "INLINE": (0, 1),
+    "num_stages": (1, 2, 3, 4),
 }
 
 #: Row-wise SDDMM search space (same meaning of the keys).
@@ -126,6 +130,16 @@ def _flat(block_e: int, block_f: int, num_warps: int, heavy_e: int = 0) -> Dict[
     return dict(cfg, HEAVY_E=heavy_e, LIGHT_STEPS=8) if heavy_e else cfg
 
 
+def _split(block_e: int, block_f: int, num_warps: int, piece_steps: int = 8, inline: int = 1,
+           heavy_e: int = 32) -> Dict[str, int]:
+    """One launch; rows of more than 8 light steps are cut into pieces of ``piece_steps`` x
+    ``heavy_e`` edges, launched first, and combined in piece order by the last piece to finish
+    (``inline``) or by a second launch: no row takes more than ``piece_steps`` serial steps,
+    however large its degree (hubs of thousands of edges in small graphs)."""
+    return {"SPLIT": 1, "ROWS": 1, "BLOCK_E": block_e, "BLOCK_F": block_f, "num_warps": num_warps,
+            "HEAVY_E": heavy_e, "PIECE_STEPS": piece_steps, "LIGHT_STEPS": 8, "INLINE": inline}
+
+
 def _grouped(group_rows: int, group_e: int, block_f: int, num_warps: int) -> Dict[str, int]:
     """Single-launch row groups: every short row up to 64 steps grouped; heavier ones and long
     pieces (few) through the segment kernel."""
@@ -134,7 +148,7 @@ def _grouped(group_rows: int, group_e: int, block_f: int, num_warps: int) -> Dic
 
 
 def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: int,
-                    max_degree: Optional[int] = None) -> List[Dict[str, int]]:
+                    max_degree: Optional[int] = None, multi_head: bool = False) -> List[Dict[str, int]]:
     """Autotuning candidates for the planned SpMM, the heuristic first.
 
     From the grid sweeps on the H100 (notes/spmm.md, timed from a cold L2 as the benchmark
@@ -147,7 +161,11 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
       steps their own programs, launched first, with 32 edges per step (the largest row's
       serial steps bound a small graph's time);
     - row groups of similar-degree rows, 1-2 edges per row per step, single launch;
+    - split: flat, with rows of more than 8 light steps cut into pieces of a few steps that
+      the last one to finish combines (one launch whatever the hubs);
     - the planned multi-launch schedule sized by ``_plan_entry`` (hub rows split into pieces).
+
+    ``multi_head`` (edge values ``[E, H]``) keeps the flat and split families only.
     """
     full = min(max(next_pow2(num_feats), 16), 256)
     width = lambda w: min(full, w)  # noqa: E731
@@ -158,6 +176,11 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
         flat += [_flat(8, width(128), 1), _flat(32, 32, 4)]
     hybrid = [_flat(4, width(128), 1, 32), _flat(8, width(64), 2, 32), _flat(4, width(64), 1, 32)]
     out += [c for c in hybrid + flat if flat_ok(c.get("HEAVY_E", c["BLOCK_E"]))]
+    if max_degree is not None and max_degree > 8 * 4:  # some row is heavy for a light program
+        out += [_split(4, width(128), 1), _split(8, width(64), 2), _split(4, width(64), 1, 16),
+                _split(4, width(128), 1, 4), _split(4, width(128), 1, 8, inline=0)]
+    if multi_head:
+        return _unique(out) or [_split(4, width(128), 1)]
     out += [_grouped(8, 1, 32, 1), _grouped(16, 1, 32, 1), _grouped(4, 1, width(64), 1),
             _grouped(4, 2, width(64), 1), _grouped(4, 1, width(128), 1), _grouped(8, 2, width(64), 2)]
     # Planned multi-launch: the widest feature block whose x slice fits the L2 budget.

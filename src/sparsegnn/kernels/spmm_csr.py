@@ -35,11 +35,13 @@ REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2}
 def _reduce_range(
     start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
     REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, IDENTITY: tl.constexpr,
-    BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+    BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, HEAD_DIM: tl.constexpr = 0, num_heads=1,
 ):
     """``reduce_{e in [start, end)} val[e] * x[col[e], feat]`` as an fp32 [BLOCK_F] vector,
     BLOCK_E edges per step (mean divides by ``end - start``; max of no edges is 0).
-    ``IDENTITY`` gathers row ``e`` of ``x`` for edge ``e`` (reducing partial results)."""
+    ``IDENTITY`` gathers row ``e`` of ``x`` for edge ``e`` (reducing partial results).
+    ``HEAD_DIM > 0``: multi-head weights ``val[e, feat // HEAD_DIM]`` of a ``[E, num_heads]``
+    tensor (feature ``f`` of ``x`` belongs to head ``f // HEAD_DIM``)."""
     if REDUCE == 2:
         acc = tl.full([BLOCK_E, BLOCK_F], float("-inf"), dtype=tl.float32)
     else:
@@ -54,8 +56,14 @@ def _reduce_range(
         mask = edge_mask[:, None] & feat_mask[None, :]
         tile = tl.load(x_ptr + src[:, None] * stride_x + feat[None, :], mask=mask, other=0.0).to(tl.float32)
         if HAS_VAL:
-            weight = tl.load(val_ptr + edge, mask=edge_mask, other=0.0).to(tl.float32)
-            tile = tile * weight[:, None]
+            if HEAD_DIM > 0:
+                head = (feat // HEAD_DIM).to(tl.int64)
+                weight2 = tl.load(val_ptr + edge.to(tl.int64)[:, None] * num_heads + head[None, :], mask=mask,
+                                  other=0.0).to(tl.float32)
+                tile = tile * weight2
+            else:
+                weight = tl.load(val_ptr + edge, mask=edge_mask, other=0.0).to(tl.float32)
+                tile = tile * weight[:, None]
         if REDUCE == 2:
             acc = tl.maximum(acc, tl.where(mask, tile, float("-inf")))
         else:
@@ -72,9 +80,9 @@ def _reduce_range(
 @triton.jit
 def _spmm_rows_kernel(
     rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr, heavy_ptr,
-    num_heavy, light_max, num_feats, stride_x, stride_out,
+    num_heavy, light_max, num_feats, stride_x, stride_out, num_heads,
     REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
-    HEAVY_E: tl.constexpr = 0,
+    HEAVY_E: tl.constexpr = 0, HEAD_DIM: tl.constexpr = 0,
 ):
     """One program per (row, feature block), ``BLOCK_E`` edges per step: few arguments, cheap
     to launch.  With ``HEAVY_E > 0`` the first ``num_heavy`` programs take the listed heavy
@@ -94,9 +102,9 @@ def _spmm_rows_kernel(
         end = tl.load(rowptr_ptr + row + 1)
         is_light = (pid >= num_heavy) & (end - start <= light_max)
         heavy = _reduce_range(start, tl.where(is_heavy, end, start), col_ptr, val_ptr, x_ptr, stride_x, feat,
-                              feat_mask, REDUCE, HAS_VAL, False, HEAVY_E, BLOCK_F)
+                              feat_mask, REDUCE, HAS_VAL, False, HEAVY_E, BLOCK_F, HEAD_DIM, num_heads)
         light = _reduce_range(start, tl.where(is_light, end, start), col_ptr, val_ptr, x_ptr, stride_x, feat,
-                              feat_mask, REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F)
+                              feat_mask, REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F, HEAD_DIM, num_heads)
         result = tl.where(is_heavy, heavy, light)
         # the row's flag broadcast over the features (the interpreter rejects a scalar-bool mask term)
         written = feat_mask & ((is_heavy | is_light).to(tl.int32) + tl.zeros_like(feat) > 0)
@@ -106,17 +114,17 @@ def _spmm_rows_kernel(
         start = tl.load(rowptr_ptr + row)
         end = tl.load(rowptr_ptr + row + 1)
         result = _reduce_range(start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
-                               REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F)
+                               REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F, HEAD_DIM, num_heads)
         tl.store(out_ptr + row * stride_out + feat, result.to(out_ptr.dtype.element_ty), mask=feat_mask)
 
 
 @triton.jit
 def _segment_reduce_kernel(
     seg_ids_ptr, start_ptr, end_ptr, col_ptr, val_ptr, x_ptr, out_ptr, out_rows_ptr, scale_ptr,
-    num_segments, num_feats, stride_x, stride_out,
+    num_segments, num_feats, stride_x, stride_out, num_heads,
     REDUCE: tl.constexpr, HAS_SEG_IDS: tl.constexpr, HAS_OUT_ROWS: tl.constexpr,
     HAS_VAL: tl.constexpr, HAS_SCALE: tl.constexpr, IDENTITY: tl.constexpr,
-    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, HEAD_DIM: tl.constexpr = 0,
 ):
     """Segment ``s`` covers edges ``[start[id], end[id])`` with ``id = seg_ids[s]`` (or ``s``);
     its result goes to row ``out_rows[s]`` (or ``id``) of ``out``; ``scale`` multiplies it."""
@@ -132,7 +140,7 @@ def _segment_reduce_kernel(
             start = tl.load(start_ptr + seg_id)
             end = tl.load(end_ptr + seg_id)
             result = _reduce_range(start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
-                                   REDUCE, HAS_VAL, IDENTITY, BLOCK_E, BLOCK_F)
+                                   REDUCE, HAS_VAL, IDENTITY, BLOCK_E, BLOCK_F, HEAD_DIM, num_heads)
             if HAS_SCALE:
                 result = result * tl.load(scale_ptr + seg).to(tl.float32)
             if HAS_OUT_ROWS:
@@ -140,6 +148,75 @@ def _segment_reduce_kernel(
             else:
                 out_row = seg_id
             tl.store(out_ptr + out_row * stride_out + feat, result.to(out_ptr.dtype.element_ty), mask=feat_mask)
+
+
+@triton.jit
+def _spmm_split_kernel(
+    rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr,
+    piece_heavy_ptr, piece_start_ptr, heavy_rows_ptr, heavy_first_ptr, partial_ptr, count_ptr,
+    num_pieces, light_max, num_feats, stride_x, stride_out, num_heads,
+    REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+    PIECE_REDUCE: tl.constexpr, HEAVY_E: tl.constexpr, PIECE_E: tl.constexpr, INLINE: tl.constexpr,
+    HEAD_DIM: tl.constexpr = 0,
+):
+    """Flat launch with heavy rows split: programs ``[0, num_pieces)`` each reduce one piece of
+    ``PIECE_E`` edges of a heavy row (``HEAVY_E`` edges per step), the rest one light row each
+    (``BLOCK_E`` per step; rows of more than ``light_max`` edges are skipped: they are pieces).
+
+    A piece writes its fp32 partial to ``partial[piece]``.  With ``INLINE``, it then counts
+    itself in ``count[heavy row, feature block]`` (acq_rel atomic after a CTA barrier); the
+    program that arrives last sums the row's partials *in piece order* (deterministic whatever
+    the arrival order), writes the row and resets the counter to 0 for the next call.  Without
+    ``INLINE`` a second launch combines (``_segment_reduce_kernel`` with ``IDENTITY``).
+    Every loop runs unconditionally, over an empty range where it does not apply."""
+    pid = tl.program_id(0)
+    fblock = tl.program_id(1)
+    feat = fblock * BLOCK_F + tl.arange(0, BLOCK_F)
+    feat_mask = feat < num_feats
+    is_piece = pid < num_pieces
+    piece = tl.minimum(pid, tl.maximum(num_pieces - 1, 0)).to(tl.int64)
+    heavy = tl.load(piece_heavy_ptr + piece, mask=is_piece, other=0).to(tl.int64)
+    piece_start = tl.load(piece_start_ptr + piece, mask=is_piece, other=0)
+    heavy_row = tl.load(heavy_rows_ptr + heavy, mask=is_piece, other=0).to(tl.int64)
+    heavy_start = tl.load(rowptr_ptr + heavy_row, mask=is_piece, other=0)
+    heavy_end = tl.load(rowptr_ptr + heavy_row + 1, mask=is_piece, other=0)
+    piece_end = tl.minimum(piece_start + PIECE_E, heavy_end)
+    row = tl.where(is_piece, heavy_row, (pid - num_pieces).to(tl.int64))
+    start = tl.load(rowptr_ptr + row)
+    end = tl.load(rowptr_ptr + row + 1)
+    is_light = (pid >= num_pieces) & (end - start <= light_max)
+    # pieces reduce sums (PIECE_REDUCE = 0; mean divides at the end) or maxima (2)
+    part = _reduce_range(piece_start, tl.where(is_piece, piece_end, piece_start), col_ptr, val_ptr, x_ptr,
+                         stride_x, feat, feat_mask, PIECE_REDUCE, HAS_VAL, False, HEAVY_E, BLOCK_F,
+                         HEAD_DIM, num_heads)
+    light = _reduce_range(start, tl.where(is_light, end, start), col_ptr, val_ptr, x_ptr, stride_x, feat,
+                          feat_mask, REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F, HEAD_DIM, num_heads)
+    zeros = tl.zeros_like(feat)
+    tl.store(out_ptr + row * stride_out + feat, light.to(out_ptr.dtype.element_ty),
+             mask=feat_mask & (is_light.to(tl.int32) + zeros > 0))
+    tl.store(partial_ptr + piece * num_feats + feat, part, mask=feat_mask & (is_piece.to(tl.int32) + zeros > 0))
+    if INLINE:
+        first = tl.load(heavy_first_ptr + heavy, mask=is_piece, other=0)
+        last = tl.load(heavy_first_ptr + heavy + 1, mask=is_piece, other=0)
+        counter = count_ptr + heavy * tl.num_programs(1) + fblock
+        tl.debug_barrier()  # every thread's partial is stored before the release below
+        arrived = tl.atomic_add(counter, 1, mask=is_piece, sem="acq_rel")
+        is_last = is_piece & (arrived == last - first - 1)
+        if REDUCE == 2:
+            acc = tl.full([BLOCK_F], float("-inf"), dtype=tl.float32)
+        else:
+            acc = tl.zeros([BLOCK_F], dtype=tl.float32)
+        for q in range(first, tl.where(is_last, last, first)):
+            other = tl.load(partial_ptr + q * num_feats + feat, mask=feat_mask, other=0.0, cache_modifier=".cg")
+            if REDUCE == 2:
+                acc = tl.maximum(acc, other)
+            else:
+                acc += other
+        if REDUCE == 1:
+            acc = acc / tl.maximum(heavy_end - heavy_start, 1).to(tl.float32)
+        tl.store(out_ptr + heavy_row * stride_out + feat, acc.to(out_ptr.dtype.element_ty),
+                 mask=feat_mask & (is_last.to(tl.int32) + zeros > 0))
+        tl.store(counter, 0, mask=is_last)
 
 
 @triton.jit
@@ -227,13 +304,14 @@ def spmm_csr(
     grid = (num_rows, triton.cdiv(num_feats, cfg["BLOCK_F"]))
     _spmm_rows_kernel[grid](
         rowptr, col, edge_val if edge_val is not None else col, x, out, rowptr,
-        0, 0, num_feats, x.stride(0), out.stride(0),
+        0, 0, num_feats, x.stride(0), out.stride(0), 1,
         REDUCE=0, HAS_VAL=edge_val is not None, num_warps=num_warps, **cfg,
     )
     return out
 
 
-def _launch(seg_ids, start, end, col, val, x, out, out_rows, scale, num_segments, reduce_code, identity, cfg):
+def _launch(seg_ids, start, end, col, val, x, out, out_rows, scale, num_segments, reduce_code, identity, cfg,
+            head_dim=0, num_heads=1):
     rows, block_f = cfg["ROWS"], cfg["BLOCK_F"]
     grid = (triton.cdiv(num_segments, rows), triton.cdiv(x.shape[1], block_f))
     dummy = start
@@ -241,10 +319,10 @@ def _launch(seg_ids, start, end, col, val, x, out, out_rows, scale, num_segments
         seg_ids if seg_ids is not None else dummy, start, end,
         col if col is not None else dummy, val if val is not None else dummy,
         x, out, out_rows if out_rows is not None else dummy, scale if scale is not None else dummy,
-        num_segments, x.shape[1], x.stride(0), out.stride(0),
+        num_segments, x.shape[1], x.stride(0), out.stride(0), num_heads,
         REDUCE=reduce_code, HAS_SEG_IDS=seg_ids is not None, HAS_OUT_ROWS=out_rows is not None,
         HAS_VAL=val is not None, HAS_SCALE=scale is not None, IDENTITY=identity,
-        ROWS=rows, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, num_warps=cfg["num_warps"],
+        ROWS=rows, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, HEAD_DIM=head_dim, num_warps=cfg["num_warps"],
         num_stages=cfg.get("num_stages", 2),
     )
 
@@ -281,6 +359,12 @@ def spmm_planned(
         return out
     cfg = config or spmm_plan_config(num_rows, plan.col32.numel(), num_feats, x.element_size(), plan.max_degree)
     code = REDUCE_CODES[reduce]
+    # multi-head weights [E, H]: feature f of x belongs to head f // (F / H)
+    num_heads = edge_val.shape[1] if edge_val is not None and edge_val.dim() == 2 else 1
+    head_dim = num_feats // num_heads if edge_val is not None and edge_val.dim() == 2 else 0
+    val = edge_val if edge_val is not None else rowptr
+    if cfg.get("SPLIT"):  # one launch; heavy rows in pieces of PIECE_STEPS x HEAVY_E edges
+        return _spmm_split(rowptr, plan, val, edge_val is not None, x, out, code, cfg, head_dim, num_heads)
     if cfg.get("FLAT"):  # one launch, one row per program: least host overhead (small graphs)
         block_f, heavy_e = cfg["BLOCK_F"], cfg.get("HEAVY_E", 0)
         heavy, light_max = rowptr, 0
@@ -288,12 +372,14 @@ def spmm_planned(
             heavy, light_max = plan.heavy_rows(cfg.get("LIGHT_STEPS", 8) * cfg["BLOCK_E"])
         num_heavy = heavy.numel() if heavy_e else 0
         _spmm_rows_kernel[(num_heavy + num_rows, triton.cdiv(num_feats, block_f))](
-            rowptr, plan.col32, edge_val if edge_val is not None else rowptr, x, out, heavy,
-            num_heavy, light_max, num_feats, x.stride(0), out.stride(0),
+            rowptr, plan.col32, val, x, out, heavy,
+            num_heavy, light_max, num_feats, x.stride(0), out.stride(0), num_heads,
             REDUCE=code, HAS_VAL=edge_val is not None, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f,
-            HEAVY_E=heavy_e, num_warps=cfg["num_warps"],
+            HEAVY_E=heavy_e, HEAD_DIM=head_dim, num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3),
         )
         return out
+    if head_dim:
+        raise ValueError("spmm_planned(): multi-head edge values need a FLAT or SPLIT config")
     num_short = plan.short_rows.numel()
     group = cfg.get("GROUP_ROWS", cfg["ROWS"])
     group_e = cfg.get("GROUP_E", cfg["BLOCK_E"])
@@ -324,4 +410,30 @@ def spmm_planned(
         final_cfg = dict(cfg, ROWS=1)
         _launch(None, plan.long_piece_ptr, plan.long_piece_ptr[1:], None, None, partial, out, plan.long_rows,
                 plan.long_inv_deg if reduce == "mean" else None, num_long, piece_code, True, final_cfg)
+    return out
+
+
+def _spmm_split(rowptr, plan, val, has_val, x, out, code, cfg, head_dim, num_heads):
+    """Launch ``_spmm_split_kernel`` (and, without ``INLINE``, the combine pass)."""
+    num_rows, num_feats = out.shape
+    block_f, heavy_e = cfg["BLOCK_F"], cfg["HEAVY_E"]
+    piece_e = heavy_e * cfg["PIECE_STEPS"]
+    split = plan.split_pieces(cfg.get("LIGHT_STEPS", 8) * cfg["BLOCK_E"], piece_e)
+    fblocks = triton.cdiv(num_feats, block_f)
+    inline = bool(cfg.get("INLINE", 1))
+    partial = torch.empty((max(split.num_pieces, 1), num_feats), dtype=torch.float32, device=x.device)
+    counts = split.counters(fblocks) if inline else split.piece_heavy
+    piece_code = REDUCE_CODES["max"] if code == REDUCE_CODES["max"] else REDUCE_CODES["sum"]
+    _spmm_split_kernel[(split.num_pieces + num_rows, fblocks)](
+        rowptr, plan.col32, val, x, out,
+        split.piece_heavy, split.piece_start, split.heavy_rows, split.heavy_first, partial, counts,
+        split.num_pieces, split.light_max, num_feats, x.stride(0), out.stride(0), num_heads,
+        REDUCE=code, HAS_VAL=has_val, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, PIECE_REDUCE=piece_code,
+        HEAVY_E=heavy_e, PIECE_E=piece_e, INLINE=inline, HEAD_DIM=head_dim, num_warps=cfg["num_warps"],
+        num_stages=cfg.get("num_stages", 3),
+    )
+    if not inline and split.num_heavy:
+        _launch(None, split.heavy_first, split.heavy_first[1:], None, None, partial, out, split.heavy_rows,
+                split.inv_deg if code == REDUCE_CODES["mean"] else None, split.num_heavy, piece_code, True,
+                dict(cfg, ROWS=1, BLOCK_E=8, num_warps=cfg.get("SEG_WARPS", 4)))
     return out

@@ -2,6 +2,11 @@
 
 Each layer takes node features ``x`` and either a :class:`~sparsegnn.Graph` or a PyG
 ``edge_index`` (row 0 = source, row 1 = target).  The formula in each docstring is the code.
+
+A graph built from an ``edge_index`` (with its transform: GCN's normalisation, GAT's self
+loops) is cached process-wide by the identity and version of the tensor, so calling a model
+with the same ``edge_index`` every step builds it once and every layer shares it; a Graph
+caches its transformed forms on itself (see ``_graph_input``).
 """
 from __future__ import annotations
 
@@ -11,13 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..graph import Graph
 from ..ops import edge_softmax, sddmm, spmm
-from ._graph_input import GraphInputMixin, as_float_tensor, identity, self_looped
-
-
-def _gcn_normalized(graph: Graph) -> Graph:
-    return graph.add_self_loops().normalize("sym")
+from ._graph_input import GraphInputMixin, as_float_tensor, gcn_normalized, identity, self_looped
 
 
 class GCNConv(GraphInputMixin, nn.Module):
@@ -28,7 +28,9 @@ class GCNConv(GraphInputMixin, nn.Module):
 
     Args:
         in_channels, out_channels: feature widths.
-        cached: reuse the normalised graph of the first call (one fixed graph).
+        cached: keep the normalised graph of the first call for every later call, whatever the
+            graph argument (one fixed graph). Without it, graphs are still cached by the identity
+            and version of ``edge_index`` / ``edge_weight``.
         normalize: apply the symmetric normalisation with self loops; otherwise ``X' = A X W + b``.
         bias: learn ``b``.
         backend: sparse backend for the aggregation.
@@ -54,7 +56,7 @@ class GCNConv(GraphInputMixin, nn.Module):
 
     def forward(self, x: Tensor, graph, edge_weight: Optional[Tensor] = None) -> Tensor:
         as_float_tensor(x, "GCNConv")
-        g = self._graph("GCNConv", graph, edge_weight, x.shape[0], _gcn_normalized if self.normalize else identity)
+        g = self._graph("GCNConv", graph, edge_weight, x.shape[0], gcn_normalized if self.normalize else identity)
         # Aggregate on the narrower side: A (X W) == (A X) W.
         if self.out_channels <= self.in_channels:
             out = spmm(g, self.lin(x), backend=self.backend)
@@ -223,9 +225,7 @@ class GATConv(GraphInputMixin, nn.Module):
         scores = F.leaky_relu(sddmm(g, alpha_dst, alpha_src, "add"), self.negative_slope)   # [E, H]
         alpha = edge_softmax(g, scores)
         alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-        out = torch.stack(
-            [spmm(g, h[:, head], edge_weight=alpha[:, head], backend=self.backend) for head in range(heads)], dim=1
-        )                                                  # [N, H, C]
+        out = spmm(g, h, edge_weight=alpha, backend=self.backend)   # [N, H, C], every head in one launch
         out = out.reshape(-1, heads * channels) if self.concat else out.mean(dim=1)
         return out + self.bias if self.bias is not None else out
 

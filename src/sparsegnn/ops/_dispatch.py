@@ -51,9 +51,9 @@ def _kernels():
         from types import SimpleNamespace
 
         from ..kernels import configs, sddmm_csr, spmm_csr
-        from ..tune import pick_config
+        from ..tune import decide
 
-        _KERNELS = SimpleNamespace(configs=configs, spmm=spmm_csr, sddmm=sddmm_csr, pick_config=pick_config)
+        _KERNELS = SimpleNamespace(configs=configs, spmm=spmm_csr, sddmm=sddmm_csr, decide=decide)
     return _KERNELS
 
 
@@ -66,18 +66,22 @@ def plan_of(graph: Graph):
     return plan
 
 
+def spmm_detail(weight: Optional[Tensor], reduce: str) -> str:
+    """The variant part of an SpMM decision key: reduce, edge values, heads."""
+    heads = weight.shape[1] if weight is not None and weight.dim() == 2 else 0
+    return f"{reduce}|val{int(weight is not None)}|h{heads}"
+
+
 def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
     k = _kernels()
     plan = plan_of(graph)
-    key = ("spmm_config", x.shape[1], x.dtype, reduce, weight is not None)
-    config = graph.cache.get(key)
-    if config is None:
-        candidates = k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1], x.element_size(),
-                                                plan.max_degree)
-        config = k.pick_config(graph.cache, key, candidates,
-                               lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg),
-                               device=x.device)
-    return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=config)
+    run = lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg)  # noqa: E731
+    multi_head = weight is not None and weight.dim() == 2
+    candidates = lambda: k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1],  # noqa: E731
+                                                   x.element_size(), plan.max_degree, multi_head=multi_head)
+    config = k.decide("spmm", graph, spmm_detail(weight, reduce), x.shape[1], x.dtype, x.device, candidates, run,
+                      space=k.configs.SPMM_SPACE)
+    return run(config)
 
 
 def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Tensor:
@@ -85,13 +89,11 @@ def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Te
     if backend == "triton":
         k = _kernels()
         plan = plan_of(graph)
-        key = ("sddmm_config", a.shape[1], a.dtype, op)
-        config = graph.cache.get(key)
-        if config is None:
-            candidates = k.configs.sddmm_candidates(graph.num_nodes, graph.num_edges, a.shape[1], op)
-            config = k.pick_config(graph.cache, key, candidates,
-                                   lambda cfg: k.sddmm.sddmm_csr(plan, a, b, op, config=cfg), device=a.device)
-        return k.sddmm.sddmm_csr(plan, a, b, op, config=config)
+        run = lambda cfg: k.sddmm.sddmm_csr(plan, a, b, op, config=cfg)  # noqa: E731
+        candidates = lambda: k.configs.sddmm_candidates(graph.num_nodes, graph.num_edges, a.shape[1], op)  # noqa: E731
+        config = k.decide("sddmm", graph, op, a.shape[1], a.dtype, a.device, candidates, run,
+                          space=k.configs.SDDMM_SPACE)
+        return run(config)
     return reference.sddmm(graph.row, graph.col, a, b, op)
 
 
@@ -99,13 +101,18 @@ def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], r
     """``out[i] = reduce_{e in row i} w_e x[col[e]]`` on ``graph`` with the chosen backend.
 
     ``reduce`` is ``"sum"``, ``"mean"`` (divide by the number of stored edges) or ``"max"``.
-    ``weight`` of shape [E, F] (per-feature weights) always takes the reference path.
+    ``weight`` of shape [E, H] with ``F % H == 0`` is multi-head: feature ``f`` is weighted by
+    ``w[e, f // (F / H)]`` (``H = F``: per-feature weights).  Multi-head sums run in one
+    Triton launch for every head; other per-feature cases take the reference path.
 
     Shapes:
-        x: [N, F]; weight: [E], [E, F] or None -> [N, F].
+        x: [N, F]; weight: [E], [E, H] or None -> [N, F].
     """
-    if backend == "triton" and (weight is None or weight.dim() == 1):
+    multi_head = weight is not None and weight.dim() == 2
+    if backend == "triton" and (not multi_head or (reduce == "sum" and x.shape[1] % weight.shape[1] == 0)):
         return _spmm_triton(graph, x, weight, reduce)
+    if multi_head and weight.shape[1] != x.shape[1]:
+        weight = weight.repeat_interleave(x.shape[1] // weight.shape[1], dim=1)
     if reduce == "max":
         return reference.spmm_max(graph.row, graph.col, graph.num_nodes, x, weight)
     if reduce == "mean":

@@ -49,9 +49,13 @@ class _SpMMLinear(torch.autograd.Function):
             effective = weight if scale is None else (scale if weight is None else weight * scale)
             grad_x = aggregate_transposed(ctx.backend, graph, grad_out, effective)
         if weight is not None and ctx.needs_input_grad[2]:
-            grad_w = edge_values(ctx.backend, graph, grad_out, x.to(grad_out.dtype), "dot").to(weight.dtype)
+            if weight.dim() == 2:  # multi-head: per-head dot products of [E, F] products
+                prod = edge_values(ctx.backend, graph, grad_out, x.to(grad_out.dtype), "mul")
+                grad_w = prod.view(prod.shape[0], weight.shape[1], -1).sum(-1).to(weight.dtype)
+            else:
+                grad_w = edge_values(ctx.backend, graph, grad_out, x.to(grad_out.dtype), "dot").to(weight.dtype)
             if scale is not None:
-                grad_w = grad_w * scale.to(grad_w.dtype)
+                grad_w = grad_w * (scale.to(grad_w.dtype) if grad_w.dim() == 1 else scale.to(grad_w.dtype)[:, None])
         return None, grad_x, grad_w, None, None
 
 
@@ -103,14 +107,16 @@ def spmm(
         x: node features.
         reduce: ``"sum"``, ``"mean"`` or ``"max"``.
         edge_weight: per-edge weights overriding the graph's ``edge_val`` (Graph order for a
-            Graph, the caller's order for an ``edge_index``). Differentiable.
+            Graph, the caller's order for an ``edge_index``). Differentiable.  ``[E, H]`` with
+            ``x`` of shape ``[N, H, C]`` (or ``[N, H * C]``) weights each head separately, all
+            heads in one kernel launch (GAT).
         backend: ``"auto"`` (Triton on CUDA, reference elsewhere), ``"reference"``, ``"triton"``.
 
     Returns:
         Aggregated features of ``x``'s dtype (fp32 accumulation for half types).
 
     Shapes:
-        x: [N, F]; edge_weight: [E] -> [N, F].
+        x: [N, F]; edge_weight: [E] -> [N, F].  Multi-head: x [N, H, C]; edge_weight [E, H] -> [N, H, C].
 
     Example:
         >>> ei = torch.tensor([[0, 1], [2, 2]])             # 0->2, 1->2
@@ -118,6 +124,14 @@ def spmm(
         [[0.0], [0.0], [3.0]]
     """
     fn = "spmm"
+    if isinstance(x, Tensor) and x.dim() == 3:  # multi-head: x [N, H, C] with edge_weight [E, H]
+        check(edge_weight is not None and edge_weight.dim() == 2 and edge_weight.shape[1] == x.shape[1], fn,
+              f"x of shape [N, H, C] needs edge_weight of shape [E, H={x.shape[1]}], got "
+              f"{None if edge_weight is None else tuple(edge_weight.shape)}")
+        check(reduce == "sum", fn, "multi-head aggregation supports reduce='sum'")
+        heads, channels = x.shape[1], x.shape[2]
+        out = spmm(graph, x.reshape(x.shape[0], heads * channels), reduce, edge_weight, backend)
+        return out.view(-1, heads, channels)
     if isinstance(graph, Graph):
         input_order = False
     else:
@@ -128,7 +142,10 @@ def spmm(
     if reduce not in REDUCES:
         raise ValueError(f"{fn}(): reduce must be one of {REDUCES}, got {reduce!r}")
     if edge_weight is not None:
-        check_edge_values(edge_weight, graph.num_edges, fn, "edge_weight", max_dim=1)
+        check_edge_values(edge_weight, graph.num_edges, fn, "edge_weight", max_dim=2)
+        if edge_weight.dim() == 2 and x.shape[1] % edge_weight.shape[1] != 0:
+            raise ValueError(f"{fn}(): edge_weight [E, H] needs a feature width divisible by H, "
+                             f"got F={x.shape[1]}, H={edge_weight.shape[1]}")
         if input_order:
             edge_weight = graph.to_graph_order(edge_weight)
     else:

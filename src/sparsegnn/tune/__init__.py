@@ -1,4 +1,8 @@
-"""Choosing kernel configurations: first-call autotuning over candidates from ``kernels.configs``."""
-from .autotune import autotune_enabled, pick_config
+"""Kernel config decisions (the one owner of tuning state): structural signatures
+(``features``), the learned cost model (``model``), the persistent decision store (``store``)
+and the policy that ties them together (``autotune.decide``)."""
+from .autotune import (autotune_enabled, candidates_timed, decide, decision_key, device_name, lookup, set_timer,
+                       tune_mode, tuner_invocations)
 
-__all__ = ["autotune_enabled", "pick_config"]
+__all__ = ["autotune_enabled", "candidates_timed", "decide", "decision_key", "device_name", "lookup", "set_timer",
+           "tune_mode", "tuner_invocations"]

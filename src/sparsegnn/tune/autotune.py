@@ -1,26 +1,191 @@
-"""First-call autotuning (like ``triton.autotune``, but keyed on the graph as well).
+"""Kernel config decisions: keyed by a structural signature, shared, persisted, predicted.
 
-The first call of a kernel for a (graph, feature width, dtype, ...) key times every candidate
-config on the real inputs and caches the fastest in the caller's dict (the Graph's cache), so
-later calls pay one lookup.  Timing follows the benchmark protocol (``triton.testing.do_bench``):
-the median of single calls, each after flushing L2, with host launch cost hidden behind the
-flush; the three fastest are timed again.  (Back-to-back warm runs, the earlier protocol,
-rank configs by host overhead and L2-warm speed on small graphs; see notes/spmm.md.)
-Disabled under the Triton interpreter and with ``SPARSEGNN_AUTOTUNE=0`` (then the first
-candidate, the heuristic, is used).
+``decide(op, graph, ...)`` is the one entry point the ops use.  The decision for a key
+``op | detail | F | dtype | signature(graph)`` is looked up in the device's
+:class:`~sparsegnn.tune.store.DecisionStore` (process-wide, persisted on disk), so every Graph
+object of the same structural class, in this process or a later one, reuses it.  On a miss
+the policy (``SPARSEGNN_TUNE``) decides:
+
+- ``auto`` (default): the learned cost model ranks the candidates; a kernel it predicts to
+  take under ``TINY_MS`` takes the model's pick untimed (timing and compiling alternatives
+  would cost more than they can save), otherwise its ``SHORTLIST`` best are timed;
+  without a shipped model every candidate is timed;
+- ``model``: the model's pick, nothing timed (zero-shot);
+- ``shortlist``: the model's ``SHORTLIST`` best timed, whatever their predicted time;
+- ``exhaustive``: every candidate timed;
+- ``off`` (or ``SPARSEGNN_AUTOTUNE=0``): the heuristic, the first candidate.
+
+Timing follows the benchmark protocol (``triton.testing.do_bench``): the median of single
+calls, each after flushing L2; the three fastest are timed again.  Without a GPU nothing is
+timed (the model or the heuristic decides) unless a test installs a timer (``set_timer``).
 """
 from __future__ import annotations
 
 import os
-from typing import Callable, Dict, Hashable, List, MutableMapping
+from typing import Callable, Dict, List, Optional
 
 import torch
 
 from ..kernels import interpreting
+from .features import graph_stats_cached, signature
+from .model import load_model
+from .store import store_for_device
+
+#: Kernels predicted faster than this (ms) take the model's pick without timing.
+TINY_MS = 0.05
+#: Candidates the autotuner times when the model shortlists.
+SHORTLIST = 3
+MODES = ("auto", "model", "shortlist", "exhaustive", "off")
+
+_COUNTS = {"decisions": 0, "timed": 0}
+_TIMER: Optional[Callable[[Callable, Dict[str, int]], float]] = None
+_DEVICE_NAMES: Dict[object, str] = {}
+#: key -> (store, config): decisions already validated in this process, read without the
+#: store's lock and copies (a call on a tuned graph costs a dict lookup).  Entries of a store
+#: that was replaced (``store.reset_stores``) are ignored.
+_HOT: Dict[str, tuple] = {}
+
+
+def tune_mode() -> str:
+    """The policy from ``SPARSEGNN_TUNE`` (``SPARSEGNN_AUTOTUNE=0`` means ``off``)."""
+    if os.environ.get("SPARSEGNN_AUTOTUNE", "1") == "0":
+        return "off"
+    mode = os.environ.get("SPARSEGNN_TUNE", "auto").lower()
+    if mode not in MODES:
+        raise ValueError(f"SPARSEGNN_TUNE must be one of {MODES}, got {mode!r}")
+    return mode
 
 
 def autotune_enabled() -> bool:
-    return os.environ.get("SPARSEGNN_AUTOTUNE", "1") != "0" and not interpreting() and torch.cuda.is_available()
+    """Whether candidates can be timed here (a GPU outside the interpreter, or a test timer)."""
+    if _TIMER is not None:
+        return True
+    return tune_mode() != "off" and not interpreting() and torch.cuda.is_available()
+
+
+def set_timer(timer: Optional[Callable[[Callable, Dict[str, int]], float]]) -> None:
+    """Install ``timer(run, config) -> ms`` in place of GPU timing (tests); None restores it."""
+    global _TIMER
+    _TIMER = timer
+
+
+def tuner_invocations() -> int:
+    """How many decisions were made (store misses) in this process."""
+    return _COUNTS["decisions"]
+
+
+def candidates_timed() -> int:
+    """How many candidate timings were run in this process."""
+    return _COUNTS["timed"]
+
+
+def device_name(device) -> str:
+    """Name under which decisions are stored: the GPU's name, or ``cpu``."""
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
+    if device.type != "cuda":
+        return "cpu"
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    name = _DEVICE_NAMES.get(index)
+    if name is None:
+        name = _DEVICE_NAMES[index] = torch.cuda.get_device_name(index)
+    return name
+
+
+def decision_key(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype) -> str:
+    """The store key of a decision: op, variant, width, dtype and the graph's signature."""
+    sig = graph.cache.get("signature")
+    if sig is None:
+        sig = graph.cache["signature"] = signature(graph_stats_cached(graph))
+    return f"{op}|{detail}|F{num_feats}|{str(dtype).replace('torch.', '')}|{sig}"
+
+
+def lookup(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, device) -> Optional[Dict]:
+    """The stored record (config, ms, source, ...) for this case, or None."""
+    return store_for_device(device_name(device)).get_record(decision_key(op, graph, detail, num_feats, dtype))
+
+
+def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, device,
+           candidates, run: Callable[[Dict[str, int]], object],
+           space: Optional[Dict] = None) -> Dict[str, int]:
+    """The config for ``run`` on ``graph``: stored, predicted or timed (see the module doc).
+
+    Args:
+        op, detail: kernel family (``"spmm"``) and variant (reduce, weights, ...).
+        graph: the Graph (its structure gives the signature and the model's features).
+        num_feats, dtype, device: the dense operand's width, dtype and device.
+        candidates: configs to choose from, the heuristic first, or a function returning them
+            (called only on a store miss: building the list costs more than a lookup).
+        run: ``run(config)`` launches the kernel once with ``config``.
+        space: the family's search space; a stored config outside it (older version) is ignored.
+    """
+    key = decision_key(op, graph, detail, num_feats, dtype)
+    store = store_for_device(device_name(device))
+    hot = _HOT.get(key)
+    if hot is not None and hot[0] is store:  # validated before: no copy, no lock (the per-call path)
+        return hot[1]
+    record = store.get_record(key)
+    if record is not None:
+        stored = record["config"]
+        valid = space is None or all(k in space and v in space[k] for k, v in stored.items())
+        # a heuristic stand-in (tuning was off or impossible when it was stored) is replaced
+        # once this process can predict or time
+        provisional = record.get("source") == "heuristic" and tune_mode() != "off"
+        if valid and not provisional:
+            _HOT[key] = (store, stored)
+            return stored
+    _COUNTS["decisions"] += 1
+    if callable(candidates):
+        candidates = candidates()
+    mode = tune_mode()
+    config, ms, source = candidates[0], None, "heuristic"
+    model = load_model() if mode in ("auto", "model", "shortlist") else None
+    order = list(range(len(candidates)))
+    if model is not None and len(candidates) > 1:
+        stats = graph_stats_cached(graph)
+        order = model.rank(stats, num_feats, torch.empty((), dtype=dtype).element_size(), candidates)
+        config, source = candidates[order[0]], "model"
+    timed = []
+    if mode != "off" and len(candidates) > 1 and autotune_enabled():
+        if mode == "exhaustive" or model is None:
+            timed = list(range(len(candidates)))
+        elif mode in ("auto", "shortlist"):
+            first = _time_candidates(run, [candidates[order[0]]])[0]
+            if first >= TINY_MS or mode == "shortlist":
+                rest = order[1:SHORTLIST]
+                times = [first] + _time_candidates(run, [candidates[i] for i in rest])
+                timed = order[:SHORTLIST]
+                best = min(range(len(timed)), key=times.__getitem__)
+                config, ms, source = candidates[timed[best]], times[best], "shortlist"
+                timed = []
+            else:
+                ms = first
+        if timed:
+            times = _time_candidates(run, [candidates[i] for i in timed])
+            best = min(range(len(timed)), key=times.__getitem__)
+            config, ms, source = candidates[timed[best]], times[best], "exhaustive" if len(timed) > 1 else source
+    store.put(key, config, ms=ms, source=source)
+    if source != "heuristic" or mode == "off":
+        _HOT[key] = (store, config)
+    return config
+
+
+def _time_candidates(run: Callable, configs: List[Dict[str, int]]) -> List[float]:
+    """Median ms of each config (three fastest re-timed, the lower median kept)."""
+    _COUNTS["timed"] += len(configs)
+    if _TIMER is not None:
+        return [float(_TIMER(run, cfg)) for cfg in configs]
+    device = torch.cuda.current_device()
+    flush = _flush_buffer(device)
+    times = []
+    for config in configs:
+        run(config)  # compile
+        times.append(_time(run, config, flush))
+    if len(configs) > 1:
+        for i in sorted(range(len(configs)), key=times.__getitem__)[:3]:
+            times[i] = min(times[i], _time(run, configs[i], flush))
+    del flush
+    return times
 
 
 def _flush_buffer(device) -> torch.Tensor:
@@ -36,9 +201,8 @@ def _time(run: Callable[[Dict[str, int]], object], config: Dict[str, int], flush
     """Median ms of single calls, each after an L2 flush (the protocol of ``triton.testing.do_bench``).
 
     The flush runs on the GPU while the host prepares the call, so host launch cost is hidden
-    unless it exceeds the flush (as in a training step, where the host runs ahead); gaps
-    between the launches of a multi-launch schedule still count.  3 to 25 repetitions, about
-    ``budget_ms`` of kernel time in all.
+    unless it exceeds the flush; gaps between the launches of a multi-launch schedule still
+    count.  3 to 25 repetitions, about ``budget_ms`` of kernel time in all.
     """
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     flush.zero_()
@@ -60,32 +224,10 @@ def _time(run: Callable[[Dict[str, int]], object], config: Dict[str, int], flush
     return times[len(times) // 2]
 
 
-def pick_config(
-    cache: MutableMapping[Hashable, Dict[str, int]],
-    key: Hashable,
-    candidates: List[Dict[str, int]],
-    run: Callable[[Dict[str, int]], object],
-    device=None,
-) -> Dict[str, int]:
-    """The cached best config for ``key``, timing ``candidates`` with ``run(config)`` on a miss
-    (on ``device``, default the current CUDA device)."""
-    best = cache.get(key)
-    if best is not None:
-        return best
-    if len(candidates) == 1 or not autotune_enabled():
-        cache[key] = candidates[0]
-        return candidates[0]
-    flush = _flush_buffer(device if device is not None else torch.cuda.current_device())
-    timings = []
-    for config in candidates:
-        run(config)  # compile
-        timings.append(_time(run, config, flush))
-    # Second round for the front-runners (short kernels are noisy), keep the better median.
-    order = sorted(range(len(candidates)), key=timings.__getitem__)[:3]
-    for i in order:
-        timings[i] = min(timings[i], _time(run, candidates[i], flush))
-    del flush
-    best = candidates[min(range(len(candidates)), key=timings.__getitem__)]
-    cache[key] = best
-    cache[(key, "timings")] = list(zip(candidates, timings))
-    return best
+def time_config(run: Callable[[Dict[str, int]], object], config: Dict[str, int]) -> float:
+    """Benchmark-protocol time of one config (compiles first); for sweeps and reports."""
+    return _time_candidates(run, [config])[0]
+
+
+__all__ = ["decide", "lookup", "decision_key", "tune_mode", "autotune_enabled", "set_timer", "tuner_invocations",
+           "candidates_timed", "device_name", "time_config", "TINY_MS", "SHORTLIST", "MODES"]

@@ -1,0 +1,151 @@
+"""What a user waits for when a script starts: import to the end of the first training step.
+
+In a fresh Python subprocess (``PYTHONPATH=src``) it times, on Cora: ``import sparsegnn``,
+loading the dataset, and the first and second training steps (forward, backward, Adam) of a
+2-layer GCN of ``sparsegnn.nn.GCNConv`` layers called with ``edge_index`` (the PyG way). The
+headline number is the time from before ``import sparsegnn`` to the end of the first step
+(``import torch`` is timed separately). It runs twice:
+
+1. ``cold``: ``TRITON_CACHE_DIR``, ``SPARSEGNN_CACHE`` and ``SPARSEGNN_TUNE_CACHE`` point into
+   a fresh temporary directory, so every kernel compiles and every config is tuned;
+2. ``warm``: a new process with the same, now filled, directories.
+
+Prints both and writes JSON to ``--out``::
+
+    PYTHONPATH=src python scripts/first_call.py                  # cuda when available
+    PYTHONPATH=src python scripts/first_call.py --device cpu     # smoke test
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Runs in the subprocess; prints one JSON line. argv: device.
+CHILD = r"""
+import json, sys, time
+t_start = time.perf_counter()
+import torch
+t_torch = time.perf_counter()
+import sparsegnn as sg
+import torch.nn.functional as F
+t_import = time.perf_counter()
+device = torch.device(sys.argv[1])
+
+def sync():
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+data = sg.datasets.load("cora")
+x, y = data.x.to(device), data.y.to(device)
+edge_index = data.graph.edge_index().contiguous().to(device)
+sync()
+t_load = time.perf_counter()
+torch.manual_seed(0)
+conv1 = sg.nn.GCNConv(x.shape[1], 16).to(device)
+conv2 = sg.nn.GCNConv(16, data.num_classes).to(device)
+opt = torch.optim.Adam(list(conv1.parameters()) + list(conv2.parameters()), lr=0.01)
+
+def step():
+    opt.zero_grad()
+    out = conv2(F.relu(conv1(x, edge_index)), edge_index)
+    F.cross_entropy(out, y).backward()
+    opt.step()
+    sync()
+
+step()
+t_first = time.perf_counter()
+step()
+t_second = time.perf_counter()
+print(json.dumps({
+    "import_torch_s": t_torch - t_start,
+    "import_sparsegnn_s": t_import - t_torch,
+    "load_s": t_load - t_import,
+    "first_step_s": t_first - t_load,
+    "second_step_ms": 1000.0 * (t_second - t_first),
+    "import_sparsegnn_to_first_step_s": t_first - t_torch,
+    "import_torch_to_first_step_s": t_first - t_start,
+    "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+    "torch": torch.__version__,
+}))
+"""
+
+
+def run_child(device: str, cache_root: Path, timeout: float) -> Dict[str, object]:
+    """One fresh process with the caches under ``cache_root``; its JSON, or an ``error``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p)
+    env["TRITON_CACHE_DIR"] = str(cache_root / "triton")
+    env["SPARSEGNN_CACHE"] = str(cache_root / "sparsegnn")
+    env["SPARSEGNN_TUNE_CACHE"] = str(cache_root / "tune")
+    wall = _dt.datetime.now()
+    try:
+        proc = subprocess.run([sys.executable, "-c", CHILD, device], env=env, cwd=str(ROOT),
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    result: Dict[str, object] = {"process_wall_s": (_dt.datetime.now() - wall).total_seconds()}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        result["error"] = f"exit {proc.returncode}: " + " | ".join(tail)
+        return result
+    result.update(json.loads(lines[-1]))
+    return result
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    default_device = "cpu"
+    try:
+        import torch
+        default_device = "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        pass
+    parser.add_argument("--device", default=default_device)
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per subprocess (default 600)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary cache directory")
+    parser.add_argument("--out", default="benchmarks/local/first_call.json")
+    args = parser.parse_args(argv)
+
+    cache_root = Path(tempfile.mkdtemp(prefix="sparsegnn-first-call-"))
+    try:
+        runs = {"cold": run_child(args.device, cache_root, args.timeout)}
+        runs["warm"] = run_child(args.device, cache_root, args.timeout)
+    finally:
+        if args.keep:
+            print(f"caches kept in {cache_root}", file=sys.stderr)
+        else:
+            shutil.rmtree(cache_root, ignore_errors=True)
+
+    meta = {"device": args.device, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "python": platform.python_version(), "argv": sys.argv[1:]}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
+    print(f"first call on Cora, 2-layer GCNConv with edge_index, device {args.device}")
+    print("| caches | import torch s | import sparsegnn s | load s | first step s | import sparsegnn -> first step s "
+          "| second step ms |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r in runs.items():
+        if r.get("error"):
+            print(f"| {name} | error: {r['error']} |")
+            continue
+        print(f"| {name} | {r['import_torch_s']:.2f} | {r['import_sparsegnn_s']:.2f} | {r['load_s']:.2f} "
+              f"| {r['first_step_s']:.2f} | {r['import_sparsegnn_to_first_step_s']:.2f} | {r['second_step_ms']:.1f} |")
+    return 0 if not any(r.get("error") for r in runs.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

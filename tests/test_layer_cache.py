@@ -1,0 +1,373 @@
+"""Graphs that layers build from ``edge_index`` are cached by tensor identity and version.
+
+Every output is compared with the same layer called on a Graph built fresh from the same
+tensors, so the cache can only change the cost of a call, never its result.
+"""
+import gc
+
+import pytest
+import torch
+
+import sparsegnn as sg
+from sparsegnn import Graph, nn as sgnn
+from sparsegnn.nn import _graph_input as _gi
+from sparsegnn.nn._graph_input import (
+    GraphInputMixin, GraphTransform, clear_graph_cache, gcn_normalized, graph_builds, graph_cache_info,
+    self_looped, set_graph_cache_size,
+)
+
+N = 30
+NAMES = ["gcn", "sage", "gin", "gat", "agnn"]
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    clear_graph_cache()
+    yield
+    clear_graph_cache()
+
+
+@pytest.fixture
+def data():
+    ei, w = sg.datasets.random_graph(N, 120, seed=21, num_isolated=2, num_empty_rows=3,
+                                     num_self_loops=3, num_duplicates=4, weighted=True)
+    x = torch.randn(N, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    return ei, w.double(), x
+
+
+def _layer(name, dtype=torch.float64, backend="reference"):
+    torch.manual_seed(0)
+    if name == "gcn":
+        layer = sgnn.GCNConv(8, 4, backend=backend)
+    elif name == "sage":
+        layer = sgnn.SAGEConv(8, 4, backend=backend)
+    elif name == "gin":
+        layer = sgnn.GINConv(torch.nn.Linear(8, 4), eps=0.1, backend=backend)
+    elif name == "gat":
+        layer = sgnn.GATConv(8, 4, heads=2, backend=backend)
+    else:
+        layer = sgnn.AGNNConv(backend=backend)
+    return layer.to(dtype)
+
+
+def _fresh(layer, x, ei, ew=None):
+    """The layer on a Graph built from scratch (its transform also computed from scratch)."""
+    return layer(x, Graph.from_edge_index(ei.clone(), None if ew is None else ew.clone(), N))
+
+
+def _builds_during(fn):
+    before = graph_builds()
+    result = fn()
+    return graph_builds() - before, result
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_tensor_builds_once(data, name):
+    ei, _, x = data
+    layer = _layer(name)
+    builds, outs = _builds_during(lambda: [layer(x, ei) for _ in range(3)])
+    assert builds == 1
+    expected = _fresh(layer, x, ei)
+    for out in outs:
+        assert torch.allclose(out, expected)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_new_tensor_same_content_rebuilds(data, name):
+    ei, _, x = data
+    layer = _layer(name)
+    first = layer(x, ei)
+    builds, second = _builds_during(lambda: layer(x, ei.clone()))
+    assert builds == 1
+    assert torch.allclose(first, second)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_inplace_edit_rebuilds(data, name):
+    ei, _, x = data
+    ei = ei.clone()
+    layer = _layer(name)
+    before = layer(x, ei)
+    ei[0] = (ei[0] + 7) % N                       # another graph, same tensor object
+    builds, after = _builds_during(lambda: layer(x, ei))
+    assert builds == 1
+    assert not torch.allclose(before, after)
+    assert torch.allclose(after, _fresh(_layer(name), x, ei))
+    assert graph_cache_info()["entries"] == 1      # the stale entry was dropped
+    assert _builds_during(lambda: layer(x, ei))[0] == 0
+
+
+def test_inplace_edit_of_view_rebuilds(data):
+    ei, _, x = data
+    ei = ei.clone()
+    layer = _layer("gcn")
+    layer(x, ei)
+    targets = ei[1]                                 # a view: views share the version counter
+    targets[:5] = targets[5:10].clone()
+    builds, out = _builds_during(lambda: layer(x, ei))
+    assert builds == 1
+    assert torch.allclose(out, _fresh(layer, x, ei))
+
+
+def test_layers_of_a_model_share_one_graph(data):
+    ei, _, x = data
+    conv1, conv2 = sgnn.GCNConv(8, 16).double(), sgnn.GCNConv(16, 4).double()
+    g1 = conv1._graph("GCNConv", ei, None, N, gcn_normalized)
+    g2 = conv2._graph("GCNConv", ei, None, N, gcn_normalized)
+    assert g1 is g2
+    gat, agnn = sgnn.GATConv(8, 4).double(), sgnn.AGNNConv().double()
+    assert gat._graph("GATConv", ei, None, N, self_looped) is agnn._graph("AGNNConv", ei, None, N, self_looped)
+
+    def step():
+        out = conv2(torch.relu(conv1(x, ei)), ei)
+        out.sum().backward()
+        return out
+
+    builds, _ = _builds_during(lambda: [step() for _ in range(3)])
+    assert builds == 0                              # built above, shared by both layers
+    model = torch.nn.ModuleList([sgnn.GATConv(8, 4, heads=2), sgnn.GATConv(8, 4, heads=1), sgnn.AGNNConv()]).double()
+    builds, _ = _builds_during(lambda: [m(x, ei.clone() if i == 0 else ei) for i, m in enumerate(model)])
+    assert builds == 1                              # only the clone: GAT and AGNN share the self-looped graph
+
+
+def test_library_gat_model_builds_once(data):
+    ei, _, x = data
+    model = sg.training.build_model("gat", 8, 3, hidden=4).double()
+    builds, _ = _builds_during(lambda: [model(x, ei).sum().backward() for _ in range(3)])
+    assert builds == 1
+
+
+def test_static_edge_weight_cached_and_invalidated(data):
+    ei, w, x = data
+    w = w.clone()
+    layer = _layer("gcn")
+    builds, outs = _builds_during(lambda: [layer(x, ei, w) for _ in range(3)])
+    assert builds == 1
+    assert torch.allclose(outs[0], _fresh(layer, x, ei, w))
+    w.mul_(2.0).add_(0.5)                           # new weights, same tensor
+    builds, out = _builds_during(lambda: layer(x, ei, w))
+    assert builds == 1
+    assert torch.allclose(out, _fresh(layer, x, ei, w))
+    assert _builds_during(lambda: layer(x, ei, w.clone()))[0] == 1
+
+
+@pytest.mark.parametrize("name", ["gcn", "sage", "gin"])
+def test_edge_weight_gradients(data, name):
+    ei, w, x = data
+    layer = _layer(name)
+    weight = torch.nn.Parameter(w.clone())
+    opt = torch.optim.SGD([weight], lr=0.1)
+    before = graph_builds()
+    for step in range(3):
+        opt.zero_grad()
+        xs = x.clone().requires_grad_(True)
+        out = layer(xs, ei, weight)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+        ref_w = weight.detach().clone().requires_grad_(True)
+        ref_x = x.clone().requires_grad_(True)
+        ref = layer(ref_x, _fresh_graph(name, ei, ref_w))
+        (ref * torch.linspace(-1, 1, ref.numel(), dtype=ref.dtype).view_as(ref)).sum().backward()
+        assert torch.allclose(out, ref)
+        assert weight.grad is not None and torch.allclose(weight.grad, ref_w.grad)
+        assert torch.allclose(xs.grad, ref_x.grad)
+        assert weight.grad.abs().sum() > 0
+        opt.step()                                  # in-place update: the next step sees new weights
+    assert graph_builds() - before == 1             # structure and routing once; values every call
+    (entry,) = _gi._CACHE.values()
+    assert entry.router is not None and entry.router.ok   # the cheap path, not the per-call fallback
+
+
+def _fresh_graph(name, ei, weight):
+    """The transformed graph for ``name`` built from scratch, with values differentiable in ``weight``."""
+    g = Graph.from_edge_index(ei, weight, N)
+    return _Transformed(gcn_normalized(g) if name == "gcn" else g)
+
+
+class _Transformed(Graph):
+    """A Graph already transformed: layers must use it as it is (see ``_AsIs``)."""
+
+    def __init__(self, g):
+        super().__init__(g.rowptr, g.col, g.edge_val, g.num_nodes)
+
+
+@pytest.fixture(autouse=True)
+def _as_is(monkeypatch):
+    """Layers given a ``_Transformed`` skip their transform (and every cache)."""
+    original = GraphInputMixin._graph
+
+    def patched(self, fn, graph, edge_weight, num_nodes, transform):
+        if isinstance(graph, _Transformed):
+            return graph
+        return original(self, fn, graph, edge_weight, num_nodes, transform)
+
+    monkeypatch.setattr(GraphInputMixin, "_graph", patched)
+
+
+def test_graph_input_with_grad_values(data):
+    ei, w, x = data
+    layer = _layer("gcn")
+    weight = torch.nn.Parameter(w.clone())
+    base = Graph.from_edge_index(ei, num_nodes=N)
+    graph = base.with_values(weight[base.edge_perm])
+    for _ in range(2):
+        weight.grad = None
+        out = layer(x, graph)
+        out.pow(2).sum().backward()
+        ref_w = weight.detach().clone().requires_grad_(True)
+        ref = layer(x, _fresh_graph("gcn", ei, ref_w))
+        ref.pow(2).sum().backward()
+        assert torch.allclose(out, ref)
+        assert torch.allclose(weight.grad, ref_w.grad)
+        graph = base.with_values(weight[base.edge_perm])   # a new graph of the new values, as a user would
+
+
+def test_routing_fallback_keeps_gradients(data):
+    """A transform whose values are not a routing (max of duplicates) is recomputed per call."""
+    ei, w, x = data
+    dedupe_max = GraphTransform("test_dedupe_max", lambda g: g.remove_duplicates("max"))
+
+    class Layer(GraphInputMixin, torch.nn.Module):
+        def forward(self, x, ei, ew):
+            return sg.spmm(self._graph("Layer", ei, ew, x.shape[0], dedupe_max), x, backend="reference")
+
+    layer = Layer()
+    weight = w.clone().requires_grad_(True)
+    for _ in range(2):
+        weight.grad = None
+        layer(x, ei, weight).pow(2).sum().backward()
+        ref_w = w.clone().requires_grad_(True)
+        sg.spmm(Graph.from_edge_index(ei, ref_w, N).remove_duplicates("max"), x, backend="reference").pow(2).sum().backward()
+        assert torch.allclose(weight.grad, ref_w.grad)
+    (entry,) = _gi._CACHE.values()
+    assert not entry.router.ok
+
+
+@pytest.mark.parametrize("name", ["gcn", "gat"])
+def test_graph_input_transform_cached_on_graph(data, name):
+    ei, w, x = data
+    layer = _layer(name)
+    graph = Graph.from_edge_index(ei, w, N) if name == "gcn" else Graph.from_edge_index(ei, num_nodes=N)
+    builds, outs = _builds_during(lambda: [layer(x, graph) for _ in range(3)])
+    assert builds == 1
+    assert torch.allclose(outs[0], _fresh(layer, x, ei, w if name == "gcn" else None))
+    if name == "gcn":                               # with_values copies caches: the result must not be reused
+        other = graph.with_values(graph.edge_val * 3.0 + 1.0)
+        out = layer(x, other)
+        ref = layer(x, _Transformed(gcn_normalized(Graph.from_edge_index(ei, w, N).with_values(other.edge_val))))
+        assert torch.allclose(out, ref)
+        assert torch.allclose(layer(x, graph), outs[0])
+
+
+def test_lru_bound(data):
+    ei, _, x = data
+    layer = _layer("gcn")
+    old = set_graph_cache_size(4)
+    try:
+        tensors = [ei.clone() for _ in range(10)]
+        for t in tensors:
+            layer(x, t)
+        assert graph_cache_info()["entries"] == 4
+        assert _builds_during(lambda: layer(x, tensors[-1]))[0] == 0
+        assert _builds_during(lambda: layer(x, tensors[0]))[0] == 1
+        assert graph_cache_info()["entries"] == 4
+        set_graph_cache_size(0)
+        assert graph_cache_info()["entries"] == 0
+        assert _builds_during(lambda: [layer(x, tensors[1]) for _ in range(2)])[0] == 2
+    finally:
+        set_graph_cache_size(old)
+
+
+def test_freed_tensor_entry_dropped(data):
+    ei, _, x = data
+    layer = _layer("gcn")
+    tmp = ei.clone()
+    layer(x, tmp)
+    assert graph_cache_info()["entries"] == 1
+    del tmp
+    gc.collect()
+    assert graph_cache_info()["entries"] == 0
+
+
+def test_num_nodes_is_part_of_the_key(data):
+    ei, _, x = data
+    layer = _layer("sage")
+    small = layer(x, ei)
+    big_x = torch.cat([x, x[:5]])
+    big = layer(big_x, ei)
+    assert big.shape[0] == N + 5 and torch.allclose(big[:N], small)
+    with pytest.raises(ValueError, match="out of range"):
+        layer(x[:10], ei)
+
+
+def test_inference_mode_tensors(data):
+    ei, _, x = data
+    layer = _layer("gcn")
+    expected = _fresh(layer, x, ei)
+    with torch.inference_mode():
+        ei_inf = ei.clone()                         # no version counter: never cached
+        assert torch.allclose(layer(x, ei_inf), expected)
+        assert torch.allclose(layer(x, ei_inf), expected)
+    assert graph_cache_info()["entries"] == 0
+
+
+def test_cached_true_keeps_first_graph(data):
+    ei, _, x = data
+    layer = sgnn.GCNConv(8, 4, cached=True).double()
+    first = layer(x, ei)
+    ei2 = ei.clone()
+    ei2[0] = (ei2[0] + 3) % N
+    assert torch.allclose(layer(x, ei2), first)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_default_backend_float32(data, name):
+    ei, _, x = data
+    x = x.float()
+    layer = _layer(name, dtype=torch.float32, backend="auto")
+    outs = [layer(x, ei) for _ in range(2)]
+    expected = _fresh(layer, x, ei)
+    assert torch.allclose(outs[1], expected, atol=1e-5, rtol=1e-5)
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_grad_edge_weight_is_checked_on_every_call(data):
+    ei, w, x = data
+    layer = _layer("gcn")
+    layer(x, ei, w.clone().requires_grad_(True))
+    with pytest.raises(ValueError, match="edge_weight"):
+        layer(x, ei, w[:-1].clone().requires_grad_(True))
+
+
+def test_grad_edge_weight_under_no_grad_and_inference_mode(data):
+    ei, w, x = data
+    layer = _layer("gcn")
+    weight = torch.nn.Parameter(w.clone())
+    expected = layer(x, _fresh_graph("gcn", ei, weight.detach()))
+    with torch.inference_mode():                    # no routing probe possible: built per call, not cached
+        assert torch.allclose(layer(x, ei, weight), expected)
+    with torch.no_grad():
+        assert torch.allclose(layer(x, ei, weight), expected)
+    out = layer(x, ei, weight)
+    out.sum().backward()
+    assert torch.allclose(out, expected) and weight.grad is not None
+
+
+def test_plain_function_transform(data):
+    ei, w, x = data
+
+    def loops_then_sym(g):
+        return g.add_self_loops().normalize("sym")
+
+    class Layer(GraphInputMixin, torch.nn.Module):
+        def forward(self, x, ei, ew=None):
+            return sg.spmm(self._graph("Layer", ei, ew, x.shape[0], loops_then_sym), x, backend="reference")
+
+    layer = Layer()
+    builds, outs = _builds_during(lambda: [layer(x, ei, w) for _ in range(3)])
+    assert builds == 1
+    assert torch.allclose(outs[-1], sg.spmm(loops_then_sym(Graph.from_edge_index(ei, w, N)), x))
+    weight = w.clone().requires_grad_(True)
+    layer(x, ei, weight).sum().backward()           # not a routing (normalised values): per-call rebuild
+    ref_w = w.clone().requires_grad_(True)
+    sg.spmm(loops_then_sym(Graph.from_edge_index(ei, ref_w, N)), x).sum().backward()
+    assert torch.allclose(weight.grad, ref_w.grad)
