@@ -222,6 +222,16 @@ def test_lock_timeout_keeps_decision_in_memory(tmp_path):
     assert set(_load(path)["decisions"]) == {"k", "k2", "k3"}
 
 
+def _assert_warns_once_then_keeps_memory(store):
+    """The first failed write warns once; later ones are silent; decisions stay in memory."""
+    with pytest.warns(RuntimeWarning, match="cpu.json"):
+        store.put("k", {"A": 1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        store.put("k2", {"A": 2})
+    assert store.get("k") == {"A": 1} and store.get("k2") == {"A": 2}
+
+
 @pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX permissions")
 def test_read_only_directory_keeps_memory_only(tmp_path):
     ro = tmp_path / "ro"
@@ -231,12 +241,7 @@ def test_read_only_directory_keeps_memory_only(tmp_path):
         if os.geteuid() == 0 and os.access(ro, os.W_OK):
             pytest.skip("root ignores directory permissions (CAP_DAC_OVERRIDE)")
         store = DecisionStore(ro / "cpu.json")
-        with pytest.warns(RuntimeWarning, match="cpu.json"):
-            store.put("k", {"A": 1})
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            store.put("k2", {"A": 2})
-        assert store.get("k") == {"A": 1} and store.get("k2") == {"A": 2}
+        _assert_warns_once_then_keeps_memory(store)
         assert list(ro.iterdir()) == []
     finally:
         ro.chmod(0o700)
@@ -249,12 +254,7 @@ def test_unwritable_file_keeps_memory_only(tmp_path, monkeypatch):
 
     monkeypatch.setattr(DecisionStore, "_replace_file", deny)
     store = DecisionStore(tmp_path / "cpu.json")
-    with pytest.warns(RuntimeWarning, match="cpu.json"):
-        store.put("k", {"A": 1})
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        store.put("k2", {"A": 2})
-    assert store.get("k") == {"A": 1} and store.get("k2") == {"A": 2}
+    _assert_warns_once_then_keeps_memory(store)
     assert not (tmp_path / "cpu.json").exists()
 
 

@@ -130,8 +130,7 @@ def bench_graph(name: str, seed: int = 0, device=None, data_dir=None, real: bool
         return Graph(graph.rowptr, graph.col, None, graph.num_nodes)  # drop edge_perm memory
     from ..datasets.suite import load_suite_graph
 
-    graph = load_suite_graph(name, data_dir=data_dir).to(device)
-    return Graph(graph.rowptr, graph.col, None, graph.num_nodes)
+    return load_suite_graph(name, data_dir=data_dir).to(device)  # already without values
 
 
 def run(graphs: Iterable[str], ops: Iterable[str], dims: Iterable[int], dtypes: Iterable[str],

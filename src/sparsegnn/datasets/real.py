@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check
+from ..formats.csr import coo_to_csr
 from ..graph import Graph
 from .tu import _read_members
 
@@ -108,14 +109,10 @@ def _as_ids(values: np.ndarray, fn: str, what: str) -> np.ndarray:
 
 def _csr_graph(target: np.ndarray, source: np.ndarray, num_nodes: int, values: Optional[np.ndarray] = None,
                ptr: Optional[np.ndarray] = None) -> Graph:
-    """Graph with rows sorted by (target, source), stably (numpy: faster than torch's stable sort on CPU)."""
-    target, source = target.astype(np.int64), source.astype(np.int64)
-    perm = np.argsort(target * max(num_nodes, 1) + source, kind="stable")
-    rowptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(target, minlength=num_nodes), out=rowptr[1:])
-    val = None if values is None else torch.from_numpy(values[perm])
-    return Graph(torch.from_numpy(rowptr), torch.from_numpy(source[perm]), val, num_nodes,
-                 ptr=None if ptr is None else torch.from_numpy(ptr.astype(np.int64)))
+    """Graph with rows sorted by (target, source), stably (``formats.csr.coo_to_csr``)."""
+    rowptr, col, perm = coo_to_csr(torch.from_numpy(target), torch.from_numpy(source), num_nodes)
+    val = None if values is None else torch.from_numpy(values)[perm]
+    return Graph(rowptr, col, val, num_nodes, ptr=None if ptr is None else torch.from_numpy(ptr.astype(np.int64)))
 
 
 # ---------------------------------------------------------------- npz

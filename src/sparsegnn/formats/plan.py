@@ -131,20 +131,34 @@ class SplitPieces:
         return self._counters[feature_blocks]
 
 
+def _cut_rows(rowptr: Tensor, rows: Tensor, piece_edges: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """Cut ``rows`` into pieces of ``piece_edges`` edges (the last piece of a row may be shorter).
+
+    Returns:
+        ``(first_piece, owner, piece_start)``: pieces of ``rows[r]`` are
+        ``first_piece[r]:first_piece[r + 1]``; ``owner[p]`` is the index into ``rows`` of piece
+        ``p``, ``piece_start[p]`` its first edge.
+
+    Shapes:
+        rows: [R] -> first_piece: [R + 1] int64; owner, piece_start: [P] int64.
+    """
+    rows64 = rows.to(torch.int64)
+    pieces = (rowptr[rows64 + 1] - rowptr[rows64] + piece_edges - 1) // piece_edges
+    first_piece = torch.zeros(rows.numel() + 1, dtype=torch.int64, device=rowptr.device)
+    torch.cumsum(pieces, 0, out=first_piece[1:])
+    total = int(first_piece[-1]) if rows.numel() else 0
+    owner = torch.repeat_interleave(torch.arange(rows.numel(), device=rowptr.device), pieces, output_size=total)
+    index_in_row = torch.arange(total, device=rowptr.device) - first_piece[:-1][owner]
+    return first_piece, owner, rowptr[rows64[owner]] + index_in_row * piece_edges
+
+
 def _split_rows(rowptr: Tensor, rows: Tensor, light_max: int, piece_edges: int) -> SplitPieces:
     if piece_edges < 1:
         raise ValueError(f"split_pieces(): piece_edges must be >= 1, got {piece_edges}")
+    heavy_first, owner, piece_start = _cut_rows(rowptr, rows, piece_edges)
     rows64 = rows.to(torch.int64)
-    deg = rowptr[rows64 + 1] - rowptr[rows64]
-    pieces = (deg + piece_edges - 1) // piece_edges
-    heavy_first = torch.zeros(rows.numel() + 1, dtype=torch.int64, device=rowptr.device)
-    torch.cumsum(pieces, 0, out=heavy_first[1:])
-    total = int(heavy_first[-1]) if rows.numel() else 0
-    piece_heavy = torch.repeat_interleave(torch.arange(rows.numel(), device=rowptr.device), pieces, output_size=total)
-    index_in_row = torch.arange(total, device=rowptr.device) - heavy_first[:-1][piece_heavy]
-    piece_start = rowptr[rows64[piece_heavy]] + index_in_row * piece_edges
-    return SplitPieces(rows.to(torch.int32), heavy_first, piece_heavy.to(torch.int32), piece_start,
-                       deg.to(torch.float32).reciprocal(), light_max)
+    inv_deg = (rowptr[rows64 + 1] - rowptr[rows64]).to(torch.float32).reciprocal()
+    return SplitPieces(rows.to(torch.int32), heavy_first, owner.to(torch.int32), piece_start, inv_deg, light_max)
 
 
 def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
@@ -167,14 +181,8 @@ def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
     for c in counts:
         bucket_ptr.append(bucket_ptr[-1] + c)
     long_rows = torch.nonzero(is_long).flatten()
-    pieces = (deg[long_rows] + chunk - 1) // chunk
-    long_piece_ptr = torch.zeros(long_rows.numel() + 1, dtype=torch.int64, device=rowptr.device)
-    torch.cumsum(pieces, 0, out=long_piece_ptr[1:])
-    total = int(long_piece_ptr[-1]) if long_rows.numel() else 0
-    piece_row = torch.repeat_interleave(long_rows, pieces, output_size=total)
-    first_piece = torch.repeat_interleave(long_piece_ptr[:-1], pieces, output_size=total)
-    index_in_row = torch.arange(total, device=rowptr.device) - first_piece
-    piece_start = rowptr[piece_row] + index_in_row * chunk
+    long_piece_ptr, owner, piece_start = _cut_rows(rowptr, long_rows, chunk)
+    piece_row = long_rows[owner]
     piece_end = torch.minimum(piece_start + chunk, rowptr[piece_row + 1])
     long_inv_deg = deg[long_rows].to(torch.float32).reciprocal()
     short64 = short_rows.to(torch.int64)

@@ -142,28 +142,28 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
     model = load_model() if mode in ("auto", "model", "shortlist") else None
     order = list(range(len(candidates)))
     if model is not None and len(candidates) > 1:
-        stats = graph_stats_cached(graph)
-        order = model.rank(stats, num_feats, torch.empty((), dtype=dtype).element_size(), candidates)
+        order = model.rank(graph_stats_cached(graph), num_feats, dtype.itemsize, candidates)
         config, source = candidates[order[0]], "model"
-    timed = []
+    times: Dict[int, float] = {}  # candidate index -> measured ms
     if mode != "off" and len(candidates) > 1 and autotune_enabled():
         if mode == "exhaustive" or model is None:
-            timed = list(range(len(candidates)))
-        elif mode in ("auto", "shortlist"):
-            first = _time_candidates(run, [candidates[order[0]]])[0]
-            if first >= TINY_MS or mode == "shortlist":
-                rest = order[1:SHORTLIST]
-                times = [first] + _time_candidates(run, [candidates[i] for i in rest])
-                timed = order[:SHORTLIST]
-                best = min(range(len(timed)), key=times.__getitem__)
-                config, ms, source = candidates[timed[best]], times[best], "shortlist"
-                timed = []
-            else:
-                ms = first
-        if timed:
-            times = _time_candidates(run, [candidates[i] for i in timed])
-            best = min(range(len(timed)), key=times.__getitem__)
-            config, ms, source = candidates[timed[best]], times[best], "exhaustive" if len(timed) > 1 else source
+            to_time = order
+        elif mode == "shortlist":
+            to_time = order[:SHORTLIST]
+        elif mode == "auto":  # the model's pick first; alternatives only if it is not tiny
+            times[order[0]] = _time_candidates(run, [config])[0]
+            to_time = order[:SHORTLIST] if times[order[0]] >= TINY_MS else []
+        else:  # "model": nothing timed
+            to_time = []
+        missing = [i for i in to_time if i not in times]
+        times.update(zip(missing, _time_candidates(run, [candidates[i] for i in missing])))
+        best = min(times, key=times.__getitem__) if times else None
+        if best is not None:
+            config, ms = candidates[best], times[best]
+            if len(to_time) == len(candidates):
+                source = "exhaustive"
+            elif len(to_time) > 1:
+                source = "shortlist"
     store.put(key, config, ms=ms, source=source)
     if source != "heuristic" or mode == "off":
         _HOT[key] = (store, config)
@@ -172,6 +172,8 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
 
 def _time_candidates(run: Callable, configs: List[Dict[str, int]]) -> List[float]:
     """Median ms of each config (three fastest re-timed, the lower median kept)."""
+    if not configs:
+        return []
     _COUNTS["timed"] += len(configs)
     if _TIMER is not None:
         return [float(_TIMER(run, cfg)) for cfg in configs]
