@@ -294,3 +294,51 @@ def test_triton_edge_softmax_forward_backward(heads):
     assert torch.allclose(results[0][0], results[1][0], atol=1e-6)
     assert torch.allclose(results[0][1], results[1][1], atol=1e-6)
     assert not torch.isnan(results[0][0]).any()
+
+
+@pytest.mark.parametrize("config", [
+    {"FLAT": 1, "BLOCK_E": 4, "BLOCK_F": 16, "num_warps": 1},
+    {"SPLIT": 1, "BLOCK_E": 4, "BLOCK_F": 16, "num_warps": 1, "HEAVY_E": 4, "PIECE_STEPS": 2, "LIGHT_STEPS": 1,
+     "INLINE": 1},
+], ids=["flat", "split"])
+def test_launch_cache_keeps_misaligned_inputs_apart(config):
+    """A compiled kernel specialised for 16-byte aligned pointers must not be reused for a view
+    that starts 12 bytes in (the launch cache keys on alignment): aligned, misaligned, aligned."""
+    ei, w = _hub_graph(seed=8)
+    g = Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE)
+    plan = build_row_plan(g.rowptr, g.col, 8)
+    base = torch.randn(31 * 3, generator=torch.Generator().manual_seed(6)).to(DEVICE)
+    for offset in (0, 3, 0):            # 3 floats = 12 bytes: not 16-byte aligned
+        x = base[offset:offset + 30 * 3].view(30, 3)
+        out = spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=config)
+        assert _rel_err(out, _dense_reduce(ei, 30, x.double().cpu(), w, "sum")) < 1e-5
+
+
+def test_launch_cache_sees_empty_hook_chains_as_no_hooks():
+    """Triton 3.6 keeps its launch hooks as HookChain objects: empty ones must not disable the
+    cached launch path (they did, silently, until a GPU profile showed every call going
+    through Triton's binder)."""
+    from sparsegnn.kernels._launch import _no_hook
+
+    class Chain:
+        def __init__(self, calls):
+            self.calls = calls
+
+    assert _no_hook(None) and _no_hook(Chain([]))
+    assert not _no_hook(Chain([print])) and not _no_hook(print)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="compiled kernels exist on the GPU only")
+def test_launch_cache_is_used_on_gpu():
+    from sparsegnn.kernels import _launch
+
+    ei, w = _hub_graph(seed=9)
+    g = Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE)
+    plan = build_row_plan(g.rowptr, g.col, 8)
+    x = torch.randn(30, 16, device=DEVICE)
+    cfg = {"FLAT": 1, "BLOCK_E": 4, "BLOCK_F": 16, "num_warps": 1}
+    _launch._COMPILED.clear()
+    first = spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=cfg)
+    assert len(_launch._COMPILED) == 1
+    again = spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=cfg)   # through the cached launcher
+    assert torch.equal(first, again) and len(_launch._COMPILED) == 1

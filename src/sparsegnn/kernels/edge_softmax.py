@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from ._launch import launch
 from .configs import next_pow2
 
 
@@ -94,8 +95,8 @@ def edge_softmax_fwd(rowptr: Tensor, scores: Tensor) -> Tensor:
     if num_edges == 0 or num_rows == 0:
         return out
     block_e, block_h, rows = _config(num_rows, num_edges, num_heads)
-    _edge_softmax_fwd_kernel[(triton.cdiv(num_rows, rows),)](
-        rowptr, scores, out, num_rows, num_heads, ROWS=rows, BLOCK_E=block_e, BLOCK_H=block_h)
+    launch(_edge_softmax_fwd_kernel, (triton.cdiv(num_rows, rows),), (rowptr, scores, out, num_rows, num_heads),
+           dict(ROWS=rows, BLOCK_E=block_e, BLOCK_H=block_h), 4)
     return out
 
 
@@ -108,6 +109,6 @@ def edge_softmax_bwd(rowptr: Tensor, out: Tensor, grad: Tensor) -> Tensor:
     if num_edges == 0 or num_rows == 0:
         return ds
     block_e, block_h, rows = _config(num_rows, num_edges, num_heads)
-    _edge_softmax_bwd_kernel[(triton.cdiv(num_rows, rows),)](
-        rowptr, out, grad, ds, num_rows, num_heads, ROWS=rows, BLOCK_E=block_e, BLOCK_H=block_h)
+    launch(_edge_softmax_bwd_kernel, (triton.cdiv(num_rows, rows),), (rowptr, out, grad, ds, num_rows, num_heads),
+           dict(ROWS=rows, BLOCK_E=block_e, BLOCK_H=block_h), 4)
     return ds

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from ._launch import launch
 from .configs import sddmm_config
 
 OP_CODES = {"dot": 0, "add": 1, "mul": 2}
@@ -85,10 +86,9 @@ def sddmm_csr(plan, a: Tensor, b: Tensor, op: str = "dot", config: Optional[Dict
     cfg = config or sddmm_config(a.shape[0], num_edges, num_feats, op)
     fblocks = 1 if op == "dot" else triton.cdiv(num_feats, cfg["BLOCK_F"])
     grid = (triton.cdiv(num_segments, cfg["ROWS"]), fblocks)
-    _sddmm_kernel[grid](
-        plan.seg_row, plan.seg_start, plan.seg_end, plan.col32, a, b, out,
-        num_segments, num_feats, a.stride(0), b.stride(0), out.stride(0) if op != "dot" else 1,
-        OP=OP_CODES[op], ROWS=cfg["ROWS"], BLOCK_E=cfg["BLOCK_E"], BLOCK_F=cfg["BLOCK_F"],
-        num_warps=cfg["num_warps"],
-    )
+    launch(_sddmm_kernel, grid,
+           (plan.seg_row, plan.seg_start, plan.seg_end, plan.col32, a, b, out,
+            num_segments, num_feats, a.stride(0), b.stride(0), out.stride(0) if op != "dot" else 1),
+           dict(OP=OP_CODES[op], ROWS=cfg["ROWS"], BLOCK_E=cfg["BLOCK_E"], BLOCK_F=cfg["BLOCK_F"]),
+           cfg["num_warps"])
     return out

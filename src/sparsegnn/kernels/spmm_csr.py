@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from ._launch import launch
 from .configs import spmm_csr_default, spmm_plan_config
 
 REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2}
@@ -302,11 +303,10 @@ def spmm_csr(
     cfg = dict(config or spmm_csr_default(num_feats))
     num_warps = cfg.pop("num_warps", 4)
     grid = (num_rows, triton.cdiv(num_feats, cfg["BLOCK_F"]))
-    _spmm_rows_kernel[grid](
-        rowptr, col, edge_val if edge_val is not None else col, x, out, rowptr,
-        0, 0, num_feats, x.stride(0), out.stride(0), 1,
-        REDUCE=0, HAS_VAL=edge_val is not None, num_warps=num_warps, **cfg,
-    )
+    launch(_spmm_rows_kernel, grid,
+           (rowptr, col, edge_val if edge_val is not None else col, x, out, rowptr,
+            0, 0, num_feats, x.stride(0), out.stride(0), 1),
+           dict(REDUCE=0, HAS_VAL=edge_val is not None, **cfg), num_warps)
     return out
 
 
@@ -315,16 +315,15 @@ def _launch(seg_ids, start, end, col, val, x, out, out_rows, scale, num_segments
     rows, block_f = cfg["ROWS"], cfg["BLOCK_F"]
     grid = (triton.cdiv(num_segments, rows), triton.cdiv(x.shape[1], block_f))
     dummy = start
-    _segment_reduce_kernel[grid](
-        seg_ids if seg_ids is not None else dummy, start, end,
-        col if col is not None else dummy, val if val is not None else dummy,
-        x, out, out_rows if out_rows is not None else dummy, scale if scale is not None else dummy,
-        num_segments, x.shape[1], x.stride(0), out.stride(0), num_heads,
-        REDUCE=reduce_code, HAS_SEG_IDS=seg_ids is not None, HAS_OUT_ROWS=out_rows is not None,
-        HAS_VAL=val is not None, HAS_SCALE=scale is not None, IDENTITY=identity,
-        ROWS=rows, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, HEAD_DIM=head_dim, num_warps=cfg["num_warps"],
-        num_stages=cfg.get("num_stages", 2),
-    )
+    launch(_segment_reduce_kernel, grid,
+           (seg_ids if seg_ids is not None else dummy, start, end,
+            col if col is not None else dummy, val if val is not None else dummy,
+            x, out, out_rows if out_rows is not None else dummy, scale if scale is not None else dummy,
+            num_segments, x.shape[1], x.stride(0), out.stride(0), num_heads),
+           dict(REDUCE=reduce_code, HAS_SEG_IDS=seg_ids is not None, HAS_OUT_ROWS=out_rows is not None,
+                HAS_VAL=val is not None, HAS_SCALE=scale is not None, IDENTITY=identity,
+                ROWS=rows, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, HEAD_DIM=head_dim),
+           cfg["num_warps"], cfg.get("num_stages", 2))
 
 
 def spmm_planned(
@@ -371,12 +370,12 @@ def spmm_planned(
         if heavy_e:  # rows of more than LIGHT_STEPS light steps: listed first, HEAVY_E edges per step
             heavy, light_max = plan.heavy_rows(cfg.get("LIGHT_STEPS", 8) * cfg["BLOCK_E"])
         num_heavy = heavy.numel() if heavy_e else 0
-        _spmm_rows_kernel[(num_heavy + num_rows, triton.cdiv(num_feats, block_f))](
-            rowptr, plan.col32, val, x, out, heavy,
-            num_heavy, light_max, num_feats, x.stride(0), out.stride(0), num_heads,
-            REDUCE=code, HAS_VAL=edge_val is not None, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f,
-            HEAVY_E=heavy_e, HEAD_DIM=head_dim, num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3),
-        )
+        launch(_spmm_rows_kernel, (num_heavy + num_rows, triton.cdiv(num_feats, block_f)),
+               (rowptr, plan.col32, val, x, out, heavy,
+                num_heavy, light_max, num_feats, x.stride(0), out.stride(0), num_heads),
+               dict(REDUCE=code, HAS_VAL=edge_val is not None, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f,
+                    HEAVY_E=heavy_e, HEAD_DIM=head_dim),
+               cfg["num_warps"], cfg.get("num_stages", 3))
         return out
     if head_dim:
         raise ValueError("spmm_planned(): multi-head edge values need a FLAT or SPLIT config")
@@ -391,12 +390,11 @@ def spmm_planned(
         num_light = plan.num_short_below(cfg.get("LIGHT_STEPS", 4) * group_e)
     if num_light:
         grid = (triton.cdiv(num_light, group), triton.cdiv(num_feats, cfg["BLOCK_F"]))
-        _rowgroup_kernel[grid](
-            plan.short_rows, rowptr, plan.col32, edge_val if edge_val is not None else rowptr, x, out,
-            num_light, num_feats, x.stride(0), out.stride(0),
-            REDUCE=code, HAS_VAL=edge_val is not None, ROWS=group, BLOCK_E=group_e, BLOCK_F=cfg["BLOCK_F"],
-            num_warps=cfg["num_warps"],
-        )
+        launch(_rowgroup_kernel, grid,
+               (plan.short_rows, rowptr, plan.col32, edge_val if edge_val is not None else rowptr, x, out,
+                num_light, num_feats, x.stride(0), out.stride(0)),
+               dict(REDUCE=code, HAS_VAL=edge_val is not None, ROWS=group, BLOCK_E=group_e, BLOCK_F=cfg["BLOCK_F"]),
+               cfg["num_warps"])
     if num_short > num_light:
         _launch(plan.short_rows[num_light:], rowptr, rowptr[1:], plan.col32, edge_val, x, out, None, None,
                 num_short - num_light, code, False, dict(cfg, ROWS=1, num_warps=cfg.get("SEG_WARPS", cfg["num_warps"])))
@@ -424,14 +422,13 @@ def _spmm_split(rowptr, plan, val, has_val, x, out, code, cfg, head_dim, num_hea
     partial = torch.empty((max(split.num_pieces, 1), num_feats), dtype=torch.float32, device=x.device)
     counts = split.counters(fblocks) if inline else split.piece_heavy
     piece_code = REDUCE_CODES["max"] if code == REDUCE_CODES["max"] else REDUCE_CODES["sum"]
-    _spmm_split_kernel[(split.num_pieces + num_rows, fblocks)](
-        rowptr, plan.col32, val, x, out,
-        split.piece_heavy, split.piece_start, split.heavy_rows, split.heavy_first, partial, counts,
-        split.num_pieces, split.light_max, num_feats, x.stride(0), out.stride(0), num_heads,
-        REDUCE=code, HAS_VAL=has_val, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, PIECE_REDUCE=piece_code,
-        HEAVY_E=heavy_e, PIECE_E=piece_e, INLINE=inline, HEAD_DIM=head_dim, num_warps=cfg["num_warps"],
-        num_stages=cfg.get("num_stages", 3),
-    )
+    launch(_spmm_split_kernel, (split.num_pieces + num_rows, fblocks),
+           (rowptr, plan.col32, val, x, out,
+            split.piece_heavy, split.piece_start, split.heavy_rows, split.heavy_first, partial, counts,
+            split.num_pieces, split.light_max, num_feats, x.stride(0), out.stride(0), num_heads),
+           dict(REDUCE=code, HAS_VAL=has_val, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, PIECE_REDUCE=piece_code,
+                HEAVY_E=heavy_e, PIECE_E=piece_e, INLINE=inline, HEAD_DIM=head_dim),
+           cfg["num_warps"], cfg.get("num_stages", 3))
     if not inline and split.num_heavy:
         _launch(None, split.heavy_first, split.heavy_first[1:], None, None, partial, out, split.heavy_rows,
                 split.inv_deg if code == REDUCE_CODES["mean"] else None, split.num_heavy, piece_code, True,

@@ -27,6 +27,8 @@ def choose_backend(fn: str, backend: str, x: Tensor, triton_supported: Optional[
 
     ``"auto"`` picks Triton for CUDA tensors of a supported dtype, the reference otherwise.
     """
+    if backend == "auto" and triton_supported is None and x.is_cuda and x.dtype in TRITON_DTYPES:  # the hot path
+        return "triton" if triton_available() else "reference"
     if backend not in BACKENDS:
         raise ValueError(f"{fn}(): backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":

@@ -44,6 +44,7 @@ _DEVICE_NAMES: Dict[object, str] = {}
 #: store's lock and copies (a call on a tuned graph costs a dict lookup).  Entries of a store
 #: that was replaced (``store.reset_stores``) are ignored.
 _HOT: Dict[str, tuple] = {}
+_KEYS: Dict[tuple, str] = {}
 
 
 def tune_mode() -> str:
@@ -97,7 +98,11 @@ def decision_key(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype
     sig = graph.cache.get("signature")
     if sig is None:
         sig = graph.cache["signature"] = signature(graph_stats_cached(graph))
-    return f"{op}|{detail}|F{num_feats}|{str(dtype).replace('torch.', '')}|{sig}"
+    parts = (op, detail, num_feats, dtype, sig)
+    key = _KEYS.get(parts)
+    if key is None:  # formatted once per distinct key (the per-call path is a tuple lookup)
+        key = _KEYS[parts] = f"{op}|{detail}|F{num_feats}|{str(dtype).replace('torch.', '')}|{sig}"
+    return key
 
 
 def lookup(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, device) -> Optional[Dict]:

@@ -1,0 +1,96 @@
+"""Launching Triton kernels with less host work per call.
+
+``kernel[grid](*args, **kw)`` spends ~30 us of Python per launch in Triton 3.6 (binding the
+arguments, computing the specialisation and cache key, launch metadata): more than the GPU
+time of an SpMM on a graph of 10k edges.  ``launch`` keeps the compiled kernel of every
+*specialisation* it has seen and calls its launcher directly on a hit.
+
+The specialisation key is at least as fine as Triton's own: every constexpr and launch
+option, and for each runtime argument its dtype and 16-byte pointer alignment (tensors) or
+whether it is 1, a multiple of 16 and within 32 bits (ints).  A miss (a new key, the Triton
+interpreter, launch hooks installed by a profiler (an empty ``HookChain`` is no hook), or a Triton whose compiled kernels lack
+the launcher fields) takes the normal ``kernel[grid](...)`` path, which compiles if needed
+and returns the compiled kernel that the next hit reuses.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+import triton
+
+from . import interpreting
+
+_COMPILED: Dict[tuple, object] = {}
+_PARAMS: Dict[int, Tuple[Tuple[str, ...], tuple]] = {}   # id(kernel) -> (names after args, defaults)
+_HOOKS = getattr(getattr(triton, "knobs", None), "runtime", None)
+
+
+_STREAM = []
+
+
+def _current_stream(device: int) -> int:
+    """The raw current CUDA stream, looked up as Triton's own launch path does."""
+    if not _STREAM:
+        _STREAM.append(triton.runtime.driver.active.get_current_stream)
+    return _STREAM[0](device)
+
+
+def _no_hook(hook) -> bool:
+    """A launch hook slot that calls nothing: ``None`` or an empty ``HookChain`` (Triton 3.6)."""
+    return hook is None or (isinstance(getattr(hook, "calls", None), list) and not hook.calls)
+
+
+def _hooked() -> bool:
+    """Whether a profiler installed launch hooks (then Triton's own path runs them)."""
+    return _HOOKS is not None and not (_no_hook(_HOOKS.launch_enter_hook) and _no_hook(_HOOKS.launch_exit_hook))
+
+
+def _spec(value) -> tuple:
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, value.data_ptr() & 15 == 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return (type(value), value if isinstance(value, bool) else None)
+    return (value == 1, value & 15 == 0, -(1 << 31) <= value < (1 << 31))
+
+
+def _tail(kernel, num_args: int, constexprs: Dict[str, object]) -> tuple:
+    """Values of the parameters after the positional ``args``: the given constexprs, else defaults."""
+    cached = _PARAMS.get(id(kernel))
+    if cached is None:
+        names = tuple(kernel.arg_names[num_args:])
+        defaults = tuple(p.default for p in kernel.params[num_args:])
+        cached = _PARAMS[id(kernel)] = (names, defaults)
+    names, defaults = cached
+    return tuple(constexprs.get(n, d) for n, d in zip(names, defaults))
+
+
+def launch(kernel, grid: Tuple[int, ...], args: tuple, constexprs: Dict[str, object], num_warps: int,
+           num_stages: Optional[int] = None) -> None:
+    """``kernel[grid](*args, **constexprs, num_warps=..., num_stages=...)``, with the compiled
+    kernel reused for a specialisation seen before (see the module doc).
+
+    Args:
+        kernel: a ``@triton.jit`` function whose runtime parameters come first, in ``args``'s order.
+        grid: up to three program counts.
+        args: the runtime arguments (tensors, ints, floats).
+        constexprs: the constexpr arguments by name (absent ones take their defaults).
+    """
+    options = {"num_warps": num_warps}
+    if num_stages is not None:
+        options["num_stages"] = num_stages
+    if interpreting() or _hooked():
+        kernel[grid](*args, **constexprs, **options)
+        return
+    device = torch.cuda.current_device()
+    key = (id(kernel), device, num_warps, num_stages, tuple(constexprs.items()), tuple(_spec(a) for a in args))
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        compiled = kernel[grid](*args, **constexprs, **options)
+        if all(hasattr(compiled, f) for f in ("run", "function", "packed_metadata")):
+            _COMPILED[key] = compiled
+        return
+    stream = _current_stream(device)
+    compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
+                 compiled.function, compiled.packed_metadata, None, None, None,
+                 *args, *_tail(kernel, len(args), constexprs))
