@@ -9,7 +9,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model, threshold", [("gcn", 0.805), ("agnn", 0.81)])
+@pytest.mark.parametrize("model, threshold", [("gcn", 0.805), ("agnn", 0.81), ("gat", 0.81)])
 def test_cora_accuracy_over_five_seeds(model, threshold):
     data = load("cora")
     accs = [train_node_classifier(data, model, seed=s, device=DEVICE, progress=False).test_acc for s in range(5)]

@@ -227,3 +227,16 @@ def test_multi_head_spmm_matches_per_head_forward_backward(backend):
         assert float((got.double() - want).norm() / want.norm()) < 1e-5
     with pytest.raises(ValueError, match="spmm\\(\\): x of shape"):
         sg.spmm(g, xt, edge_weight=at[:, :2])
+
+
+def test_multi_head_mean_and_max_weights():
+    """[E, H] weights with reduce='mean' scale every head by 1/deg; 'max' takes [E] weights only."""
+    ei, _ = sg.datasets.random_graph(20, 70, seed=3, num_self_loops=2, num_duplicates=3, num_empty_rows=2)
+    g = Graph.from_edge_index(ei, num_nodes=20)
+    x = torch.randn(20, 6, dtype=torch.float64)
+    w = torch.rand(g.num_edges, 2, dtype=torch.float64) + 0.5
+    out = sg.spmm(g, x, reduce="mean", edge_weight=w)
+    per_head = [sg.spmm(g, x[:, 3 * h:3 * h + 3], reduce="mean", edge_weight=w[:, h]) for h in range(2)]
+    assert torch.allclose(out, torch.cat(per_head, 1))
+    with pytest.raises(ValueError, match=r"spmm\(\): reduce='max' takes edge_weight of shape \[E\]"):
+        sg.spmm(g, x, reduce="max", edge_weight=w)

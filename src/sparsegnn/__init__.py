@@ -1,15 +1,15 @@
 """sparsegnn: fast sparse graph neural network operations and layers for PyTorch.
 
-Build a :class:`Graph` once, then call :func:`spmm`, :func:`sddmm`, :func:`edge_softmax`
-or the layers in :mod:`sparsegnn.nn`.  CUDA tensors run Triton kernels; everything else runs
+Build a :class:`Graph` once, then call :func:`spmm`, :func:`sddmm`, :func:`edge_softmax`,
+the fused :func:`gat_attention` / :func:`agnn_attention`, or the layers in :mod:`sparsegnn.nn`.  CUDA tensors run Triton kernels; everything else runs
 the pure-PyTorch reference in :mod:`sparsegnn.ops.reference`.
 """
 from .graph import Graph
-from .ops import edge_softmax, sddmm, spmm
+from .ops import agnn_attention, edge_softmax, gat_attention, sddmm, spmm
 
 __version__ = "0.1.0"
 
-__all__ = ["Graph", "spmm", "sddmm", "edge_softmax", "nn", "datasets", "__version__"]
+__all__ = ["Graph", "spmm", "sddmm", "edge_softmax", "gat_attention", "agnn_attention", "nn", "datasets", "__version__"]
 
 
 def __getattr__(name):  # lazy submodules keep `import sparsegnn` light

@@ -9,9 +9,18 @@ graph built by ``from_edge_index`` keeps ``edge_perm``: CSR edge ``k`` is edge
 ``edge_perm[k]`` of the caller's ``edge_index``.  ``to_graph_order`` / ``to_input_order``
 move per-edge tensors between the two orders.  The ops also accept a raw ``edge_index``
 directly; then per-edge inputs and outputs are in the caller's order.
+
+Graph handle.  Every Graph gets a process-unique int ``key`` when it is made and is listed
+(weakly) under it; ``graph_by_key(key)`` returns it while it lives.  The custom ops
+(``ops/_library.py``) take a graph as this int, so ``torch.compile`` sees a constant and the
+graph's own tensors (CSR, transpose, plans, tuned configs) stay out of the traced program.
+Graphs made from a graph (``t()``, ``with_values``, ``to``, a copy, ...) are new Graphs with
+keys of their own.
 """
 from __future__ import annotations
 
+import itertools
+import weakref
 from typing import Dict, Optional, Sequence
 
 import torch
@@ -20,6 +29,22 @@ from torch import Tensor
 from ._checks import check, check_edge_values, check_index, check_same_device, check_tensor
 from .formats import csr as csr_fmt
 from .formats.plan import RowPlan, build_row_plan
+
+_NEXT_KEY = itertools.count()
+_GRAPHS: "weakref.WeakValueDictionary[int, Graph]" = weakref.WeakValueDictionary()
+
+
+def graph_by_key(key: int) -> "Graph":
+    """The live Graph whose ``key`` is ``key``.
+
+    Raises:
+        ValueError: the Graph was freed (compiled code holds keys, not the Graphs themselves).
+    """
+    graph = _GRAPHS.get(key)
+    if graph is None:
+        raise ValueError(f"sparsegnn: graph {key} was freed; compiled code and pending backward passes refer to a "
+                         "Graph by its key only, so keep the Graph alive while they run")
+    return graph
 
 
 class Graph:
@@ -30,6 +55,8 @@ class Graph:
         col: ``[E]`` int64 source node of each edge.
         edge_val: ``[E]`` optional edge values (weights), in CSR order.
         num_nodes: ``N``.
+        num_edges: ``E``.
+        key: process-unique int naming this Graph for the custom ops (``graph_by_key``).
         edge_perm: ``[E]`` int64 or ``None``: CSR edge ``k`` is input edge ``edge_perm[k]``.
         ptr: ``[B + 1]`` int64 or ``None``: node boundaries of batched graphs.
 
@@ -57,9 +84,20 @@ class Graph:
         self.col = col
         self.edge_val = edge_val
         self.num_nodes = int(rowptr.numel() - 1 if num_nodes is None else num_nodes)
+        self._num_edges = int(col.numel())   # a plain int: compiled code reads it without touching col
         self.edge_perm = edge_perm
         self.ptr = ptr
         self._cache: Dict[str, object] = {}
+        self._register()
+
+    def _register(self) -> None:
+        self.key = next(_NEXT_KEY)
+        _GRAPHS[self.key] = self
+
+    def __setstate__(self, state: dict) -> None:
+        """Copies and unpickled graphs are new Graphs: they get a key of their own."""
+        self.__dict__.update(state)
+        self._register()
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -195,7 +233,7 @@ class Graph:
     # ------------------------------------------------------------------ properties
     @property
     def num_edges(self) -> int:
-        return int(self.col.numel())
+        return self._num_edges
 
     @property
     def device(self) -> torch.device:

@@ -4,15 +4,18 @@ Importing this package does not import Triton; each kernel module does, on first
 """
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 
 
-@functools.lru_cache(maxsize=None)
+#: Found once at import (``find_spec`` does not import Triton). A module constant rather than
+#: an ``lru_cache``: torch.compile traces the ops' backend choice, and reads a constant.
+_TRITON_FOUND = importlib.util.find_spec("triton") is not None
+
+
 def triton_available() -> bool:
     """Whether the ``triton`` package can be imported."""
-    return importlib.util.find_spec("triton") is not None
+    return _TRITON_FOUND
 
 
 def interpreting() -> bool:

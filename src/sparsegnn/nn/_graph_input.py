@@ -29,6 +29,20 @@ object would cost far more than the aggregation itself. So built graphs are cach
 * ``cached=True`` on a layer keeps its meaning: the layer keeps the first graph forever.
 
 ``graph_builds()`` counts builds (cache misses); ``clear_graph_cache()`` empties the cache.
+
+**Under ``torch.compile``** none of this bookkeeping (ids, version counters, weak
+references, building graphs on the host) can be traced, so a compiled layer only *reads*:
+
+* a ``Graph`` argument: the identity transform uses it as is; any other transform takes the
+  graph an earlier eager call built and cached in ``graph.cache`` (the version check of
+  ``edge_val`` is skipped: re-run eagerly after editing the values in place). If none was
+  built, a ``ValueError`` says to run the model once eagerly before compiling, or to call
+  :func:`sparsegnn.nn.prepare` (one forward and backward on the graph, no ``.grad`` touched).
+  Edge values that require grad with a value-using transform (GCN's normalisation of learnable
+  weights) are rebuilt per call and cannot be compiled.
+* ``cached=True``: the layer's cached graph, once an eager call has set it.
+* an ``edge_index`` tensor: a ``ValueError``: under tracing it is a fake tensor, so its cache
+  entry cannot be found; build a Graph once (``Graph.from_edge_index``) and pass that.
 """
 from __future__ import annotations
 
@@ -319,12 +333,17 @@ def graph_from_edge_index(edge_index: Tensor, edge_weight: Optional[Tensor], num
 
 # ---------------------------------------------------------------------------- Graph inputs
 class _GraphEntry:
-    """A transform's result cached on the input Graph (``graph.cache``)."""
+    """A transform's result cached on the input Graph (``graph.cache``).
 
-    __slots__ = ("owner", "values", "version", "graph", "router")
+    ``owner_key`` names the graph it was built for as ``owner`` does (``with_values`` copies
+    caches into other graphs), in a form compiled code can compare.
+    """
+
+    __slots__ = ("owner", "owner_key", "values", "version", "graph", "router")
 
     def __init__(self, owner: Graph) -> None:
         self.owner = weakref.ref(owner)
+        self.owner_key = owner.key
         self.values: Optional[Tensor] = None
         self.version = -1
         self.graph: Optional[Graph] = None
@@ -355,6 +374,28 @@ def transformed_graph(graph: Graph, transform: GraphTransform) -> Graph:
     if entry.graph is None or entry.values is not values or entry.version != version:
         _count_build()
         entry.graph, entry.values, entry.version = transform(graph), values, version
+    return entry.graph
+
+
+def compiled_transformed_graph(fn: str, graph: Graph, transform: GraphTransform) -> Graph:
+    """``transform(graph)`` as an earlier eager call cached it: what compiled code can trace.
+
+    Raises:
+        ValueError: nothing was built for this graph yet, or the values need grad (see the module doc).
+    """
+    if transform.is_identity:
+        return graph
+    if transform.uses_values and _needs_grad(graph.edge_val):
+        raise ValueError(
+            f"{fn}(): under torch.compile, the graph's edge_val must not require grad with the "
+            f"{transform.name!r} transform: its values are recomputed on the host every call. Detach them, or "
+            "run this layer eagerly")
+    entry = graph.cache.get(("sparsegnn.nn.transform", transform.name))
+    if not isinstance(entry, _GraphEntry) or entry.owner_key != graph.key or entry.graph is None:
+        raise ValueError(
+            f"{fn}(): the {transform.name!r} form of this Graph is not built yet, and building it cannot be traced "
+            "by torch.compile; run the model once eagerly on this Graph before calling the compiled model, "
+            "e.g. sparsegnn.nn.prepare(model, x, graph)")
     return entry.graph
 
 
@@ -396,15 +437,24 @@ class GraphInputMixin:
         if not isinstance(transform, GraphTransform):
             transform = _as_transform(transform)
         if self.cached and self._cached_graph is not None:
-            check(self._cached_graph.num_nodes == num_nodes, fn,
-                  f"cached graph has {self._cached_graph.num_nodes} nodes but x has {num_nodes} rows; "
-                  "call reset_cache() when the graph changes")
+            if self._cached_graph.num_nodes != num_nodes:
+                raise ValueError(f"{fn}(): cached graph has {self._cached_graph.num_nodes} nodes but x has {num_nodes} "
+                                 "rows; call reset_cache() when the graph changes")
             return self._cached_graph
         if isinstance(graph, Graph):
             check(edge_weight is None, fn, "pass edge weights inside the Graph (edge_val), not as edge_weight")
-            check(graph.num_nodes == num_nodes, fn, f"x has {num_nodes} rows but the graph has {graph.num_nodes} nodes")
-            result = transformed_graph(graph, transform)
+            if graph.num_nodes != num_nodes:
+                raise ValueError(f"{fn}(): x has {num_nodes} rows but the graph has {graph.num_nodes} nodes")
+            if torch.compiler.is_compiling():
+                result = compiled_transformed_graph(fn, graph, transform)
+            else:
+                result = transformed_graph(graph, transform)
         elif isinstance(graph, Tensor):
+            if torch.compiler.is_compiling():
+                raise ValueError(
+                    f"{fn}(): under torch.compile the graph must be a sparsegnn.Graph, not an edge_index tensor (its "
+                    "cached Graph cannot be looked up while tracing); build it once with "
+                    "sparsegnn.Graph.from_edge_index(edge_index, edge_weight, num_nodes) and pass the Graph")
             check(graph.dim() == 2 and graph.shape[0] == 2, fn,
                   f"edge_index must have shape [2, E], got {tuple(graph.shape)}")
             result = graph_from_edge_index(graph, edge_weight, num_nodes, transform)
@@ -420,5 +470,9 @@ class GraphInputMixin:
 
 
 def as_float_tensor(x: Tensor, fn: str) -> None:
-    check(isinstance(x, Tensor) and x.dim() == 2, fn, f"x must be a 2-D tensor [num_nodes, features], got {getattr(x, 'shape', type(x).__name__)}")
-    check(x.is_floating_point(), fn, f"x must be floating point, got {x.dtype}")
+    """Node features must be a 2-D floating-point tensor (messages built only on failure)."""
+    if not isinstance(x, Tensor) or x.dim() != 2:
+        raise ValueError(f"{fn}(): x must be a 2-D tensor [num_nodes, features], got "
+                         f"{getattr(x, 'shape', type(x).__name__)}")
+    if not x.is_floating_point():
+        raise ValueError(f"{fn}(): x must be floating point, got {x.dtype}")

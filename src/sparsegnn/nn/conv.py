@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..ops import edge_softmax, sddmm, spmm
+from ..ops import spmm
+from ..ops.attention import agnn_attention, gat_attention
 from ._graph_input import GraphInputMixin, as_float_tensor, gcn_normalized, identity, self_looped
 
 
@@ -172,10 +173,7 @@ class AGNNConv(GraphInputMixin, nn.Module):
     def forward(self, x: Tensor, graph) -> Tensor:
         as_float_tensor(x, "AGNNConv")
         g = self._graph("AGNNConv", graph, None, x.shape[0], self_looped)
-        x_norm = F.normalize(x, p=2.0, dim=-1)
-        scores = self.beta * sddmm(g, x_norm, x_norm, "dot", backend=self.backend)
-        alpha = edge_softmax(g, scores)
-        return spmm(g, x, edge_weight=alpha, backend=self.backend)
+        return agnn_attention(g, x, self.beta, backend=self.backend)   # scores, softmax, sum: fused
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}()"
@@ -187,7 +185,8 @@ class GATConv(GraphInputMixin, nn.Module):
     :math:`\alpha^h_{ij} = \mathrm{softmax}_j\,\mathrm{LeakyReLU}(a^h_{src} \cdot W^h x_j + a^h_{dst} \cdot W^h x_i)`.
 
     Heads are concatenated (``concat=True``) or averaged.  Self loops are replaced by exactly
-    one per node when ``add_self_loops``.
+    one per node when ``add_self_loops``.  Scores, softmax, attention dropout and the weighted
+    sum run as one fused op (:func:`sparsegnn.ops.attention.gat_attention`).
 
     Shapes:
         x: [N, in_channels] -> [N, heads * out_channels] (concat) or [N, out_channels].
@@ -222,10 +221,9 @@ class GATConv(GraphInputMixin, nn.Module):
         h = self.lin(x).view(-1, heads, channels)
         alpha_src = (h * self.att_src).sum(-1)            # [N, H]
         alpha_dst = (h * self.att_dst).sum(-1)            # [N, H]
-        scores = F.leaky_relu(sddmm(g, alpha_dst, alpha_src, "add"), self.negative_slope)   # [E, H]
-        alpha = edge_softmax(g, scores)
-        alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-        out = spmm(g, h, edge_weight=alpha, backend=self.backend)   # [N, H, C], every head in one launch
+        # scores, softmax, attention dropout and aggregation of every head: one fused op
+        out = gat_attention(g, h, alpha_src, alpha_dst, self.negative_slope,
+                            self.dropout if self.training else 0.0, backend=self.backend)   # [N, H, C]
         out = out.reshape(-1, heads * channels) if self.concat else out.mean(dim=1)
         return out + self.bias if self.bias is not None else out
 

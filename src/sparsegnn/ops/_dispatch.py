@@ -1,4 +1,11 @@
-"""Backend choice shared by the ops, and the one aggregation primitive they all reuse."""
+"""Backend choice shared by the ops, and the graph-level computations behind every op.
+
+Each function here takes a :class:`Graph` and tensors and computes one forward or backward
+quantity with the chosen backend.  The eager ``torch.autograd.Function`` classes
+(``spmm.py``, ``sddmm.py``, ``softmax.py``) and the custom ops (``_library.py``) both call
+them, so the eager and the compiled paths share one implementation.  Nothing here syncs
+with the device once the graph's cached forms (transpose, plan, tuned config) exist.
+"""
 from __future__ import annotations
 
 from typing import Optional
@@ -118,8 +125,7 @@ def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], r
     if reduce == "max":
         return reference.spmm_max(graph.row, graph.col, graph.num_nodes, x, weight)
     if reduce == "mean":
-        scale = mean_scale(graph, x.dtype)
-        weight = scale if weight is None else weight * scale
+        weight = scaled(weight, mean_scale(graph, x.dtype))
     return reference.spmm_sum(graph.row, graph.col, graph.num_nodes, x, weight)
 
 
@@ -128,12 +134,115 @@ def mean_scale(graph: Graph, dtype: torch.dtype) -> Tensor:
     return graph.mean_scale(torch.float64 if dtype == torch.float64 else torch.float32)
 
 
-def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor]) -> Tensor:
-    """``A^T x``: ``out[j] = sum_{e: col[e] = j} w_e x[row[e]]`` via the cached transpose.
+def scaled(weight: Optional[Tensor], scale: Tensor) -> Tensor:
+    """``w_e * s_e`` for per-edge ``scale`` [E] and ``weight`` [E], [E, H] or None (then ``scale``)."""
+    if weight is None:
+        return scale
+    return weight * (scale if weight.dim() == 1 else scale.unsqueeze(1))
 
-    ``weight`` is in ``graph``'s edge order; it is permuted here.
+
+def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor],
+                         reduce: str = "sum") -> Tensor:
+    """``A'^T x``: ``out[j] = sum_{e: col[e] = j} w'_e x[row[e]]`` via the cached transpose.
+
+    ``A' = A`` for ``reduce="sum"``, ``D^-1 A`` for ``"mean"`` (``w'_e = w_e / deg(row[e])``):
+    the backward of ``aggregate``.  ``weight`` ([E], [E, H] or None) is in ``graph``'s edge
+    order; it is permuted here.
+
+    Shapes:
+        x: [N, F]; weight: [E], [E, H] or None -> [N, F].
     """
     transposed = graph.t()
     perm = graph.transpose_parts()[2]
-    weight_t = weight.index_select(0, perm) if weight is not None else None
+    if weight is None and reduce == "mean":       # the graph's own 1/deg, permuted once and cached
+        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        weight_t = graph.cache.get(("mean_scale_t", dtype))
+        if weight_t is None:
+            weight_t = graph.cache[("mean_scale_t", dtype)] = mean_scale(graph, x.dtype).index_select(0, perm)
+    elif weight is not None and weight is graph.edge_val and reduce == "sum":
+        weight_t = transposed.edge_val                # permuted once when the transpose was built
+    else:
+        if reduce == "mean":
+            weight = scaled(weight, mean_scale(graph, x.dtype))
+        weight_t = weight.index_select(0, perm) if weight is not None else None
     return aggregate(backend, transposed, x, weight_t)
+
+
+def spmm_weight_grad(backend: str, graph: Graph, grad_out: Tensor, x: Tensor, heads: int, reduce: str) -> Tensor:
+    """Gradient of ``aggregate`` (sum or mean) with respect to its edge weights.
+
+    ``dw_e = s_i <dY_i, X_j>`` for ``e: j -> i``, with ``s_i = 1`` (sum) or ``1 / deg_i`` (mean);
+    multi-head (``heads = H > 0``, weights [E, H]): the dot product over each head's ``F / H``
+    features.
+
+    Shapes:
+        grad_out: [N, F]; x: [N, F] of grad_out's dtype -> [E] (heads = 0) or [E, H].
+    """
+    if heads:
+        prod = edge_values(backend, graph, grad_out, x, "mul")
+        grad_w = prod.view(prod.shape[0], heads, prod.shape[1] // heads).sum(-1)
+    else:
+        grad_w = edge_values(backend, graph, grad_out, x, "dot")
+    if reduce == "mean":
+        grad_w = scaled(grad_w, mean_scale(graph, x.dtype).to(grad_w.dtype))
+    return grad_w
+
+
+def spmm_max_backward(graph: Graph, grad_out: Tensor, x: Tensor, weight: Optional[Tensor], out: Tensor):
+    """Gradients of the feature-wise max aggregation ``out``: each ``dY[i, f]`` flows to the first
+    edge attaining ``out[i, f]`` (none for rows without edges).
+
+    With that edge ``e: j -> i``: ``dX[j, f] += w_e dY[i, f]`` and ``dw_e += X[j, f] dY[i, f]``.
+    Masks instead of boolean indexing: no data-dependent shapes, no host sync.
+
+    Shapes:
+        grad_out, x, out: [N, F]; weight: [E] or None -> (grad_x [N, F], grad_w [E] or None).
+    """
+    num_edges = graph.num_edges
+    if num_edges == 0:
+        return x.new_zeros(x.shape), (weight.new_zeros(weight.shape) if weight is not None else None)
+    arg = reference.spmm_max_arg(graph.row, graph.col, x, weight, out)
+    valid = arg < num_edges
+    edge = arg.clamp(max=num_edges - 1)
+    zero = grad_out.new_zeros(())
+    grad = torch.where(valid, grad_out, zero)
+    src = graph.col[edge]
+    if weight is not None:
+        grad_x_src = torch.where(valid, grad * weight[edge].to(grad.dtype), zero)
+    else:
+        grad_x_src = grad
+    grad_x = x.new_zeros(x.shape).scatter_add_(0, src, grad_x_src.to(x.dtype))
+    grad_w = None
+    if weight is not None:
+        contrib = torch.where(valid, grad * x.gather(0, src).to(grad.dtype), zero).to(weight.dtype)
+        grad_w = weight.new_zeros(weight.shape).index_add_(0, edge.flatten(), contrib.flatten())
+    return grad_x, grad_w
+
+
+def edge_sum(graph: Graph, values: Tensor, by_source: bool) -> Tensor:
+    """``out[i] = sum_{e: row[e] = i} v_e`` (by target), or over ``col[e] = i`` (``by_source``).
+
+    Shapes:
+        values: [E] or [E, F] -> [N] or [N, F].
+    """
+    return reference.segment_sum(graph.col if by_source else graph.row, values, graph.num_nodes)
+
+
+def softmax_values(backend: str, graph: Graph, scores: Tensor) -> Tensor:
+    """Edge softmax of ``scores`` ([E] or [E, H], graph order) over each target's edges."""
+    if backend == "triton":
+        from ..kernels.edge_softmax import edge_softmax_fwd
+
+        return edge_softmax_fwd(graph.rowptr, scores)
+    return reference.edge_softmax(graph.row, graph.num_nodes, scores)
+
+
+def softmax_grad(backend: str, graph: Graph, out: Tensor, grad_out: Tensor) -> Tensor:
+    """``ds_e = y_e (g_e - sum_{e' -> i} g_e' y_e')`` for the softmax output ``y = out``."""
+    if backend == "triton":
+        from ..kernels.edge_softmax import edge_softmax_bwd
+
+        return edge_softmax_bwd(graph.rowptr, out, grad_out)
+    weighted = grad_out * out
+    row_sum = reference.segment_sum(graph.row, weighted, graph.num_nodes)
+    return weighted - out * row_sum.index_select(0, graph.row)

@@ -17,8 +17,8 @@ from torch.autograd.function import once_differentiable
 
 from .._checks import check, check_node_features, check_same_device, check_tensor
 from ..graph import Graph, as_graph
-from . import reference
-from ._dispatch import aggregate, aggregate_transposed, choose_backend, edge_values
+from ._dispatch import BACKENDS, aggregate, aggregate_transposed, choose_backend, edge_sum, edge_values
+from ._library import compiling, not_traceable_graph
 
 OPS = ("dot", "add", "mul")
 
@@ -38,9 +38,9 @@ class _SDDMM(torch.autograd.Function):
         grad_a = grad_b = None
         if op == "add":
             if ctx.needs_input_grad[1]:
-                grad_a = reference.segment_sum(graph.row, grad_out, graph.num_nodes)
+                grad_a = edge_sum(graph, grad_out, by_source=False)
             if ctx.needs_input_grad[2]:
-                grad_b = reference.segment_sum(graph.col, grad_out, graph.num_nodes)
+                grad_b = edge_sum(graph, grad_out, by_source=True)
         else:
             # dot: edge weight g_e; mul: per-feature edge weight g_ef.  Same algebra either way.
             if ctx.needs_input_grad[1]:
@@ -79,6 +79,8 @@ def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto") -
     if isinstance(graph, Graph):
         input_order = False
     else:
+        if compiling():
+            raise not_traceable_graph(fn, graph)
         check(a.dim() == 2, fn, f"a must be 2-D [num_nodes, features], got shape {tuple(a.shape)}")
         graph, input_order = as_graph(graph, fn, num_nodes=a.shape[0])
     check_node_features(a, graph.num_nodes, fn, "a")
@@ -89,6 +91,10 @@ def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto") -
         raise ValueError(f"{fn}(): a and b must have the same dtype, got {a.dtype} and {b.dtype}")
     if op not in OPS:
         raise ValueError(f"{fn}(): op must be one of {OPS}, got {op!r}")
+    if compiling():  # the custom op: graph tensors stay out of the traced program (devices checked there)
+        if backend not in BACKENDS:
+            raise ValueError(f"{fn}(): backend must be one of {BACKENDS}, got {backend!r}")
+        return torch.ops.sparsegnn.sddmm(a, b, graph.key, op, backend)
     check_same_device(fn, graph=graph.rowptr, a=a, b=b)
     chosen = choose_backend(fn, backend, a)
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):

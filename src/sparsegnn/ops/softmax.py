@@ -11,19 +11,14 @@ from torch.autograd.function import once_differentiable
 
 from .._checks import check_edge_values, check_same_device
 from ..graph import Graph, as_graph
-from . import reference
-from ._dispatch import choose_backend
+from ._dispatch import BACKENDS, choose_backend, softmax_grad, softmax_values
+from ._library import compiling, not_traceable_graph
 
 
 class _EdgeSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, graph: Graph, scores: Tensor, backend: str) -> Tensor:
-        if backend == "triton":
-            from ..kernels.edge_softmax import edge_softmax_fwd
-
-            out = edge_softmax_fwd(graph.rowptr, scores)
-        else:
-            out = reference.edge_softmax(graph.row, graph.num_nodes, scores)
+        out = softmax_values(backend, graph, scores)
         ctx.graph, ctx.backend = graph, backend
         ctx.save_for_backward(out)
         return out
@@ -32,14 +27,7 @@ class _EdgeSoftmax(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
         (out,) = ctx.saved_tensors
-        graph = ctx.graph
-        if ctx.backend == "triton":
-            from ..kernels.edge_softmax import edge_softmax_bwd
-
-            return None, edge_softmax_bwd(graph.rowptr, out, grad_out), None
-        weighted = grad_out * out
-        row_sum = reference.segment_sum(graph.row, weighted, graph.num_nodes)
-        return None, weighted - out * row_sum.index_select(0, graph.row), None
+        return None, softmax_grad(ctx.backend, ctx.graph, out, grad_out), None
 
 
 def edge_softmax(graph, scores: Tensor, num_nodes: int | None = None, backend: str = "auto") -> Tensor:
@@ -64,8 +52,14 @@ def edge_softmax(graph, scores: Tensor, num_nodes: int | None = None, backend: s
         [0.5, 0.5]
     """
     fn = "edge_softmax"
+    if not isinstance(graph, Graph) and compiling():
+        raise not_traceable_graph(fn, graph)
     graph, input_order = as_graph(graph, fn, num_nodes=num_nodes)
     check_edge_values(scores, graph.num_edges, fn, "scores", max_dim=2)
+    if compiling():  # the custom op: graph tensors stay out of the traced program (devices checked there)
+        if backend not in BACKENDS:
+            raise ValueError(f"{fn}(): backend must be one of {BACKENDS}, got {backend!r}")
+        return torch.ops.sparsegnn.edge_softmax(scores, graph.key, backend)
     check_same_device(fn, graph=graph.rowptr, scores=scores)
     if input_order:
         scores = graph.to_graph_order(scores)

@@ -18,8 +18,8 @@ from torch.autograd.function import once_differentiable
 
 from .._checks import check, check_edge_values, check_node_features, check_same_device
 from ..graph import Graph, as_graph
-from . import reference
-from ._dispatch import aggregate, aggregate_transposed, choose_backend, edge_values, mean_scale
+from ._dispatch import BACKENDS, aggregate, aggregate_transposed, choose_backend, spmm_max_backward, spmm_weight_grad
+from ._library import compiling, not_traceable_graph
 
 REDUCES = ("sum", "mean", "max")
 
@@ -41,21 +41,14 @@ class _SpMMLinear(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
         x, weight = ctx.saved_tensors
-        graph = ctx.graph
+        graph, reduce, backend = ctx.graph, ctx.reduce, ctx.backend
         grad_x = grad_w = None
         grad_out = grad_out.contiguous()
-        scale = mean_scale(graph, x.dtype) if ctx.reduce == "mean" else None
         if ctx.needs_input_grad[1]:
-            effective = weight if scale is None else (scale if weight is None else weight * scale)
-            grad_x = aggregate_transposed(ctx.backend, graph, grad_out, effective)
+            grad_x = aggregate_transposed(backend, graph, grad_out, weight, reduce)
         if weight is not None and ctx.needs_input_grad[2]:
-            if weight.dim() == 2:  # multi-head: per-head dot products of [E, F] products
-                prod = edge_values(ctx.backend, graph, grad_out, x.to(grad_out.dtype), "mul")
-                grad_w = prod.view(prod.shape[0], weight.shape[1], -1).sum(-1).to(weight.dtype)
-            else:
-                grad_w = edge_values(ctx.backend, graph, grad_out, x.to(grad_out.dtype), "dot").to(weight.dtype)
-            if scale is not None:
-                grad_w = grad_w * (scale.to(grad_w.dtype) if grad_w.dim() == 1 else scale.to(grad_w.dtype)[:, None])
+            heads = weight.shape[1] if weight.dim() == 2 else 0
+            grad_w = spmm_weight_grad(backend, graph, grad_out, x.to(grad_out.dtype), heads, reduce).to(weight.dtype)
         return None, grad_x, grad_w, None, None
 
 
@@ -73,23 +66,9 @@ class _SpMMMax(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
         x, weight, out = ctx.saved_tensors
-        graph = ctx.graph
-        num_edges = graph.num_edges
-        if num_edges == 0:
-            return None, torch.zeros_like(x), (torch.zeros_like(weight) if weight is not None else None), None
-        arg = reference.spmm_max_arg(graph.row, graph.col, x, weight, out)
-        valid = arg < num_edges
-        edge = arg.clamp(max=num_edges - 1)
-        grad = grad_out.masked_fill(~valid, 0.0)
-        grad_x = grad_w = None
-        src = graph.col[edge]
-        if ctx.needs_input_grad[1]:
-            scaled = grad * weight[edge].to(grad.dtype) if weight is not None else grad
-            grad_x = torch.zeros_like(x).scatter_add_(0, src, scaled.to(x.dtype))
-        if weight is not None and ctx.needs_input_grad[2]:
-            contrib = (grad * x.gather(0, src)).to(weight.dtype)
-            grad_w = torch.zeros_like(weight).index_add_(0, edge[valid], contrib[valid])
-        return None, grad_x, grad_w, None
+        grad_x, grad_w = spmm_max_backward(ctx.graph, grad_out, x, weight, out)
+        return (None, grad_x if ctx.needs_input_grad[1] else None,
+                grad_w if ctx.needs_input_grad[2] else None, None)
 
 
 def spmm(
@@ -125,9 +104,9 @@ def spmm(
     """
     fn = "spmm"
     if isinstance(x, Tensor) and x.dim() == 3:  # multi-head: x [N, H, C] with edge_weight [E, H]
-        check(edge_weight is not None and edge_weight.dim() == 2 and edge_weight.shape[1] == x.shape[1], fn,
-              f"x of shape [N, H, C] needs edge_weight of shape [E, H={x.shape[1]}], got "
-              f"{None if edge_weight is None else tuple(edge_weight.shape)}")
+        if edge_weight is None or edge_weight.dim() != 2 or edge_weight.shape[1] != x.shape[1]:
+            raise ValueError(f"{fn}(): x of shape [N, H, C] needs edge_weight of shape [E, H={x.shape[1]}], got "
+                             f"{None if edge_weight is None else tuple(edge_weight.shape)}")
         check(reduce == "sum", fn, "multi-head aggregation supports reduce='sum'")
         heads, channels = x.shape[1], x.shape[2]
         out = spmm(graph, x.reshape(x.shape[0], heads * channels), reduce, edge_weight, backend)
@@ -135,6 +114,8 @@ def spmm(
     if isinstance(graph, Graph):
         input_order = False
     else:
+        if compiling():
+            raise not_traceable_graph(fn, graph)
         check(isinstance(x, Tensor) and x.dim() == 2, fn,
               f"x must be a 2-D tensor [num_nodes, features], got {getattr(x, 'shape', type(x).__name__)}")
         graph, input_order = as_graph(graph, fn, num_nodes=x.shape[0])
@@ -143,13 +124,20 @@ def spmm(
         raise ValueError(f"{fn}(): reduce must be one of {REDUCES}, got {reduce!r}")
     if edge_weight is not None:
         check_edge_values(edge_weight, graph.num_edges, fn, "edge_weight", max_dim=2)
-        if edge_weight.dim() == 2 and x.shape[1] % edge_weight.shape[1] != 0:
-            raise ValueError(f"{fn}(): edge_weight [E, H] needs a feature width divisible by H, "
-                             f"got F={x.shape[1]}, H={edge_weight.shape[1]}")
+        if edge_weight.dim() == 2:
+            if x.shape[1] % edge_weight.shape[1] != 0:
+                raise ValueError(f"{fn}(): edge_weight [E, H] needs a feature width divisible by H, "
+                                 f"got F={x.shape[1]}, H={edge_weight.shape[1]}")
+            if reduce == "max":
+                raise ValueError(f"{fn}(): reduce='max' takes edge_weight of shape [E], got {tuple(edge_weight.shape)}")
         if input_order:
             edge_weight = graph.to_graph_order(edge_weight)
     else:
         edge_weight = graph.edge_val
+    if compiling():  # the custom op: graph tensors stay out of the traced program (devices checked there)
+        if backend not in BACKENDS:
+            raise ValueError(f"{fn}(): backend must be one of {BACKENDS}, got {backend!r}")
+        return torch.ops.sparsegnn.spmm(x, edge_weight, graph.key, reduce, backend)
     check_same_device(fn, graph=graph.rowptr, x=x, edge_weight=edge_weight)
     chosen = choose_backend(fn, backend, x)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad))

@@ -15,6 +15,10 @@ the policy (``SPARSEGNN_TUNE``) decides:
 - ``exhaustive``: every candidate timed;
 - ``off`` (or ``SPARSEGNN_AUTOTUNE=0``): the heuristic, the first candidate.
 
+While a CUDA graph is being captured nothing can be timed: a decision missing then is the
+model's zero-shot pick (the heuristic without a model), used for that call only and neither
+stored nor memoised.
+
 Timing follows the benchmark protocol (``triton.testing.do_bench``): the median of single
 calls, each after flushing L2; the three fastest are timed again.  Without a GPU nothing is
 timed (the model or the heuristic decides) unless a test installs a timer (``set_timer``).
@@ -112,7 +116,7 @@ def lookup(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
 
 def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, device,
            candidates, run: Callable[[Dict[str, int]], object],
-           space: Optional[Dict] = None) -> Dict[str, int]:
+           space: Optional[Dict] = None, ranked: bool = True) -> Dict[str, int]:
     """The config for ``run`` on ``graph``: stored, predicted or timed (see the module doc).
 
     Args:
@@ -123,6 +127,8 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
             (called only on a store miss: building the list costs more than a lookup).
         run: ``run(config)`` launches the kernel once with ``config``.
         space: the family's search space; a stored config outside it (older version) is ignored.
+        ranked: whether the cost model ranks this family's configs (SpMM); without it every
+            candidate is timed (short lists only).
     """
     key = decision_key(op, graph, detail, num_feats, dtype)
     store = store_for_device(device_name(device))
@@ -139,12 +145,16 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
         if valid and not provisional:
             _HOT[key] = (store, stored)
             return stored
+        if valid and _capturing():  # a heuristic stand-in will do until capture is over
+            return stored
+    if _capturing():
+        return _zero_shot(graph, num_feats, dtype, candidates, ranked)
     _COUNTS["decisions"] += 1
     if callable(candidates):
         candidates = candidates()
     mode = tune_mode()
     config, ms, source = candidates[0], None, "heuristic"
-    model = load_model() if mode in ("auto", "model", "shortlist") else None
+    model = load_model() if ranked and mode in ("auto", "model", "shortlist") else None
     order = list(range(len(candidates)))
     if model is not None and len(candidates) > 1:
         order = model.rank(graph_stats_cached(graph), num_feats, dtype.itemsize, candidates)
@@ -173,6 +183,22 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
     if source != "heuristic" or mode == "off":
         _HOT[key] = (store, config)
     return config
+
+
+def _capturing() -> bool:
+    """Whether the current CUDA stream is capturing a CUDA graph (then nothing may be timed or synced)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _zero_shot(graph, num_feats: int, dtype: torch.dtype, candidates, ranked: bool) -> Dict[str, int]:
+    """The cost model's pick (the first candidate without a model), neither timed, stored nor
+    memoised: ``decide`` decides properly on the first call after the capture."""
+    if callable(candidates):
+        candidates = candidates()
+    model = load_model() if ranked and tune_mode() != "off" else None
+    if model is None or len(candidates) == 1:
+        return candidates[0]
+    return candidates[model.rank(graph_stats_cached(graph), num_feats, dtype.itemsize, candidates)[0]]
 
 
 def _time_candidates(run: Callable, configs: List[Dict[str, int]]) -> List[float]:
