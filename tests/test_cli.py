@@ -29,3 +29,33 @@ def test_train_bad_input(capsys):
 def test_info_and_module_entry_point():
     out = subprocess.run([sys.executable, "-m", "sparsegnn", "info"], capture_output=True, text=True, check=True).stdout
     assert "sparsegnn 0.1.0" in out and "torch" in out and "backends: reference" in out
+
+
+def test_train_compile_flag_parsing():
+    from sparsegnn.cli import build_parser
+
+    parse = lambda *argv: build_parser().parse_args(["train", *argv])  # noqa: E731
+    assert parse().compile == "none"
+    assert parse("--compile").compile == "capture"                   # bare --compile: one CUDA graph replay
+    assert parse("--compile", "reduce-overhead").compile == "reduce-overhead"
+    assert parse("--compile", "default", "--compile-backend", "aot_eager").compile_backend == "aot_eager"
+    with pytest.raises(SystemExit):
+        parse("--compile", "max-autotune")
+
+
+@pytest.mark.parametrize("mode", [[], ["reduce-overhead"]])
+def test_train_compile_cuda_graphs_on_cpu_is_an_error(capsys, mode):
+    assert main(["train", "--epochs", "1", "--device", "cpu", "--compile", *mode]) == 2
+    err = capsys.readouterr().err
+    assert "error: train_node_classifier(): compile=" in err and "needs a CUDA device" in err
+
+
+def test_train_compile_default_json(capsys):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    argv = ["train", "--epochs", "2", "--device", "cpu", "--json",
+            "--compile", "default", "--compile-backend", "aot_eager"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["compile"] == "default" and result["epochs"] == 2 and result["mean_epoch_ms"] > 0

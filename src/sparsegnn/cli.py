@@ -28,6 +28,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             data, args.model, epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay,
             hidden=args.hidden, dropout=args.dropout, seed=args.seed + run, device=args.device,
             backend=args.backend, progress=not args.json and sys.stderr.isatty() or args.progress,
+            compile=args.compile, compile_backend=args.compile_backend,
         )
         results.append(result)
         if not args.json:
@@ -37,6 +38,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     mean = lambda key: sum(getattr(r, key) for r in results) / len(results)  # noqa: E731
     summary = {
         "model": args.model, "dataset": args.dataset, "device": args.device, "backend": args.backend,
+        "compile": args.compile,
         "epochs": args.epochs, "runs": args.runs, "seeds": [r.seed for r in results],
         "val_acc": mean("val_acc"), "test_acc": mean("test_acc"),
         "test_acc_at_best_val": mean("test_acc_at_best_val"), "mean_epoch_ms": mean("mean_epoch_ms"),
@@ -47,7 +49,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         print(f"{args.model} on {args.dataset} ({args.device}, {args.runs} run(s)): "
               f"val {100 * summary['val_acc']:.2f}%  test {100 * summary['test_acc']:.2f}%  "
-              f"mean epoch {summary['mean_epoch_ms']:.2f} ms")
+              f"mean epoch {summary['mean_epoch_ms']:.2f} ms"
+              + ("" if args.compile == "none" else f" (compile {args.compile})"))
     return 0
 
 
@@ -158,6 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--runs", type=int, default=1, help="repeat with seeds seed, seed+1, ...")
     train.add_argument("--backend", default="auto", choices=["auto", "reference", "triton"])
+    train.add_argument("--compile", nargs="?", const="capture", default="none",
+                       choices=["none", "capture", "reduce-overhead", "default"],
+                       help="run the training step as one CUDA graph replay (capture, the default of a bare "
+                            "--compile; CUDA only), through torch.compile(mode='reduce-overhead') (CUDA only) "
+                            "or torch.compile (default); none = eager")
+    train.add_argument("--compile-backend", default=None,
+                       help="torch.compile backend for --compile reduce-overhead/default (default inductor; "
+                            "aot_eager needs no C++ compiler)")
     train.add_argument("--json", action="store_true", help="print the final metrics as one JSON line")
     train.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
     train.set_defaults(func=_cmd_train)

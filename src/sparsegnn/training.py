@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
-from typing import Callable, Dict, Optional
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from . import nn as sgnn
 from .datasets import NodeDataset
@@ -30,9 +30,13 @@ def build_model(name: str, in_channels: int, out_channels: int, hidden: Optional
     return factories[key](in_channels, out_channels, **kwargs)
 
 
+#: ``compile`` modes of :func:`train_node_classifier` and ``sparsegnn train --compile``.
+COMPILE_MODES = ("none", "capture", "reduce-overhead", "default")
+
+
 @dataclass
 class TrainResult:
-    """Final-epoch metrics, the test accuracy at the best validation epoch, and timing."""
+    """Final-epoch metrics, the test accuracy at the best validation epoch, timing and losses."""
 
     model: str
     dataset: str
@@ -45,6 +49,8 @@ class TrainResult:
     best_val_acc: float
     test_acc_at_best_val: float
     mean_epoch_ms: float
+    compile: str = "none"
+    losses: List[float] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -52,6 +58,85 @@ class TrainResult:
 
 def _accuracy(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float:
     return float((logits[mask].argmax(-1) == y[mask]).float().mean()) if bool(mask.any()) else float("nan")
+
+
+class _LossStep(nn.Module):
+    """``cross_entropy(model(x, graph)[train_idx], y_train)``: what ``torch.compile`` compiles,
+    so the loss is inside the compiled (and, with ``reduce-overhead``, graph-captured) region."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: Tensor, graph, train_idx: Tensor, y_train: Tensor) -> Tensor:
+        return F.cross_entropy(self.model(x, graph).index_select(0, train_idx), y_train)
+
+
+def _has_sparsegnn_layers(model: nn.Module) -> bool:
+    return any(type(m).__module__.startswith("sparsegnn.nn") for m in model.modules())
+
+
+def check_compile_mode(compile: str, device, fn: str = "train_node_classifier") -> None:
+    """Raise ``ValueError`` when ``compile`` is unknown or needs CUDA graphs on a non-CUDA ``device``."""
+    if compile not in COMPILE_MODES:
+        raise ValueError(f"{fn}(): unknown compile mode {compile!r}; known: {', '.join(COMPILE_MODES)}")
+    if compile in ("capture", "reduce-overhead") and torch.device(device).type != "cuda":
+        raise ValueError(f"{fn}(): compile={compile!r} replays CUDA graphs and needs a CUDA device, got "
+                         f"device {str(device)!r} (use compile='none' or 'default' on the CPU)")
+
+
+def make_optimizer(model: nn.Module, compile: str = "none", lr: float = 0.01,
+                   weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """Adam over ``model``'s parameters; ``capturable=True`` for ``compile="capture"``."""
+    if compile == "capture":
+        return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, capturable=True)
+    return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+
+def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, graph, train_idx: Tensor,
+                    y_train: Tensor, compile: str = "none", compile_backend: Optional[str] = None,
+                    warmup: int = 3) -> Callable[[], Tensor]:
+    """A zero-argument full-graph training step (forward, cross-entropy on ``train_idx``,
+    backward, ``optimizer.step()``) returning the loss, run as ``compile`` says:
+
+    * ``"none"``: eager;
+    * ``"capture"``: a :class:`~sparsegnn.capture.CapturedStep` (``warmup`` eager calls, then one
+      CUDA graph replay per call; ``optimizer`` must be capturable, see :func:`make_optimizer`);
+    * ``"reduce-overhead"`` / ``"default"``: model and loss through ``torch.compile`` with that
+      mode (``compile_backend``, default ``"inductor"``; ``"aot_eager"`` needs no compiler);
+      the optimiser step stays eager. A model with sparsegnn layers first goes through
+      ``sparsegnn.nn.prepare`` (one eager pass without dropout that builds what compiled code reads).
+
+    The step never synchronises with the host: labels are indexed with ``train_idx`` (an index
+    tensor), not a boolean mask. ``graph`` is whatever ``model`` takes (a Graph, ``edge_index``,
+    a sparse adjacency).
+
+    Shapes:
+        x: [N, F]; train_idx: [T] int64; y_train: [T] int64 (the labels of ``train_idx``) -> loss: [].
+    """
+    check_compile_mode(compile, x.device, "make_train_step")
+    loss_fn: Callable[..., Tensor] = _LossStep(model)
+    if compile in ("reduce-overhead", "default"):
+        prepare = getattr(sgnn, "prepare", None)
+        if prepare is not None and _has_sparsegnn_layers(model):
+            prepare(model, x, graph)    # graphs, plans and tuned configs built eagerly: compiled code only reads them
+        loss_fn = torch.compile(loss_fn, mode=compile, backend=compile_backend or "inductor")
+    mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
+
+    def step() -> Tensor:
+        if compile == "reduce-overhead" and mark_step is not None:
+            mark_step()     # a new iteration: cudagraph trees may reuse the previous one's outputs
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(x, graph, train_idx, y_train)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    if compile == "capture":
+        from .capture import CapturedStep
+
+        return CapturedStep(step, warmup, optimizer=optimizer, inputs=(x, train_idx, y_train))
+    return step
 
 
 def train_node_classifier(
@@ -66,20 +151,40 @@ def train_node_classifier(
     device: str = "cpu",
     backend: str = "auto",
     progress: bool = True,
+    compile: str = "none",
+    compile_backend: Optional[str] = None,
 ) -> TrainResult:
-    """Train ``model_name`` on ``data`` with Adam and cross-entropy on the training mask.
+    """Train ``model_name`` on ``data`` with Adam and cross-entropy on the training nodes.
 
-    Epoch time covers forward, backward and the optimiser step (synchronised on CUDA).
+    Epoch time covers forward, backward and the optimiser step (synchronised on CUDA). The
+    training step indexes the training nodes with an index tensor (no host sync), so every
+    ``compile`` mode computes the same losses:
+
+    * ``"none"``: eager;
+    * ``"capture"``: the whole step as one CUDA graph replay (:class:`~sparsegnn.capture.CapturedStep`,
+      Adam with ``capturable=True``; the first 3 epochs are the eager warm-up); CUDA only;
+    * ``"reduce-overhead"``: ``torch.compile(mode="reduce-overhead")`` (CUDA graphs) of model and
+      loss; CUDA only;
+    * ``"default"``: ``torch.compile`` of model and loss (CPU too).
+
+    ``compile_backend`` picks the ``torch.compile`` backend (default ``"inductor"``;
+    ``"aot_eager"`` traces without generating code). Evaluation (accuracy) runs eagerly.
     """
     if epochs < 1:
         raise ValueError(f"train_node_classifier(): epochs must be >= 1, got {epochs}")
+    check_compile_mode(compile, device)
     torch.manual_seed(seed)
     data = data.to(device)
     model = build_model(model_name, data.x.shape[1], data.num_classes, hidden, dropout, backend).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    optimizer = make_optimizer(model, compile, lr, weight_decay)
+    train_idx = data.train_mask.nonzero().flatten()                # once, outside the step: no sync per step
+    y_train = data.y.index_select(0, train_idx)
+    model.train()
+    step = make_train_step(model, optimizer, data.x, data.graph, train_idx, y_train, compile, compile_backend)
     is_cuda = torch.device(device).type == "cuda"
     best_val, test_at_best = -1.0, float("nan")
-    times = []
+    times: List[float] = []
+    losses: List[float] = []
     try:
         from tqdm.auto import trange
         epochs_iter = trange(epochs, desc=f"{model_name}/{data.name}", disable=not progress, leave=False)
@@ -90,14 +195,11 @@ def train_node_classifier(
             torch.cuda.synchronize()
         start = time.perf_counter()
         model.train()
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(data.x, data.graph)[data.train_mask], data.y[data.train_mask])
-        loss.backward()
-        loss = loss.detach()
-        optimizer.step()
+        loss = step()
         if is_cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+        losses.append(float(loss))
         model.eval()
         with torch.no_grad():
             logits = model(data.x, data.graph)
@@ -107,8 +209,8 @@ def train_node_classifier(
         if val_acc > best_val:
             best_val, test_at_best = val_acc, test_acc
         if hasattr(epochs_iter, "set_postfix"):
-            epochs_iter.set_postfix(loss=f"{loss.item():.3f}", val=f"{val_acc:.3f}")
+            epochs_iter.set_postfix(loss=f"{losses[-1]:.3f}", val=f"{val_acc:.3f}")
     # The first epochs include kernel compilation and caching: time the second half.
     steady = times[len(times) // 2:] or times
     return TrainResult(model_name, data.name, str(device), seed, epochs, train_acc, val_acc, test_acc,
-                       best_val, test_at_best, 1000.0 * sum(steady) / len(steady))
+                       best_val, test_at_best, 1000.0 * sum(steady) / len(steady), compile, losses)

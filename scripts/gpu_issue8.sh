@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The GPU evidence for issue 8 (end-to-end training), by stage (device machine, repo root, OUT set):
+#   bash scripts/gpu_issue8.sh attn layers       # fused-attention tests, layer steps vs PyG
+#   bash scripts/gpu_issue8.sh tests train       # GPU test suite, training epochs vs PyG
+# Real graphs are read from $SPARSEGNN_DATA (default .data, a copy of shared/datasets).
+set -o pipefail
+export PYTHONPATH=src PYTHONUNBUFFERED=1 SPARSEGNN_DATA=${SPARSEGNN_DATA:-.data}
+export SPARSEGNN_TUNE_CACHE=${SPARSEGNN_TUNE_CACHE:-/tmp/sparsegnn-tune}
+OUT=${OUT:-/tmp/sparsegnn-out}; mkdir -p "$OUT"
+for stage in "$@"; do
+  echo "== $stage"
+  case $stage in
+    attn) python3 -m pytest -q -p no:cacheprovider tests/test_attention.py $(ls tests/test_compile.py 2>/dev/null) 2>&1 | tail -4 ;;
+    tests) python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_pytest.log" | tail -4 ;;
+    layers) timeout 300 python3 scripts/bench_layers.py --graphs all --models ${MODELS:-gcn,gat} --out "$OUT/layers.json" 2>&1 | tail -26 ;;
+    train) timeout 540 python3 scripts/bench_train.py --graphs all --out "$OUT/train.json" --md "$OUT/train.md" \
+             --plot "$OUT/train.png" 2>&1 | tail -60 ;;
+  esac
+done

@@ -1,0 +1,312 @@
+"""Captured and compiled training steps (sparsegnn.capture, training.compile) and the
+training-epoch benchmark script (scripts/bench_train.py).
+
+CPU tests check the errors, that every compile mode computes the eager losses (torch.compile
+through the ``aot_eager`` backend: no C++ compiler needed) and the benchmark's smoke run and
+report. GPU tests check CUDA-graph replays against eager steps, loss for loss.
+"""
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import sparsegnn
+from sparsegnn.capture import CapturedStep, capture_step
+from sparsegnn.datasets import NodeDataset, random_graph
+from sparsegnn.training import build_model, make_optimizer, make_train_step, train_node_classifier
+
+ROOT = Path(__file__).resolve().parents[1]
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="CUDA graphs need a GPU")
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Compiled code of earlier tests must not count against torch.compile's recompile limit."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def tiny_dataset(num_nodes: int = 60, num_edges: int = 240, features: int = 12, classes: int = 3) -> NodeDataset:
+    """A seeded random node-classification graph (self loops and duplicates included)."""
+    edge_index, _ = random_graph(num_nodes, num_edges, seed=3, num_self_loops=4, num_duplicates=5)
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(num_nodes, features, generator=gen)
+    y = torch.randint(0, classes, (num_nodes,), generator=gen)
+    split = torch.randperm(num_nodes, generator=gen)
+    masks = []
+    for part in (split[:20], split[20:40], split[40:]):
+        mask = torch.zeros(num_nodes, dtype=torch.bool)
+        mask[part] = True
+        masks.append(mask)
+    graph = sparsegnn.Graph.from_edge_index(edge_index, num_nodes=num_nodes)
+    return NodeDataset("tiny", graph, x, y, *masks, classes)
+
+
+# ---------------------------------------------------------------------------- errors (CPU)
+def _linear_step(model, optimizer, x):
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(x).square().mean()
+        loss.backward()
+        optimizer.step()
+        return loss
+    return step
+
+
+@pytest.mark.parametrize("optim", [torch.optim.Adam, torch.optim.AdamW])
+def test_non_capturable_optimizer_is_refused(optim):
+    model = torch.nn.Linear(4, 2)
+    optimizer = optim(model.parameters(), lr=0.01)
+    with pytest.raises(ValueError, match=rf"CapturedStep\(\): {optim.__name__} is not capturable.*capturable=True"):
+        CapturedStep(_linear_step(model, optimizer, torch.randn(3, 4)), optimizer=optimizer)
+
+
+def test_cpu_tensors_are_refused():
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, capturable=True)
+    x = torch.randn(3, 4)
+    with pytest.raises(ValueError, match=r"CapturedStep\(\): optimizer parameters must be CUDA tensors"):
+        CapturedStep(_linear_step(model, optimizer, x), optimizer=optimizer)
+    with pytest.raises(ValueError, match=r"CapturedStep\(\): inputs\[0\] is on cpu"):
+        CapturedStep(lambda: x.sum(), inputs=(x,))
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match=r"CapturedStep\(\): step_fn must be callable"):
+        CapturedStep(None)
+    with pytest.raises(ValueError, match=r"CapturedStep\(\): warmup must be an int >= 1"):
+        CapturedStep(lambda: torch.zeros(()), warmup=0)
+    with pytest.raises(ValueError, match=r"CapturedStep\(\): inputs\[0\] must be a tensor"):
+        CapturedStep(lambda: torch.zeros(()), inputs=[3.0])
+
+
+@pytest.mark.skipif(CUDA, reason="checks the message without a GPU")
+def test_no_cuda_device_is_refused():
+    with pytest.raises(ValueError, match=r"CapturedStep\(\): CUDA graphs need a CUDA device"):
+        capture_step(lambda: torch.zeros(()))
+
+
+@pytest.mark.parametrize("mode", ["capture", "reduce-overhead"])
+def test_cuda_graph_modes_need_cuda(mode):
+    with pytest.raises(ValueError, match=rf"train_node_classifier\(\): compile='{mode}' .*needs a CUDA device"):
+        train_node_classifier(tiny_dataset(), "gcn", epochs=1, device="cpu", compile=mode, progress=False)
+
+
+def test_unknown_compile_mode():
+    with pytest.raises(ValueError, match=r"train_node_classifier\(\): unknown compile mode 'max'"):
+        train_node_classifier(tiny_dataset(), "gcn", epochs=1, compile="max", progress=False)
+
+
+# ---------------------------------------------------------------------------- same losses (CPU)
+def test_index_step_matches_the_boolean_mask_loop():
+    """The training step indexes training nodes with an index tensor: same losses as masks."""
+    data = tiny_dataset()
+    result = train_node_classifier(data, "gcn", epochs=5, lr=0.05, seed=2, progress=False)
+    torch.manual_seed(2)
+    model = build_model("gcn", data.x.shape[1], data.num_classes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05, weight_decay=5e-4)
+    expected = []
+    for _ in range(5):
+        model.train()
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(data.x, data.graph)[data.train_mask], data.y[data.train_mask])
+        loss.backward()
+        optimizer.step()
+        expected.append(float(loss.detach()))
+    assert len(result.losses) == 5 and result.compile == "none"
+    assert result.losses == pytest.approx(expected, rel=1e-6, abs=1e-7)
+    assert result.losses[-1] < result.losses[0]          # it trains (lr 0.05 on 20 nodes)
+
+
+@pytest.mark.parametrize("model_name", ["gcn", "gat"])
+def test_compile_default_matches_eager_on_cpu(model_name, fresh_dynamo):
+    from torch._dynamo.utils import counters
+
+    data = tiny_dataset()
+    eager = train_node_classifier(data, model_name, epochs=4, lr=0.05, progress=False)
+    graphs_before = counters["stats"]["unique_graphs"]
+    compiled = train_node_classifier(data, model_name, epochs=4, lr=0.05, progress=False,
+                                     compile="default", compile_backend="aot_eager")
+    assert compiled.compile == "default"
+    assert counters["stats"]["unique_graphs"] > graphs_before            # dynamo did trace the step
+    assert compiled.losses == pytest.approx(eager.losses, rel=1e-5, abs=1e-6)
+    assert compiled.test_acc == pytest.approx(eager.test_acc, abs=1e-6)
+
+
+def test_make_train_step_returns_detached_loss_and_steps():
+    data = tiny_dataset()
+    torch.manual_seed(0)
+    model = build_model("sage", data.x.shape[1], data.num_classes, hidden=8, dropout=0.0)
+    optimizer = make_optimizer(model, lr=0.05)
+    idx = data.train_mask.nonzero().flatten()
+    step = make_train_step(model, optimizer, data.x, data.graph, idx, data.y[idx])
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = step()
+    assert loss.shape == () and not loss.requires_grad and math.isfinite(float(loss))
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    with pytest.raises(ValueError, match=r"make_train_step\(\): unknown compile mode"):
+        make_train_step(model, optimizer, data.x, data.graph, idx, data.y[idx], compile="fast")
+
+
+# ---------------------------------------------------------------------------- GPU
+def _eager_and_captured(model_name, steps=5, warmup=2, dropout=0.0, lr=0.01):
+    """Losses of ``warmup + steps`` eager steps and of the same run with a CapturedStep."""
+    data = sparsegnn.datasets.load("cora").to("cuda")
+    idx = data.train_mask.nonzero().flatten()
+    y_train = data.y.index_select(0, idx)
+    runs = []
+    for mode in ("none", "capture"):
+        torch.manual_seed(0)
+        model = build_model(model_name, data.x.shape[1], data.num_classes, dropout=dropout).cuda().train()
+        optimizer = make_optimizer(model, mode, lr=lr)
+        step = make_train_step(model, optimizer, data.x, data.graph, idx, y_train, compile=mode, warmup=warmup)
+        runs.append([float(step()) for _ in range(warmup + steps)])
+        if mode == "capture":
+            assert step.captured and step.steps_run == warmup + steps
+    return runs
+
+
+@needs_cuda
+@pytest.mark.parametrize("model_name", ["gcn", "gat"])
+def test_captured_step_matches_eager(model_name):
+    eager, captured = _eager_and_captured(model_name)
+    assert captured == pytest.approx(eager, rel=1e-5, abs=1e-5)
+    assert eager[-1] < eager[0]
+
+
+@needs_cuda
+def test_replays_draw_new_dropout_masks():
+    """lr = 0 keeps the parameters: replays differ only if the RNG advances between them."""
+    _, captured = _eager_and_captured("gcn", steps=4, dropout=0.5, lr=0.0)
+    replays = captured[2:]
+    assert len(set(replays)) == len(replays)
+
+
+@needs_cuda
+def test_replay_reads_copied_inputs():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1, bias=False).cuda()          # loss(2 x) = 4 loss(x)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, capturable=True)
+    x = torch.randn(16, 8, device="cuda")
+    step = capture_step(_linear_step(model, optimizer, x), warmup=2, optimizer=optimizer, inputs=(x,))
+    first = float(step())
+    assert first == pytest.approx(float(model(x).square().mean()), rel=1e-5)
+    x.copy_(2 * x)
+    assert float(step()) == pytest.approx(4 * first, rel=1e-4)
+
+
+@needs_cuda
+def test_host_sync_in_the_step_is_a_clear_error():
+    # A failed capture can leave the CUDA context unusable: run it in its own process.
+    code = textwrap.dedent("""
+        import torch
+        from sparsegnn.capture import capture_step
+        model = torch.nn.Linear(4, 2).cuda()
+        opt = torch.optim.Adam(model.parameters(), capturable=True)
+        x = torch.randn(10, 4, device="cuda")
+        mask = torch.rand(10, device="cuda") > 0.5
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = model(x)[mask].sum()        # boolean mask: a host sync
+            loss.backward()
+            opt.step()
+            return loss
+        try:
+            capture_step(step, warmup=1, optimizer=opt)
+        except ValueError as exc:
+            print("VALUEERROR", exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "VALUEERROR CapturedStep(): capturing the step failed" in out.stdout, out.stdout + out.stderr
+
+
+@needs_cuda
+@pytest.mark.slow
+def test_capture_training_reaches_eager_accuracy_on_cora():
+    data = sparsegnn.datasets.load("cora")
+    eager = train_node_classifier(data, "gcn", device="cuda", progress=False)
+    captured = train_node_classifier(data, "gcn", device="cuda", progress=False, compile="capture")
+    assert captured.compile == "capture" and len(captured.losses) == 200
+    assert captured.losses[0] == pytest.approx(eager.losses[0], rel=1e-5)      # warm-up step: eager
+    assert captured.test_acc_at_best_val > 0.75
+    assert abs(captured.test_acc_at_best_val - eager.test_acc_at_best_val) <= 0.03
+
+
+@needs_cuda
+@pytest.mark.parametrize("mode", ["reduce-overhead", "default"])
+def test_torch_compile_matches_eager_on_gpu(mode, fresh_dynamo):
+    data = sparsegnn.datasets.load("cora")
+    eager = train_node_classifier(data, "gcn", epochs=6, dropout=0.0, device="cuda", progress=False)
+    compiled = train_node_classifier(data, "gcn", epochs=6, dropout=0.0, device="cuda", progress=False,
+                                     compile=mode)
+    assert compiled.losses == pytest.approx(eager.losses, rel=1e-4, abs=1e-5)
+
+
+# ---------------------------------------------------------------------------- bench_train.py
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("bench_train_under_test", ROOT / "scripts" / "bench_train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_train_quick_smoke(tmp_path, fresh_dynamo, capsys):
+    bench = _bench_module()
+    out = tmp_path / "train.json"
+    argv = ["--quick", "--device", "cpu", "--models", "gcn", "--providers", "ours,ours_compile",
+            "--out", str(out), "--md", str(tmp_path / "train.md")]
+    assert bench.main(argv) == 0
+    doc = json.loads(out.read_text())
+    rows = {r["provider"]: r for r in doc["rows"]}
+    assert set(rows) == {"ours", "ours_compile"} and doc["meta"]["compile_backend"] == "aot_eager"
+    for row in rows.values():
+        assert row["error"] is None, row["error"]
+        assert row["graph"] == "cora" and row["f_in"] == 1433 and row["train_nodes"] == 140
+        assert row["ms"] > 0 and row["epochs"] == 2 and math.isfinite(row["loss_last"])
+    # Same seed, same model, same dropout masks: the compiled step computes the eager loss.
+    assert rows["ours_compile"]["loss_first"] == pytest.approx(rows["ours"]["loss_first"], rel=1e-5)
+    assert rows["ours"]["loss_first"] == pytest.approx(math.log(7), rel=0.1)
+    text = (tmp_path / "train.md").read_text()
+    assert "### GCN (2 x 16)" in text and "## Summary" in text
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("| gcn | 1 |")
+
+
+def _row(graph, provider, ms, kind="real", variant="edge_index", error=None, model="gcn"):
+    return {"graph": graph, "kind": kind, "model": model, "provider": provider, "variant": variant, "ms": ms,
+            "error": error, "num_nodes": 10, "num_edges": 20, "f_in": 4, "arch": "2 x 16", "peak_mb": 1.0}
+
+
+def test_bench_train_report_speedups():
+    bench = _bench_module()
+    rows = [
+        _row("a", "ours", 1.0), _row("a", "pyg", 4.0), _row("a", "pyg", 2.0, variant="adj_t"),
+        _row("a", "ours_capture", 0.5), _row("a", "pyg_compile", None, error="Unsupported: sparse"),
+        _row("b", "ours", 2.0), _row("b", "pyg", 1.0), _row("b", "ours_capture", 0.25),
+        _row("big", "ours", 10.0, kind="stand-in"), _row("big", "pyg", None, kind="stand-in", error="oom"),
+        _row("c", "ours", None, error="RuntimeError: boom"), _row("c", "pyg", 3.0),
+    ]
+    s = bench.summarize(rows)["gcn"]
+    graphs = s["graphs"]
+    assert graphs["a"]["best"]["pyg"]["variant"] == "adj_t"            # the faster PyG input is kept
+    assert graphs["a"]["speedup"]["ours"] == pytest.approx(2.0)
+    assert graphs["a"]["speedup"]["ours_capture"] == pytest.approx(4.0)
+    assert graphs["a"]["speedup"]["pyg_compile"] is None
+    assert graphs["b"]["speedup"]["ours"] == pytest.approx(0.5)
+    assert graphs["big"]["speedup"]["ours"] is None and s["pyg_oom"] == ["big"]
+    assert graphs["c"]["speedup"]["ours"] == 0.0                       # ours failing where PyG runs: worst
+    assert s["ours"]["worst"] == ("c", 0.0)
+    assert s["ours"]["geomean"] == pytest.approx(1.0)                   # sqrt(2 * 0.5); 0 and OOM left out
+    assert s["ours_capture"]["geomean_real"] == pytest.approx(math.sqrt(4.0 * 4.0))
+    text = bench.markdown(rows, {"device": "test", "versions": {}})
+    assert "| big | 10 | 20 | 4 | 10.000 | OOM |" in text
+    assert "gcn eager >= 1.5x geomean, no case < 1.0x: 1.00x, worst 0.00x (c): FAIL" in text
+    assert "| gcn | 4 | 1.00 | 0.00 (c) | 4.00 |" in text
