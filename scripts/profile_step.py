@@ -43,6 +43,7 @@ def main() -> None:
     p.add_argument("--graph", default="cora")
     p.add_argument("--models", default="gcn,gat")
     p.add_argument("--top", type=int, default=22)
+    p.add_argument("--torch-profiler", action="store_true", help="torch.profiler CPU table instead of cProfile")
     args = p.parse_args()
     device = torch.device("cuda")
     graph, kind = bt.load_bench_graph(args.graph, device, None)
@@ -78,6 +79,15 @@ def main() -> None:
             fwd_bwd = lambda: fwd().backward()  # noqa: E731
             print(f"   {name}: forward {host_ms(fwd):.3f} ms, forward+backward {host_ms(fwd_bwd):.3f} ms, "
                   f"optimizer.step {host_ms(o.step):.3f} ms, zero_grad {host_ms(o.zero_grad):.3f} ms")
+        if args.torch_profiler:
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU]) as tp:
+                for _ in range(20):
+                    ours()
+                torch.cuda.synchronize()
+            print(tp.key_averages().table(sort_by="cpu_time_total", row_limit=args.top, max_name_column_width=60))
+            continue
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(30):
