@@ -192,6 +192,31 @@ def test_replays_draw_new_dropout_masks():
 
 
 @needs_cuda
+@pytest.mark.parametrize("p", [0.0, 0.5])
+def test_replays_draw_new_fused_attention_dropout_masks(p):
+    """Only GATConv's attention dropout is random here (the fused kernel's Philox seed comes from
+    the CUDA generator): with p > 0 every replay differs, with p = 0 every replay is the same."""
+    data = sparsegnn.datasets.load("cora").to("cuda")
+    torch.manual_seed(0)
+    conv = sparsegnn.nn.GATConv(data.x.shape[1], 8, heads=4, dropout=p).cuda().train()
+    optimizer = torch.optim.Adam(conv.parameters(), lr=0.0, capturable=True)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = conv(data.x, data.graph).square().mean()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    captured = capture_step(step, warmup=2, optimizer=optimizer, inputs=(data.x,))
+    replays = [float(captured()) for _ in range(4)]
+    if p > 0:
+        assert len(set(replays)) == len(replays)
+    else:
+        assert len(set(replays)) == 1
+
+
+@needs_cuda
 def test_replay_reads_copied_inputs():
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1, bias=False).cuda()          # loss(2 x) = 4 loss(x)

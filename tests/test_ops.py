@@ -240,3 +240,24 @@ def test_multi_head_mean_and_max_weights():
     assert torch.allclose(out, torch.cat(per_head, 1))
     with pytest.raises(ValueError, match=r"spmm\(\): reduce='max' takes edge_weight of shape \[E\]"):
         sg.spmm(g, x, reduce="max", edge_weight=w)
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_input_gradient_follows_in_place_updates_of_the_graph_values(backend):
+    """A learnable edge weight stepped in place between backward passes: dX = A^T dY must use
+    the current values (the backward caches the permuted values per version)."""
+    ei, w = sg.datasets.random_graph(20, 80, seed=21, num_empty_rows=2, num_duplicates=3, weighted=True)
+    graph = Graph.from_edge_index(ei, w, num_nodes=20).to(DEVICE)
+    values = torch.nn.Parameter(graph.edge_val.clone())
+    g = graph.with_values(values)
+    x = torch.randn(20, 5, device=DEVICE, requires_grad=True)
+    for scale in (1.0, 10.0):
+        with torch.no_grad():
+            values.mul_(scale)                              # an optimiser-style in-place step
+        x.grad = None
+        sg.spmm(g, x, backend=backend).sum().backward()
+        perm_back = torch.empty_like(graph.edge_perm)
+        perm_back[graph.edge_perm] = torch.arange(graph.num_edges, device=graph.edge_perm.device)
+        a = dense_adjacency(ei, 20, values.detach().cpu()[perm_back.cpu()])
+        want = a.t() @ torch.ones(20, 5, dtype=torch.float64)
+        assert torch.allclose(x.grad.double().cpu(), want, rtol=1e-5, atol=1e-5), scale

@@ -164,8 +164,9 @@ class CapturedStep:
             raise
         except RuntimeError as exc:
             raise ValueError(
-                "CapturedStep(): capturing the step failed; a step must not synchronise with the host "
-                "(boolean-mask indexing, .item(), nonzero(), printing tensors, CPU tensors): use index "
+                "CapturedStep(): capturing the step failed (the error below). The usual cause is a host sync: a "
+                "step must not synchronise with the host (boolean-mask indexing, .item(), nonzero(), printing "
+                "tensors, CPU tensors): use index "
                 "tensors computed once (x.index_select(0, idx)); run one eager step under "
                 f"torch.cuda.set_sync_debug_mode('warn') to find the sync. CUDA said: {exc}") from exc
         _check(isinstance(loss, Tensor), f"step_fn must return the loss tensor, got {type(loss).__name__}")

@@ -160,7 +160,12 @@ def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional
         if weight_t is None:
             weight_t = graph.cache[("mean_scale_t", dtype)] = mean_scale(graph, x.dtype).index_select(0, perm)
     elif weight is not None and weight is graph.edge_val and reduce == "sum":
-        weight_t = transposed.edge_val                # permuted once when the transpose was built
+        # the graph's own values, permuted once per version: an in-place update (a learnable
+        # edge weight stepped by the optimiser) bumps the version and re-permutes
+        entry = graph.cache.get("edge_val_t")
+        if entry is None or entry[0] is not weight or entry[1] != weight._version:
+            entry = graph.cache["edge_val_t"] = (weight, weight._version, weight.detach().index_select(0, perm))
+        weight_t = entry[2]
     else:
         if reduce == "mean":
             weight = scaled(weight, mean_scale(graph, x.dtype))

@@ -218,7 +218,7 @@ def _agnn_forward(graph: Graph, q: Tensor, nrm: Tensor, beta: Tensor) -> Tuple[T
 
 def _agnn_backward(graph: Graph, grad: Tensor, q: Tensor, nrm: Tensor, beta: Tensor, lse: Tensor, out32: Tensor):
     dq, dnrm, dbeta, ds = _attention_kernels().agnn_backward(graph.transpose_parts(), q, nrm, beta, lse, out32, grad)
-    dq += beta.float() * aggregate("triton", graph, q, ds).float()      # row part: beta sum_e ds_e q_j
+    dq += beta.float() * aggregate("triton", graph, q.float(), ds)     # row part, fp32: beta sum_e ds_e q_j
     return dq.to(q.dtype), dnrm.to(nrm.dtype), dbeta.sum().reshape(beta.shape).to(beta.dtype)
 
 
