@@ -340,7 +340,7 @@ class Graph:
         if edge_val is not None:
             check_edge_values(edge_val, self.num_edges, "Graph.with_values", "edge_val", max_dim=1)
         g = Graph(self.rowptr, self.col, edge_val, self.num_nodes, edge_perm=self.edge_perm, ptr=self.ptr)
-        g._cache = {k: v for k, v in self._cache.items() if k not in ("t", "edge_val_t")}   # value-dependent
+        g._cache = {k: v for k, v in self._cache.items() if k not in ("t", "permuted_own_values")}   # value-dependent
         return g
 
     # ------------------------------------------------------------------ transformations

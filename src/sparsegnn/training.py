@@ -117,9 +117,8 @@ def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: Tenso
     check_compile_mode(compile, x.device, "make_train_step")
     loss_fn: Callable[..., Tensor] = _LossStep(model)
     if compile in ("reduce-overhead", "default"):
-        prepare = getattr(sgnn, "prepare", None)
-        if prepare is not None and _has_sparsegnn_layers(model):
-            prepare(model, x, graph)    # graphs, plans and tuned configs built eagerly: compiled code only reads them
+        if _has_sparsegnn_layers(model):
+            sgnn.prepare(model, x, graph)    # graphs, plans and tuned configs built eagerly: compiled code only reads them
         loss_fn = torch.compile(loss_fn, mode=compile, backend=compile_backend or "inductor")
     mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
 

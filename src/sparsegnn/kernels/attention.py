@@ -25,7 +25,7 @@ Accumulation is fp32 for every input dtype.  No [E, H] tensor is kept between th
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import triton
@@ -181,30 +181,34 @@ GAT_SPACE: Dict[str, Tuple[int, ...]] = {
 }
 
 
-def gat_config(num_rows: int, num_edges: int, heads: int, channels: int) -> Dict[str, int]:
-    """Heuristic launch config: a [BLOCK_E, H, C] tile of about 1-2k elements, more rows per
-    program on low-degree graphs (short rows leave a lone program idle)."""
-    tile = next_pow2(heads) * next_pow2(channels)
+def _tile_config(num_rows: int, num_edges: int, row_width: int, max_tile: int) -> Dict[str, int]:
+    """Heuristic launch config of a row-wise attention pass: a [BLOCK_E, row_width] tile of at
+    most ``max_tile`` elements, more rows per program on low-degree graphs (short rows leave a
+    lone program idle)."""
     avg = num_edges / max(num_rows, 1)
-    block_e = max(4, min(64, 2048 // tile, next_pow2(int(avg) + 1)))
+    block_e = max(4, min(64, max_tile // row_width, next_pow2(int(avg) + 1)))
     rows = 4 if avg <= 4 else (2 if avg <= 16 else 1)
-    warps = 1 if tile * block_e <= 256 else (2 if tile * block_e <= 1024 else 4)
+    warps = 1 if row_width * block_e <= 256 else (2 if row_width * block_e <= 1024 else 4)
     return {"BLOCK_E": block_e, "ROWS": rows, "num_warps": warps}
 
 
-def gat_candidates(num_rows: int, num_edges: int, heads: int, channels: int):
-    """The heuristic and its neighbours in the space, for the autotuner."""
-    base = gat_config(num_rows, num_edges, heads, channels)
+def _neighbours(base: Dict[str, int]) -> List[Dict[str, int]]:
+    """``base`` and its neighbours in ``GAT_SPACE`` (half / double edges per step and warps,
+    the other rows-per-program choice): the candidates the autotuner times."""
     out = [base]
-    for block_e in (base["BLOCK_E"] // 2, base["BLOCK_E"] * 2):
-        if block_e in GAT_SPACE["BLOCK_E"]:
-            out.append(dict(base, BLOCK_E=block_e))
-    for warps in (base["num_warps"] // 2, base["num_warps"] * 2):
-        if warps in GAT_SPACE["num_warps"]:
-            out.append(dict(base, num_warps=warps))
-    rows = 1 if base["ROWS"] > 1 else 2
-    out.append(dict(base, ROWS=rows))
-    return out
+    for key in ("BLOCK_E", "num_warps"):
+        out += [dict(base, **{key: v}) for v in (base[key] // 2, base[key] * 2) if v in GAT_SPACE[key]]
+    return out + [dict(base, ROWS=1 if base["ROWS"] > 1 else 2)]
+
+
+def gat_config(num_rows: int, num_edges: int, heads: int, channels: int) -> Dict[str, int]:
+    """Heuristic launch config: a [BLOCK_E, H, C] tile of at most 2k elements."""
+    return _tile_config(num_rows, num_edges, next_pow2(heads) * next_pow2(channels), 2048)
+
+
+def gat_candidates(num_rows: int, num_edges: int, heads: int, channels: int) -> List[Dict[str, int]]:
+    """The heuristic and its neighbours in the space, for the autotuner."""
+    return _neighbours(gat_config(num_rows, num_edges, heads, channels))
 
 
 def _shape(feat: Tensor) -> Tuple[int, int, int]:
@@ -357,22 +361,13 @@ def _agnn_bwd_kernel(
 
 
 def agnn_config(num_rows: int, num_edges: int, feats: int) -> Dict[str, int]:
-    """Heuristic launch config: a [BLOCK_E, F] tile of at most ~4k elements."""
-    block_f = next_pow2(feats)
-    avg = num_edges / max(num_rows, 1)
-    block_e = max(4, min(64, 4096 // block_f, next_pow2(int(avg) + 1)))
-    rows = 4 if avg <= 4 else (2 if avg <= 16 else 1)
-    warps = 1 if block_f * block_e <= 256 else (2 if block_f * block_e <= 1024 else 4)
-    return {"BLOCK_E": block_e, "ROWS": rows, "num_warps": warps}
+    """Heuristic launch config: a [BLOCK_E, F] tile of at most 4k elements."""
+    return _tile_config(num_rows, num_edges, next_pow2(feats), 4096)
 
 
-def agnn_candidates(num_rows: int, num_edges: int, feats: int):
+def agnn_candidates(num_rows: int, num_edges: int, feats: int) -> List[Dict[str, int]]:
     """The heuristic and its neighbours in the space, for the autotuner."""
-    base = agnn_config(num_rows, num_edges, feats)
-    out = [base] + [dict(base, BLOCK_E=b) for b in (base["BLOCK_E"] // 2, base["BLOCK_E"] * 2)
-                    if b in GAT_SPACE["BLOCK_E"]]
-    out += [dict(base, num_warps=w) for w in (base["num_warps"] // 2, base["num_warps"] * 2) if w in GAT_SPACE["num_warps"]]
-    return out + [dict(base, ROWS=1 if base["ROWS"] > 1 else 2)]
+    return _neighbours(agnn_config(num_rows, num_edges, feats))
 
 
 def agnn_forward(rowptr: Tensor, col: Tensor, q: Tensor, nrm: Tensor, beta: Tensor,

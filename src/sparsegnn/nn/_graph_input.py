@@ -57,6 +57,7 @@ from torch import Tensor
 
 from .._checks import check, check_edge_values, check_same_device
 from ..graph import Graph
+from ..ops._library import not_traceable_graph
 
 __all__ = [
     "GraphTransform", "GraphInputMixin", "identity", "self_looped", "gcn_normalized",
@@ -451,10 +452,7 @@ class GraphInputMixin:
                 result = transformed_graph(graph, transform)
         elif isinstance(graph, Tensor):
             if torch.compiler.is_compiling():
-                raise ValueError(
-                    f"{fn}(): under torch.compile the graph must be a sparsegnn.Graph, not an edge_index tensor (its "
-                    "cached Graph cannot be looked up while tracing); build it once with "
-                    "sparsegnn.Graph.from_edge_index(edge_index, edge_weight, num_nodes) and pass the Graph")
+                raise not_traceable_graph(fn, graph)
             check(graph.dim() == 2 and graph.shape[0] == 2, fn,
                   f"edge_index must have shape [2, E], got {tuple(graph.shape)}")
             result = graph_from_edge_index(graph, edge_weight, num_nodes, transform)

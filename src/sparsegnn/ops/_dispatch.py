@@ -141,6 +141,17 @@ def scaled(weight: Optional[Tensor], scale: Tensor) -> Tensor:
     return weight * (scale if weight.dim() == 1 else scale.unsqueeze(1))
 
 
+def _permuted_own_values(graph: Graph, values: Tensor, perm: Tensor) -> Tensor:
+    """``values[perm]`` for values the graph owns (its ``edge_val``, its cached ``1/deg``),
+    permuted once per tensor and version and cached on the graph: an in-place update (a
+    learnable edge weight stepped by the optimiser) bumps the version and re-permutes."""
+    cache = graph.cache.setdefault("permuted_own_values", {})
+    entry = cache.get(id(values))
+    if entry is None or entry[0] is not values or entry[1] != values._version:
+        entry = cache[id(values)] = (values, values._version, values.detach().index_select(0, perm))
+    return entry[2]
+
+
 def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor],
                          reduce: str = "sum") -> Tensor:
     """``A'^T x``: ``out[j] = sum_{e: col[e] = j} w'_e x[row[e]]`` via the cached transpose.
@@ -154,18 +165,10 @@ def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional
     """
     transposed = graph.t()
     perm = graph.transpose_parts()[2]
-    if weight is None and reduce == "mean":       # the graph's own 1/deg, permuted once and cached
-        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        weight_t = graph.cache.get(("mean_scale_t", dtype))
-        if weight_t is None:
-            weight_t = graph.cache[("mean_scale_t", dtype)] = mean_scale(graph, x.dtype).index_select(0, perm)
+    if weight is None and reduce == "mean":
+        weight_t = _permuted_own_values(graph, mean_scale(graph, x.dtype), perm)
     elif weight is not None and weight is graph.edge_val and reduce == "sum":
-        # the graph's own values, permuted once per version: an in-place update (a learnable
-        # edge weight stepped by the optimiser) bumps the version and re-permutes
-        entry = graph.cache.get("edge_val_t")
-        if entry is None or entry[0] is not weight or entry[1] != weight._version:
-            entry = graph.cache["edge_val_t"] = (weight, weight._version, weight.detach().index_select(0, perm))
-        weight_t = entry[2]
+        weight_t = _permuted_own_values(graph, weight, perm)
     else:
         if reduce == "mean":
             weight = scaled(weight, mean_scale(graph, x.dtype))

@@ -8,8 +8,8 @@ For target ``i``, head ``h`` and incoming edge ``e: j -> i``::
     out[i, h, :] = sum_e dropout(alpha_e) * feat[j, h, :]
 
 On CUDA this is one Triton launch forward and two backward (see ``kernels/attention.py``),
-with nothing of size [E, H] kept for the backward; the reference path composes ``sddmm``,
-``edge_softmax`` and ``spmm`` (and serves the CPU).  Attention dropout draws its mask from a
+with nothing of size [E, H] kept for the backward; the reference path (the CPU's) gathers the
+scores, applies ``reference.edge_softmax`` and sums with ``reference.spmm_sum``.  Attention dropout draws its mask from a
 seed taken from the feature device's generator, so ``torch.manual_seed`` reproduces it and
 CUDA-graph capture replays fresh masks; the masks differ between the two paths.
 """
@@ -35,6 +35,19 @@ def _attention_kernels():
     return attention
 
 
+def _outputs(out32: Tensor, lse: Tensor, dtype: torch.dtype) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(out, lse, out32)`` from a kernel's fp32 output: ``out`` in the input ``dtype``, and the
+    fp32 copy the backward needs for ``D_i = <g_i, out_i>`` (empty when ``out`` is that copy)."""
+    if dtype == torch.float32:
+        return out32, lse, out32.new_empty(0)
+    return out32.to(dtype), lse, out32
+
+
+def _fp32_out(out: Tensor, out32: Tensor) -> Tensor:
+    """The fp32 output to save for the backward: ``out32``, or ``out`` itself for fp32 inputs."""
+    return out if out32.numel() == 0 else out32
+
+
 def _gat_forward(graph: Graph, feat: Tensor, a_src: Tensor, a_dst: Tensor, slope: float, p_drop: float,
                  seed: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
     """``(out, lse, out32)`` of the fused kernel with the config the tuner decided for this graph.
@@ -51,10 +64,7 @@ def _gat_forward(graph: Graph, feat: Tensor, a_src: Tensor, a_dst: Tensor, slope
     candidates = lambda: k.gat_candidates(n, graph.num_edges, heads, channels)  # noqa: E731
     config = decide("gat", graph, f"h{heads}", heads * channels, feat.dtype, feat.device, candidates, run,
                     space=k.GAT_SPACE, ranked=False)
-    out32, lse = run(config)
-    if feat.dtype == torch.float32:
-        return out32, lse, out32.new_empty(0)
-    return out32.to(feat.dtype), lse, out32
+    return _outputs(*run(config), feat.dtype)
 
 
 def _gat_backward(graph: Graph, grad: Tensor, feat: Tensor, a_src: Tensor, a_dst: Tensor, lse: Tensor,
@@ -81,7 +91,7 @@ class _FusedGAT(torch.autograd.Function):
                 seed: Optional[Tensor]):
         out, lse, out32 = _gat_forward(graph, feat, a_src, a_dst, slope, p_drop, seed)
         ctx.graph, ctx.slope, ctx.p_drop = graph, slope, p_drop
-        ctx.save_for_backward(feat, a_src, a_dst, lse, out if out32.numel() == 0 else out32, seed)
+        ctx.save_for_backward(feat, a_src, a_dst, lse, _fp32_out(out, out32), seed)
         return out
 
     @staticmethod
@@ -126,7 +136,7 @@ def _gat_setup(ctx, inputs, output) -> None:
     feat, a_src, a_dst, seed, graph, slope, p_drop = inputs
     out, lse, out32 = output
     ctx.graph, ctx.slope, ctx.p_drop = graph, slope, p_drop
-    ctx.save_for_backward(feat, a_src, a_dst, lse, out if feat.dtype == torch.float32 else out32, seed)
+    ctx.save_for_backward(feat, a_src, a_dst, lse, _fp32_out(out, out32), seed)
 
 
 def _gat_op_backward(ctx, grad, _grad_lse, _grad_out32):
@@ -210,10 +220,7 @@ def _agnn_forward(graph: Graph, q: Tensor, nrm: Tensor, beta: Tensor) -> Tuple[T
     candidates = lambda: k.agnn_candidates(q.shape[0], graph.num_edges, q.shape[1])  # noqa: E731
     config = decide("agnn", graph, "cos", q.shape[1], q.dtype, q.device, candidates, run,
                     space=k.GAT_SPACE, ranked=False)
-    out32, lse = run(config)
-    if q.dtype == torch.float32:
-        return out32, lse, out32.new_empty(0)
-    return out32.to(q.dtype), lse, out32
+    return _outputs(*run(config), q.dtype)
 
 
 def _agnn_backward(graph: Graph, grad: Tensor, q: Tensor, nrm: Tensor, beta: Tensor, lse: Tensor, out32: Tensor):
@@ -227,7 +234,7 @@ class _FusedAGNN(torch.autograd.Function):
     def forward(ctx, graph: Graph, q: Tensor, nrm: Tensor, beta: Tensor):
         out, lse, out32 = _agnn_forward(graph, q, nrm, beta)
         ctx.graph = graph
-        ctx.save_for_backward(q, nrm, beta, lse, out if out32.numel() == 0 else out32)
+        ctx.save_for_backward(q, nrm, beta, lse, _fp32_out(out, out32))
         return out
 
     @staticmethod
@@ -265,7 +272,7 @@ def _agnn_setup(ctx, inputs, output) -> None:
     q, nrm, beta, graph = inputs
     out, lse, out32 = output
     ctx.graph = graph
-    ctx.save_for_backward(q, nrm, beta, lse, out if q.dtype == torch.float32 else out32)
+    ctx.save_for_backward(q, nrm, beta, lse, _fp32_out(out, out32))
 
 
 def _agnn_op_backward(ctx, grad, _grad_lse, _grad_out32):
