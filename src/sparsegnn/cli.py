@@ -83,24 +83,47 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    import datetime
-    from pathlib import Path
+#: Defaults of ``bench`` options that differ between the GPU and the CPU benchmark.
+_BENCH_DEFAULTS = {
+    "cuda": {"suite": "small", "ops": "spmm,sddmm", "dims": "32,64,128,256", "tag": "bench"},
+    "cpu": {"suite": "real", "ops": "spmm,spmm-w,spmm-mean,spmm-max,sddmm,softmax", "dims": "16,64", "tag": "bench-cpu"},
+}
 
-    from .bench import report
-    from .bench.harness import run, write_json
-    from .datasets.synthetic import STAND_INS, SUITES
 
-    if not torch.cuda.is_available():
-        print("bench: needs a CUDA device (the baselines and kernels are GPU code)", file=sys.stderr)
-        return 2
+def _bench_graphs(args: argparse.Namespace) -> List[str]:
+    """The graph names of a bench run: ``--graphs`` or the ``--suite``'s, checked."""
     from .datasets.suite import REAL_SUITE
+    from .datasets.synthetic import STAND_INS, SUITES
 
     suites = dict(SUITES, real=REAL_SUITE)
     graphs = args.graphs.split(",") if args.graphs else list(suites[args.suite])
     unknown = [g for g in graphs if g not in STAND_INS and g not in REAL_SUITE]
     if unknown:
         raise ValueError(f"bench(): unknown graphs {unknown}; known: {', '.join(list(STAND_INS) + list(REAL_SUITE))}")
+    return graphs
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    for key, value in _BENCH_DEFAULTS[args.device].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"bench(): --threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if args.device == "cpu":
+        return _cmd_bench_cpu(args)
+    import datetime
+    from pathlib import Path
+
+    from .bench import report
+    from .bench.harness import run, write_json
+
+    if not torch.cuda.is_available():
+        print("bench: needs a CUDA device (the baselines and kernels are GPU code); "
+              "--device cpu runs the CPU benchmark", file=sys.stderr)
+        return 2
+    graphs = _bench_graphs(args)
     import triton
 
     rows = run(graphs, args.ops.split(","), [int(d) for d in args.dims.split(",")], args.dtypes.split(","),
@@ -112,13 +135,45 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     stem = out / args.tag
     write_json(rows, f"{stem}.json", meta)
-    import json
-
-    dict_rows = json.load(open(f"{stem}.json"))["rows"]
+    dict_rows = json.loads(Path(f"{stem}.json").read_text())["rows"]
     text = report.markdown(dict_rows, meta)
     Path(f"{stem}.md").write_text(text)
     try:
         report.plot(dict_rows, f"{stem}.png")
+    except ImportError:
+        print("bench: matplotlib not installed, no plot", file=sys.stderr)
+    print(text)
+    return 0
+
+
+def _cmd_bench_cpu(args: argparse.Namespace) -> int:
+    """``bench --device cpu``: forward and backward of every op vs torch.sparse / PyG on CPU."""
+    import os
+    import time
+    from pathlib import Path
+
+    from .bench import cpu
+
+    graphs = _bench_graphs(args)
+    try:
+        dims = [int(d) for d in args.dims.split(",")]
+    except ValueError:
+        raise ValueError(f"bench(): --dims must be comma-separated integers, got {args.dims!r}") from None
+    load_before, start, health = list(os.getloadavg()), time.perf_counter(), {}
+    rows = cpu.run(graphs, args.ops.split(","), dims, args.dtypes.split(","),
+                   providers=args.providers.split(",") if args.providers else None, progress=True,
+                   data_dir=args.data_dir, real=args.suite == "real", budget_s=args.budget_ms / 1e3, health=health)
+    meta = cpu.meta(suite=args.suite, graphs=graphs, budget_ms=args.budget_ms, load_avg_before=load_before,
+                    wall_s=time.perf_counter() - start, canary_ms=health)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / args.tag
+    cpu.write_json(rows, f"{stem}.json", meta)
+    dict_rows = json.loads(Path(f"{stem}.json").read_text())["rows"]
+    text = cpu.markdown(dict_rows, meta)
+    Path(f"{stem}.md").write_text(text)
+    try:
+        cpu.plot(dict_rows, f"{stem}.png")
     except ImportError:
         print("bench: matplotlib not installed, no plot", file=sys.stderr)
     print(text)
@@ -173,17 +228,25 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
     train.set_defaults(func=_cmd_train)
 
-    bench = sub.add_parser("bench", help="benchmark ops against cuSPARSE / PyG / torch.sparse (GPU)")
-    bench.add_argument("--suite", default="small", choices=["small", "paper", "large", "structure", "real"],
-                       help="real = the real-graph suite (needs the datasets: --data-dir or SPARSEGNN_DATA)")
+    bench = sub.add_parser("bench", help="benchmark ops against cuSPARSE / PyG / torch.sparse (GPU; "
+                                         "--device cpu: forward and backward vs torch.sparse / PyG on CPU)")
+    bench.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                       help="cuda (default): the GPU benchmark; cpu: the CPU benchmark (bench/cpu.py)")
+    bench.add_argument("--suite", default=None, choices=["small", "paper", "large", "structure", "real"],
+                       help="real = the real-graph suite (needs the datasets: --data-dir or SPARSEGNN_DATA); "
+                            "default small (cuda), real (cpu)")
     bench.add_argument("--data-dir", default=None, help="directory of the real datasets (default: SPARSEGNN_DATA, ../shared/datasets)")
-    bench.add_argument("--graphs", default=None, help="comma-separated stand-in names (overrides --suite)")
-    bench.add_argument("--ops", default="spmm,sddmm", help="spmm, spmm-mean, spmm-max, sddmm")
-    bench.add_argument("--dims", default="32,64,128,256")
+    bench.add_argument("--graphs", default=None, help="comma-separated graph names (overrides --suite)")
+    bench.add_argument("--ops", default=None, help="cuda: spmm, spmm-mean, spmm-max, sddmm (default spmm,sddmm); "
+                                                   "cpu: spmm, spmm-w, spmm-mean, spmm-max, sddmm, softmax (default all)")
+    bench.add_argument("--dims", default=None, help="feature widths (default 32,64,128,256 on cuda, 16,64 on cpu)")
     bench.add_argument("--dtypes", default="float32")
     bench.add_argument("--providers", default=None, help="comma-separated subset of providers")
+    bench.add_argument("--threads", type=int, default=None, help="torch.set_num_threads before the run (CPU threads)")
+    bench.add_argument("--budget-ms", type=float, default=200.0,
+                       help="cpu: milliseconds of repeats per timing (at least 5 calls; default 200)")
     bench.add_argument("--out", default="benchmarks/local")
-    bench.add_argument("--tag", default="bench")
+    bench.add_argument("--tag", default=None, help="output file stem (default bench on cuda, bench-cpu on cpu)")
     bench.set_defaults(func=_cmd_bench)
 
     tune = sub.add_parser("tune", help="cost model vs timing: picks, their speed, tuning cost (GPU)")

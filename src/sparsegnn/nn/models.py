@@ -13,6 +13,7 @@ from typing import List
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..ops.dropout import dropout
 from .conv import AGNNConv, GATConv, GCNConv, GINConv, SAGEConv
 
 
@@ -31,9 +32,9 @@ class GCN(nn.Module):
         self.conv2 = GCNConv(hidden, out_channels, cached=True, backend=backend)
 
     def forward(self, x: Tensor, graph) -> Tensor:
-        x = F.dropout(x, self.dropout, self.training)
+        x = dropout(x, self.dropout, self.training)
         x = F.relu(self.conv1(x, graph))
-        x = F.dropout(x, self.dropout, self.training)
+        x = dropout(x, self.dropout, self.training)
         return self.conv2(x, graph)
 
 
@@ -59,11 +60,11 @@ class AGNN(nn.Module):
         self.lin_out = nn.Linear(hidden, out_channels)
 
     def forward(self, x: Tensor, graph) -> Tensor:
-        x = F.dropout(x, self.dropout, self.training)
+        x = dropout(x, self.dropout, self.training)
         x = F.relu(self.lin_in(x))
         for prop in self.props:
             x = prop(x, graph)
-        x = F.dropout(x, self.dropout, self.training)
+        x = dropout(x, self.dropout, self.training)
         return self.lin_out(x)
 
 
@@ -78,7 +79,7 @@ class _NormedStack(nn.Module):
 
     def forward(self, x: Tensor, graph) -> Tensor:
         for conv, norm in zip(self.convs[:-1], self.norms):
-            x = F.dropout(F.relu(norm(conv(x, graph))), self.dropout, self.training)
+            x = dropout(F.relu(norm(conv(x, graph))), self.dropout, self.training)
         return self.convs[-1](x, graph)
 
 
@@ -134,7 +135,7 @@ class GAT(nn.Module):
         self.conv2 = GATConv(hidden * heads, out_channels, heads=1, dropout=dropout, backend=backend)
 
     def forward(self, x: Tensor, graph) -> Tensor:
-        x = F.dropout(x, self.dropout, self.training)
+        x = dropout(x, self.dropout, self.training)
         x = F.elu(self.conv1(x, graph))
-        x = F.dropout(x, self.dropout, self.training)
+        x = dropout(x, self.dropout, self.training)
         return self.conv2(x, graph)

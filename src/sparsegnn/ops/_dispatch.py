@@ -16,9 +16,10 @@ from torch import Tensor
 from .._checks import check
 from ..graph import Graph
 from ..kernels import interpreting, triton_available
+from ..kernels.cpu import numba_available
 from . import reference
 
-BACKENDS = ("auto", "reference", "triton")
+BACKENDS = ("auto", "reference", "triton", "cpu")
 TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -27,20 +28,28 @@ def choose_backend(fn: str, backend: str, x: Tensor, triton_supported: Optional[
 
     Args:
         fn: public op name, for error messages.
-        backend: ``"auto"``, ``"reference"`` or ``"triton"``.
+        backend: ``"auto"``, ``"reference"``, ``"triton"`` or ``"cpu"``.
         x: the dense input that decides device and dtype.
         triton_supported: ``None`` when a Triton kernel exists for this call, else the reason
             why not (used in the error for an explicit ``backend="triton"``).
 
-    ``"auto"`` picks Triton for CUDA tensors of a supported dtype, the reference otherwise.
+    ``"auto"`` picks Triton for CUDA tensors of a supported dtype, the CPU backend (Numba
+    kernels and ``torch.sparse``, see ``_cpu``) for CPU tensors of a floating dtype when
+    Numba is installed, the reference otherwise.
     """
     if backend == "auto" and triton_supported is None and x.is_cuda and x.dtype in TRITON_DTYPES:  # the hot path
         return "triton" if triton_available() else "reference"
     if backend not in BACKENDS:
         raise ValueError(f"{fn}(): backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
+        if x.device.type == "cpu":
+            return "cpu" if x.is_floating_point() and numba_available() else "reference"
         usable = triton_supported is None and x.is_cuda and x.dtype in TRITON_DTYPES and triton_available()
         return "triton" if usable else "reference"
+    if backend == "cpu":
+        check(numba_available(), fn, "backend='cpu' needs the numba package (pip install numba)")
+        check(x.device.type == "cpu", fn, f"backend='cpu' needs CPU tensors, got {x.device}")
+        check(x.is_floating_point(), fn, f"backend='cpu' needs floating-point tensors, got {x.dtype}")
     if backend == "triton":
         check(triton_supported is None, fn, f"backend='triton' {triton_supported}")
         check(triton_available(), fn, "backend='triton' needs the triton package (pip install triton)")
@@ -48,6 +57,11 @@ def choose_backend(fn: str, backend: str, x: Tensor, triton_supported: Optional[
               "backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 to run kernels in the CPU interpreter)")
         check(x.dtype in TRITON_DTYPES, fn, f"backend='triton' supports float32, float16 and bfloat16, got {x.dtype}")
     return backend
+
+
+def default_backend(x: Tensor) -> str:
+    """``"auto"`` resolved for ``x`` (the backward helpers that the custom ops call without one)."""
+    return choose_backend("", "auto", x)
 
 
 _KERNELS = None
@@ -103,6 +117,10 @@ def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Te
         config = k.decide("sddmm", graph, op, a.shape[1], a.dtype, a.device, candidates, run,
                           space=k.configs.SDDMM_SPACE)
         return run(config)
+    if backend == "cpu":
+        from . import _cpu
+
+        return _cpu.edge_values(graph, a, b, op)
     return reference.sddmm(graph.row, graph.col, a, b, op)
 
 
@@ -118,6 +136,10 @@ def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], r
         x: [N, F]; weight: [E], [E, H] or None -> [N, F].
     """
     multi_head = weight is not None and weight.dim() == 2
+    if backend == "cpu" and (not multi_head or (reduce == "sum" and x.shape[1] % weight.shape[1] == 0)):
+        from . import _cpu
+
+        return _cpu.aggregate(graph, x, weight, reduce, spmm_detail(weight, reduce))
     if backend == "triton" and (not multi_head or (reduce == "sum" and x.shape[1] % weight.shape[1] == 0)):
         return _spmm_triton(graph, x, weight, reduce)
     if multi_head and weight.shape[1] != x.shape[1]:
@@ -186,7 +208,11 @@ def spmm_weight_grad(backend: str, graph: Graph, grad_out: Tensor, x: Tensor, he
     Shapes:
         grad_out: [N, F]; x: [N, F] of grad_out's dtype -> [E] (heads = 0) or [E, H].
     """
-    if heads:
+    if heads and backend == "cpu":
+        from . import _cpu
+
+        grad_w = _cpu.edge_values(graph, grad_out, x, "dot", heads)
+    elif heads:
         prod = edge_values(backend, graph, grad_out, x, "mul")
         grad_w = prod.view(prod.shape[0], heads, prod.shape[1] // heads).sum(-1)
     else:
@@ -196,7 +222,8 @@ def spmm_weight_grad(backend: str, graph: Graph, grad_out: Tensor, x: Tensor, he
     return grad_w
 
 
-def spmm_max_backward(graph: Graph, grad_out: Tensor, x: Tensor, weight: Optional[Tensor], out: Tensor):
+def spmm_max_backward(graph: Graph, grad_out: Tensor, x: Tensor, weight: Optional[Tensor], out: Tensor,
+                      backend: Optional[str] = None):
     """Gradients of the feature-wise max aggregation ``out``: each ``dY[i, f]`` flows to the first
     edge attaining ``out[i, f]`` (none for rows without edges).
 
@@ -209,7 +236,12 @@ def spmm_max_backward(graph: Graph, grad_out: Tensor, x: Tensor, weight: Optiona
     num_edges = graph.num_edges
     if num_edges == 0:
         return x.new_zeros(x.shape), (weight.new_zeros(weight.shape) if weight is not None else None)
-    arg = reference.spmm_max_arg(graph.row, graph.col, x, weight, out)
+    if (backend or default_backend(x)) == "cpu":
+        from . import _cpu
+
+        arg = _cpu.max_arg(graph, x, weight, out)
+    else:
+        arg = reference.spmm_max_arg(graph.row, graph.col, x, weight, out)
     valid = arg < num_edges
     edge = arg.clamp(max=num_edges - 1)
     zero = grad_out.new_zeros(())
@@ -227,12 +259,18 @@ def spmm_max_backward(graph: Graph, grad_out: Tensor, x: Tensor, weight: Optiona
     return grad_x, grad_w
 
 
-def edge_sum(graph: Graph, values: Tensor, by_source: bool) -> Tensor:
+def edge_sum(graph: Graph, values: Tensor, by_source: bool, backend: Optional[str] = None) -> Tensor:
     """``out[i] = sum_{e: row[e] = i} v_e`` (by target), or over ``col[e] = i`` (``by_source``).
 
     Shapes:
         values: [E] or [E, F] -> [N] or [N, F].
     """
+    if (backend or default_backend(values)) == "cpu":
+        from . import _cpu
+
+        if by_source:
+            return _cpu.edge_sum(graph.t(), values.index_select(0, graph.transpose_parts()[2]))
+        return _cpu.edge_sum(graph, values)
     return reference.segment_sum(graph.col if by_source else graph.row, values, graph.num_nodes)
 
 
@@ -242,6 +280,10 @@ def softmax_values(backend: str, graph: Graph, scores: Tensor) -> Tensor:
         from ..kernels.edge_softmax import edge_softmax_fwd
 
         return edge_softmax_fwd(graph.rowptr, scores)
+    if backend == "cpu":
+        from . import _cpu
+
+        return _cpu.softmax(graph, scores)
     return reference.edge_softmax(graph.row, graph.num_nodes, scores)
 
 
@@ -251,6 +293,10 @@ def softmax_grad(backend: str, graph: Graph, out: Tensor, grad_out: Tensor) -> T
         from ..kernels.edge_softmax import edge_softmax_bwd
 
         return edge_softmax_bwd(graph.rowptr, out, grad_out)
+    if backend == "cpu":
+        from . import _cpu
+
+        return _cpu.softmax_grad(graph, out, grad_out)
     weighted = grad_out * out
     row_sum = reference.segment_sum(graph.row, weighted, graph.num_nodes)
     return weighted - out * row_sum.index_select(0, graph.row)

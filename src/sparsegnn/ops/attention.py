@@ -161,6 +161,19 @@ def _reference(graph: Graph, feat: Tensor, a_src: Tensor, a_dst: Tensor, slope: 
     return out.view(n, heads, channels)
 
 
+def _gat_cpu(graph: Graph, feat: Tensor, a_src: Tensor, a_dst: Tensor, slope: float, p_drop: float) -> Tensor:
+    """GAT on the CPU backend: per-edge scores [E, H] (gathered, cheap), then the CPU kernels
+    for the edge softmax, the dropout of the attention and the multi-head SpMM; autograd
+    through each (the backward never forms [E, H * C])."""
+    from .dropout import dropout
+    from .softmax import edge_softmax
+    from .spmm import spmm
+
+    scores = F.leaky_relu(a_dst.index_select(0, graph.row) + a_src.index_select(0, graph.col), slope)    # [E, H]
+    alpha = dropout(edge_softmax(graph, scores, backend="cpu"), p_drop)
+    return spmm(graph, feat, edge_weight=alpha, backend="cpu")
+
+
 def gat_attention(graph, feat: Tensor, alpha_src: Tensor, alpha_dst: Tensor, negative_slope: float = 0.2,
                   dropout: float = 0.0, backend: str = "auto") -> Tensor:
     """GAT's attention-weighted aggregation of every head, fused (see the module doc).
@@ -173,7 +186,8 @@ def gat_attention(graph, feat: Tensor, alpha_src: Tensor, alpha_dst: Tensor, neg
             ``<a_dst^h, W^h x_i>``, ``[N, H]``.
         negative_slope: LeakyReLU's slope.
         dropout: attention dropout probability (pass 0 in evaluation).
-        backend: ``"auto"`` (fused Triton kernel on CUDA), ``"reference"`` or ``"triton"``.
+        backend: ``"auto"`` (fused Triton kernel on CUDA, the CPU kernels on the CPU),
+            ``"reference"``, ``"triton"`` or ``"cpu"``.
 
     Returns:
         ``[N, H, C]`` of ``feat``'s dtype (fp32 accumulation). Rows without incoming edges are 0.
@@ -197,6 +211,8 @@ def gat_attention(graph, feat: Tensor, alpha_src: Tensor, alpha_dst: Tensor, neg
     check(graph.num_nodes == n, fn, f"feat has {n} rows but the graph has {graph.num_nodes} nodes")
     check_same_device(fn, graph=graph.rowptr, feat=feat, alpha_src=alpha_src, alpha_dst=alpha_dst)
     chosen = choose_backend(fn, backend, feat)
+    if chosen == "cpu":
+        return _gat_cpu(graph, feat, alpha_src, alpha_dst, negative_slope, dropout)
     if chosen != "triton":
         return _reference(graph, feat, alpha_src, alpha_dst, negative_slope, dropout)
     seed = None
@@ -295,7 +311,8 @@ def agnn_attention(graph, x: Tensor, beta: Tensor, backend: str = "auto") -> Ten
             square torch sparse tensor.
         x: node features ``[N, F]``.
         beta: the temperature, a one-element tensor (learnable or not).
-        backend: ``"auto"`` (fused Triton kernels on CUDA), ``"reference"`` or ``"triton"``.
+        backend: ``"auto"`` (fused Triton kernels on CUDA, the CPU kernels on the CPU),
+            ``"reference"``, ``"triton"`` or ``"cpu"``.
 
     Shapes:
         x: [N, F]; beta: [1] -> [N, F].
@@ -313,7 +330,15 @@ def agnn_attention(graph, x: Tensor, beta: Tensor, backend: str = "auto") -> Ten
     check_same_device(fn, graph=graph.rowptr, x=x, beta=beta)
     nrm = x.norm(dim=-1).clamp_min(1e-12)
     q = x / nrm[:, None]
-    if choose_backend(fn, backend, x) != "triton":
+    chosen = choose_backend(fn, backend, x)
+    if chosen == "cpu":
+        from .sddmm import sddmm
+        from .softmax import edge_softmax
+        from .spmm import spmm
+
+        alpha = edge_softmax(graph, beta.reshape(()) * sddmm(graph, q, q, "dot", backend="cpu"), backend="cpu")
+        return spmm(graph, x, edge_weight=alpha, backend="cpu")
+    if chosen != "triton":
         scores = beta * (q.index_select(0, graph.row) * q.index_select(0, graph.col)).sum(-1)
         alpha = reference.edge_softmax(graph.row, graph.num_nodes, scores)
         return reference.spmm_sum(graph.row, graph.col, graph.num_nodes, x, alpha)

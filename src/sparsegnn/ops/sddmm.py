@@ -38,9 +38,9 @@ class _SDDMM(torch.autograd.Function):
         grad_a = grad_b = None
         if op == "add":
             if ctx.needs_input_grad[1]:
-                grad_a = edge_sum(graph, grad_out, by_source=False)
+                grad_a = edge_sum(graph, grad_out, by_source=False, backend=backend)
             if ctx.needs_input_grad[2]:
-                grad_b = edge_sum(graph, grad_out, by_source=True)
+                grad_b = edge_sum(graph, grad_out, by_source=True, backend=backend)
         else:
             # dot: edge weight g_e; mul: per-feature edge weight g_ef.  Same algebra either way.
             if ctx.needs_input_grad[1]:

@@ -58,7 +58,7 @@ class _SpMMMax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, graph: Graph, x: Tensor, weight: Optional[Tensor], backend: str) -> Tensor:
         out = aggregate(backend, graph, x, weight, reduce="max")
-        ctx.graph = graph
+        ctx.graph, ctx.backend = graph, backend
         ctx.save_for_backward(x, weight, out)
         return out
 
@@ -66,7 +66,7 @@ class _SpMMMax(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
         x, weight, out = ctx.saved_tensors
-        grad_x, grad_w = spmm_max_backward(ctx.graph, grad_out, x, weight, out)
+        grad_x, grad_w = spmm_max_backward(ctx.graph, grad_out, x, weight, out, ctx.backend)
         return (None, grad_x if ctx.needs_input_grad[1] else None,
                 grad_w if ctx.needs_input_grad[2] else None, None)
 

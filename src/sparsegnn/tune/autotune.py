@@ -21,11 +21,13 @@ stored nor memoised.
 
 Timing follows the benchmark protocol (``triton.testing.do_bench``): the median of single
 calls, each after flushing L2; the three fastest are timed again.  Without a GPU nothing is
-timed (the model or the heuristic decides) unless a test installs a timer (``set_timer``).
+timed (the model or the heuristic decides) unless a test installs a timer (``set_timer``);
+the CPU backend's candidates (``device`` cpu) are timed on the CPU with ``perf_counter``.
 """
 from __future__ import annotations
 
 import os
+import time
 from typing import Callable, Dict, List, Optional
 
 import torch
@@ -61,11 +63,21 @@ def tune_mode() -> str:
     return mode
 
 
-def autotune_enabled() -> bool:
-    """Whether candidates can be timed here (a GPU outside the interpreter, or a test timer)."""
+#: Op families whose candidates are CPU code (the ``"cpu"`` backend), timed on the CPU.
+CPU_FAMILY_PREFIX = "cpu_"
+
+
+def autotune_enabled(device=None, op: Optional[str] = None) -> bool:
+    """Whether candidates can be timed here: a test timer; the CPU backend's families
+    (``op`` starting with ``cpu_``) on a CPU ``device``; else a GPU outside the interpreter
+    (Triton kernels on CPU tensors run in the interpreter, where times mean nothing)."""
     if _TIMER is not None:
         return True
-    return tune_mode() != "off" and not interpreting() and torch.cuda.is_available()
+    if tune_mode() == "off":
+        return False
+    if op is not None and op.startswith(CPU_FAMILY_PREFIX) and device is not None and torch.device(device).type == "cpu":
+        return True
+    return not interpreting() and torch.cuda.is_available()
 
 
 def set_timer(timer: Optional[Callable[[Callable, Dict[str, int]], float]]) -> None:
@@ -160,18 +172,18 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
         order = model.rank(graph_stats_cached(graph), num_feats, dtype.itemsize, candidates)
         config, source = candidates[order[0]], "model"
     times: Dict[int, float] = {}  # candidate index -> measured ms
-    if mode != "off" and len(candidates) > 1 and autotune_enabled():
+    if mode != "off" and len(candidates) > 1 and autotune_enabled(device, op):
         if mode == "exhaustive" or model is None:
             to_time = order
         elif mode == "shortlist":
             to_time = order[:SHORTLIST]
         elif mode == "auto":  # the model's pick first; alternatives only if it is not tiny
-            times[order[0]] = _time_candidates(run, [config])[0]
+            times[order[0]] = _time_candidates(run, [config], device)[0]
             to_time = order[:SHORTLIST] if times[order[0]] >= TINY_MS else []
         else:  # "model": nothing timed
             to_time = []
         missing = [i for i in to_time if i not in times]
-        times.update(zip(missing, _time_candidates(run, [candidates[i] for i in missing])))
+        times.update(zip(missing, _time_candidates(run, [candidates[i] for i in missing], device)))
         best = min(times, key=times.__getitem__) if times else None
         if best is not None:
             config, ms = candidates[best], times[best]
@@ -201,13 +213,15 @@ def _zero_shot(graph, num_feats: int, dtype: torch.dtype, candidates, ranked: bo
     return candidates[model.rank(graph_stats_cached(graph), num_feats, dtype.itemsize, candidates)[0]]
 
 
-def _time_candidates(run: Callable, configs: List[Dict[str, int]]) -> List[float]:
+def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None) -> List[float]:
     """Median ms of each config (three fastest re-timed, the lower median kept)."""
     if not configs:
         return []
     _COUNTS["timed"] += len(configs)
     if _TIMER is not None:
         return [float(_TIMER(run, cfg)) for cfg in configs]
+    if device is not None and torch.device(device).type == "cpu":   # the CPU backend's candidates
+        return [_time_cpu(run, config) for config in configs]
     device = torch.cuda.current_device()
     flush = _flush_buffer(device)
     times = []
@@ -255,6 +269,25 @@ def _time(run: Callable[[Dict[str, int]], object], config: Dict[str, int], flush
     ends[-1].synchronize()
     times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
     return times[len(times) // 2]
+
+
+def _time_cpu(run: Callable[[Dict[str, int]], object], config: Dict[str, int], budget_ms: float = 20.0) -> float:
+    """Median ms of single calls on the CPU (after one untimed call that compiles): 3 to 15
+    repetitions, about ``budget_ms`` in all, then the same again, the lower median kept."""
+    run(config)
+    start = time.perf_counter()
+    run(config)
+    once = max(1e3 * (time.perf_counter() - start), 1e-3)
+    reps = int(min(max(budget_ms / once, 3), 15))
+    best = float("inf")
+    for _ in range(2):
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            run(config)
+            times.append(1e3 * (time.perf_counter() - start))
+        best = min(best, sorted(times)[len(times) // 2])
+    return best
 
 
 def time_config(run: Callable[[Dict[str, int]], object], config: Dict[str, int]) -> float:
