@@ -144,6 +144,33 @@ def test_acceptance_arithmetic():
     assert lines[1].startswith("- [FAIL]")
 
 
+def test_max_ties_left_out_of_the_gradient_check():
+    # 1 -> 0 and 2 -> 0 with equal messages in feature 0: a tie, whose gradient may go to either
+    # source (ours: the first edge; amax: split evenly); feature 1 has a unique maximum (source 2).
+    graph = Graph.from_edge_index(torch.tensor([[1, 2, 0], [0, 0, 1]]), num_nodes=3).with_values(torch.ones(3))
+    x = torch.tensor([[0.5, 0.1], [2.0, 1.0], [2.0, 3.0]])
+    assert cpu.max_ties(graph, x, graph.edge_val).tolist() == [[False, False], [True, False], [True, False]]
+    grad_out = torch.ones(3, 2)
+    ref_out, ref_grads = cpu.oracle("spmm-max", graph, {"x": x}, grad_out)
+    case = cpu.Case("spmm-max", graph, {"x": x}, grad_out, ref_out, ref_grads, {"x": ~cpu.max_ties(graph, x, graph.edge_val)})
+    # node 1's output comes from source 0 (both features); node 2 has no incoming edge
+    first_edge = torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])  # the tie's gradient all to source 1
+    split = torch.tensor([[1.0, 1.0], [0.5, 0.0], [0.5, 1.0]])  # ... split evenly
+    assert cpu._error_vs_oracle("bwd", (first_edge,), case) == 0.0
+    assert cpu._error_vs_oracle("bwd", (split,), case) == 0.0
+    wrong = torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]])  # feature 1's gradient to the wrong source
+    assert cpu._error_vs_oracle("bwd", (wrong,), case) > 0.5
+
+
+def test_dense_value_gradient_baseline_skipped(monkeypatch):
+    monkeypatch.setattr(cpu, "DENSE_GRAD_LIMIT_GB", 1e-9)
+    rows = _rows(ops=["spmm-w"], dims=[4], providers=["sparsegnn", "torch.sparse.mm"])
+    assert _row(rows, "spmm-w", "torch.sparse.mm", "fwd")["ok"] is True
+    r = _row(rows, "spmm-w", "torch.sparse.mm", "bwd")
+    assert r["ms"] is None and r["note"].startswith("skipped: torch's gradient for CSR values goes through a dense")
+    assert _row(rows, "spmm-w", "sparsegnn", "bwd")["ok"] is True
+
+
 def test_canary_warning():
     rows = _case_rows([1.0], [2.0])
     calm = cpu.markdown(rows, {"canary_ms": {"start": 0.005, "g0": 0.006}})
