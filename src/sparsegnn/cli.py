@@ -103,6 +103,25 @@ def _bench_graphs(args: argparse.Namespace) -> List[str]:
     return graphs
 
 
+def _write_bench_outputs(args: argparse.Namespace, rows, meta, write_json, markdown, plot) -> int:
+    """``<out>/<tag>.json``, ``.md`` and ``.png`` (when matplotlib is there) of a bench run; prints the markdown."""
+    from pathlib import Path
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / args.tag
+    write_json(rows, f"{stem}.json", meta)
+    dict_rows = json.loads(Path(f"{stem}.json").read_text())["rows"]
+    text = markdown(dict_rows, meta)
+    Path(f"{stem}.md").write_text(text)
+    try:
+        plot(dict_rows, f"{stem}.png")
+    except ImportError:
+        print("bench: matplotlib not installed, no plot", file=sys.stderr)
+    print(text)
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     for key, value in _BENCH_DEFAULTS[args.device].items():
         if getattr(args, key) is None:
@@ -114,7 +133,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.device == "cpu":
         return _cmd_bench_cpu(args)
     import datetime
-    from pathlib import Path
 
     from .bench import report
     from .bench.harness import run, write_json
@@ -131,26 +149,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                data_dir=args.data_dir, real=args.suite == "real")
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "date": datetime.date.today().isoformat(), "suite": args.suite, "graphs": graphs}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / args.tag
-    write_json(rows, f"{stem}.json", meta)
-    dict_rows = json.loads(Path(f"{stem}.json").read_text())["rows"]
-    text = report.markdown(dict_rows, meta)
-    Path(f"{stem}.md").write_text(text)
-    try:
-        report.plot(dict_rows, f"{stem}.png")
-    except ImportError:
-        print("bench: matplotlib not installed, no plot", file=sys.stderr)
-    print(text)
-    return 0
+    return _write_bench_outputs(args, rows, meta, write_json, report.markdown, report.plot)
 
 
 def _cmd_bench_cpu(args: argparse.Namespace) -> int:
     """``bench --device cpu``: forward and backward of every op vs torch.sparse / PyG on CPU."""
     import os
     import time
-    from pathlib import Path
 
     from .bench import cpu
 
@@ -165,19 +170,7 @@ def _cmd_bench_cpu(args: argparse.Namespace) -> int:
                    data_dir=args.data_dir, real=args.suite == "real", budget_s=args.budget_ms / 1e3, health=health)
     meta = cpu.meta(suite=args.suite, graphs=graphs, budget_ms=args.budget_ms, load_avg_before=load_before,
                     wall_s=time.perf_counter() - start, canary_ms=health)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / args.tag
-    cpu.write_json(rows, f"{stem}.json", meta)
-    dict_rows = json.loads(Path(f"{stem}.json").read_text())["rows"]
-    text = cpu.markdown(dict_rows, meta)
-    Path(f"{stem}.md").write_text(text)
-    try:
-        cpu.plot(dict_rows, f"{stem}.png")
-    except ImportError:
-        print("bench: matplotlib not installed, no plot", file=sys.stderr)
-    print(text)
-    return 0
+    return _write_bench_outputs(args, rows, meta, cpu.write_json, cpu.markdown, cpu.plot)
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:

@@ -74,9 +74,11 @@ def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, de
     if weight is not None and weight.dim() == 2:   # multi-head: Numba only
         out = kernels.spmm_sum(bounds, graph.rowptr, graph.col, weight, xc)
         return out.to(x.dtype)
-    numba_run = {
-        "max": lambda: kernels.spmm_max(bounds, graph.rowptr, graph.col, weight, xc),
-    }.get(reduce, lambda: kernels.spmm_sum(bounds, graph.rowptr, graph.col, weight, xc, mean=reduce == "mean"))
+    def numba_run():
+        if reduce == "max":
+            return kernels.spmm_max(bounds, graph.rowptr, graph.col, weight, xc)
+        return kernels.spmm_sum(bounds, graph.rowptr, graph.col, weight, xc, mean=reduce == "mean")
+
     torch_reduce = {"sum": "sum", "mean": "mean", "max": "amax"}[reduce]
     if graph.num_edges == 0 or graph.num_nodes == 0:
         return numba_run().to(x.dtype)
@@ -94,8 +96,8 @@ def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, de
 def edge_values(graph: Graph, a: Tensor, b: Tensor, op: str, heads: int = 0) -> Tensor:
     """Per-edge ``op(a[row e], b[col e])``: ``dot`` -> [E] (per-head dots [E, H] with
     ``heads``), ``add`` / ``mul`` -> [E, F]; ``a``'s dtype."""
-    out = kernels.sddmm(bounds_of(graph), graph.rowptr, graph.col, _compute(a), _compute(b).to(_compute(a).dtype),
-                        op, heads)
+    ac = _compute(a)
+    out = kernels.sddmm(bounds_of(graph), graph.rowptr, graph.col, ac, _compute(b).to(ac.dtype), op, heads)
     return out.to(a.dtype)
 
 

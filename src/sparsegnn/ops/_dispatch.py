@@ -17,7 +17,7 @@ from .._checks import check
 from ..graph import Graph
 from ..kernels import interpreting, triton_available
 from ..kernels.cpu import numba_available
-from . import reference
+from . import _cpu, reference
 
 BACKENDS = ("auto", "reference", "triton", "cpu")
 TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -118,8 +118,6 @@ def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Te
                           space=k.configs.SDDMM_SPACE)
         return run(config)
     if backend == "cpu":
-        from . import _cpu
-
         return _cpu.edge_values(graph, a, b, op)
     return reference.sddmm(graph.row, graph.col, a, b, op)
 
@@ -137,8 +135,6 @@ def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], r
     """
     multi_head = weight is not None and weight.dim() == 2
     if backend == "cpu" and (not multi_head or (reduce == "sum" and x.shape[1] % weight.shape[1] == 0)):
-        from . import _cpu
-
         return _cpu.aggregate(graph, x, weight, reduce, spmm_detail(weight, reduce))
     if backend == "triton" and (not multi_head or (reduce == "sum" and x.shape[1] % weight.shape[1] == 0)):
         return _spmm_triton(graph, x, weight, reduce)
@@ -209,8 +205,6 @@ def spmm_weight_grad(backend: str, graph: Graph, grad_out: Tensor, x: Tensor, he
         grad_out: [N, F]; x: [N, F] of grad_out's dtype -> [E] (heads = 0) or [E, H].
     """
     if heads and backend == "cpu":
-        from . import _cpu
-
         grad_w = _cpu.edge_values(graph, grad_out, x, "dot", heads)
     elif heads:
         prod = edge_values(backend, graph, grad_out, x, "mul")
@@ -237,8 +231,6 @@ def spmm_max_backward(graph: Graph, grad_out: Tensor, x: Tensor, weight: Optiona
     if num_edges == 0:
         return x.new_zeros(x.shape), (weight.new_zeros(weight.shape) if weight is not None else None)
     if (backend or default_backend(x)) == "cpu":
-        from . import _cpu
-
         arg = _cpu.max_arg(graph, x, weight, out)
     else:
         arg = reference.spmm_max_arg(graph.row, graph.col, x, weight, out)
@@ -266,8 +258,6 @@ def edge_sum(graph: Graph, values: Tensor, by_source: bool, backend: Optional[st
         values: [E] or [E, F] -> [N] or [N, F].
     """
     if (backend or default_backend(values)) == "cpu":
-        from . import _cpu
-
         if by_source:
             return _cpu.edge_sum(graph.t(), values.index_select(0, graph.transpose_parts()[2]))
         return _cpu.edge_sum(graph, values)
@@ -281,8 +271,6 @@ def softmax_values(backend: str, graph: Graph, scores: Tensor) -> Tensor:
 
         return edge_softmax_fwd(graph.rowptr, scores)
     if backend == "cpu":
-        from . import _cpu
-
         return _cpu.softmax(graph, scores)
     return reference.edge_softmax(graph.row, graph.num_nodes, scores)
 
@@ -294,8 +282,6 @@ def softmax_grad(backend: str, graph: Graph, out: Tensor, grad_out: Tensor) -> T
 
         return edge_softmax_bwd(graph.rowptr, out, grad_out)
     if backend == "cpu":
-        from . import _cpu
-
         return _cpu.softmax_grad(graph, out, grad_out)
     weighted = grad_out * out
     row_sum = reference.segment_sum(graph.row, weighted, graph.num_nodes)
