@@ -189,11 +189,15 @@ def test_thread_count_follows_torch_and_small_work_runs_on_one_thread():
         for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
             torch.set_num_threads(threads)
             g = Graph.from_edge_index(ei, num_nodes=1000)
-            sg.spmm(g, big, backend="cpu")
-            assert numba.get_num_threads() == threads
+            out = sg.spmm(g, big, backend="cpu")
+            assert torch.allclose(out, sg.spmm(g, big, backend="reference"), atol=1e-4)
             assert ("cpu_bounds", threads) in g.cache
-            sg.spmm(g, big[:, :2], backend="cpu")            # 40k edge-features: one thread
-            assert numba.get_num_threads() == 1
+            assert cpu_kernels.parallel(20_000 * big.shape[1]) == (threads > 1)
+            if threads > 1:
+                assert numba.get_num_threads() == threads
+            assert not cpu_kernels.parallel(20_000)           # one column: the calling thread only
+            small = sg.spmm(g, big[:, :1], backend="cpu")
+            assert torch.allclose(small, out[:, :1], atol=1e-4)
     finally:
         torch.set_num_threads(before)
 
@@ -305,3 +309,107 @@ def test_dropout_op_passes_opcheck_and_compiles_to_the_same_masks():
     (g_eager,) = torch.autograd.grad(eager.sum(), x)
     (g_comp,) = torch.autograd.grad(compiled.sum(), x)
     assert torch.equal(g_eager, g_comp)
+
+
+# ---------------------------------------------------------------------------- lane kernels
+# Widths that make ``lanes_for`` pick every generated lane count, with and without a scalar rest
+# (3: rest only; 24 -> 8 x 3; 100 -> 16 x 6 + 4; 130 -> 64 x 2 + 2).
+LANE_WIDTHS = (3, 8, 16, 24, 64, 100, 130)
+
+
+def test_lane_widths_cover_every_generated_lane_count():
+    from sparsegnn.kernels import _lanes_gen
+
+    for kernel in ("spmm_sum", "spmm_max", "spmm_max_grad"):
+        assert {cpu_kernels.lanes_for(w, kernel) for w in LANE_WIDTHS} == set(_lanes_gen.LANES[kernel])
+        assert {cpu_kernels.lanes_for(w, kernel, torch.float64) for w in LANE_WIDTHS} == {8}
+    assert {cpu_kernels.lanes_dividing(w, "sddmm_dot", torch.float32) for w in LANE_WIDTHS} == {None, 8, 16, 64}
+    assert any(w % cpu_kernels.lanes_for(w) for w in LANE_WIDTHS if w >= 8)   # a rest after lane blocks
+    assert cpu_kernels.lanes_for(64) == 64 and cpu_kernels.lanes_for(16) == 16 and cpu_kernels.lanes_for(7) == 8
+
+
+def test_the_generated_lane_module_is_current():
+    from sparsegnn.kernels import _lanes_gen
+
+    assert _lanes_gen.TARGET.read_text() == _lanes_gen.generate(), \
+        "run: python -m sparsegnn.kernels._lanes_gen"
+
+
+@pytest.fixture
+def mixed_graph():
+    from conftest import GRAPH_CASES
+
+    _, n, ei, _ = GRAPH_CASES[0]
+    return Graph.from_edge_index(ei, num_nodes=n), ei, n
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("width", LANE_WIDTHS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_lane_kernels_match_the_float64_oracle(mixed_graph, dtype, width, threads, monkeypatch):
+    """spmm sum / mean (with and without values), max with its arg, sddmm dot: serial and
+    parallel drivers, every lane count, against dense float64 computations."""
+    g, ei, n = mixed_graph
+    monkeypatch.setattr(cpu_kernels, "parallel", lambda work: threads > 1)
+    gen = torch.Generator().manual_seed(width)
+    x64 = torch.randn(n, width, generator=gen, dtype=torch.float64)
+    w64 = torch.rand(g.num_edges, generator=gen, dtype=torch.float64) + 0.5
+    x, w = x64.to(dtype), w64.to(dtype)
+    bounds = cpu_kernels.chunk_bounds(g.rowptr, 5)
+    a = torch.zeros(n, n, dtype=torch.float64).index_put_((g.row, g.col), w.double(), accumulate=True)
+    ones = torch.zeros(n, n, dtype=torch.float64).index_put_((g.row, g.col), torch.ones(g.num_edges, dtype=torch.float64),
+                                                             accumulate=True)
+    xr = x.double()
+    tol = TOL[dtype]
+    assert _rel(cpu_kernels.spmm_sum(bounds, g.rowptr, g.col, w, x), a @ xr) < tol
+    assert _rel(cpu_kernels.spmm_sum(bounds, g.rowptr, g.col, None, x), ones @ xr) < tol
+    mean = cpu_kernels.spmm_sum(bounds, g.rowptr, g.col, w, x, mean=True)
+    assert _rel(mean, (a @ xr) / ones.sum(1, keepdim=True).clamp(min=1)) < tol
+    out, arg = cpu_kernels.spmm_max(bounds, g.rowptr, g.col, w, x, with_arg=True)
+    msg = x.index_select(0, g.col) * w.unsqueeze(1)                  # rounded messages, as the kernel sees them
+    expected = torch.full((n, width), -float("inf"), dtype=dtype).scatter_reduce(
+        0, g.row.unsqueeze(1).expand_as(msg), msg, "amax")
+    deg = g.rowptr.diff()
+    expected[deg == 0] = 0
+    assert torch.equal(out, expected)
+    # arg: the first edge (in graph order) whose message equals the max; E for empty rows
+    hit = msg == expected.index_select(0, g.row)
+    first = torch.full((n, width), g.num_edges, dtype=torch.int64)
+    edge_ids = torch.arange(g.num_edges).unsqueeze(1).expand_as(msg)
+    first = first.scatter_reduce(0, g.row.unsqueeze(1).expand_as(msg),
+                                 torch.where(hit, edge_ids, g.num_edges), "amin")
+    assert torch.equal(arg.long(), first)
+    # the max's input gradient over the transpose: dX[col e, f] += w_e g[i, f] for e = arg[i, f]
+    grad = torch.randn(n, width, generator=gen, dtype=torch.float64).to(dtype)
+    valid = first < g.num_edges
+    edge = first.clamp(max=g.num_edges - 1)
+    contrib = torch.where(valid, grad.double() * w.double()[edge], 0.0)
+    expected_dx = torch.zeros(n, width, dtype=torch.float64).scatter_add_(0, g.col[edge], contrib)
+    gt = g.t()
+    dx = cpu_kernels.spmm_max_grad(cpu_kernels.chunk_bounds(gt.rowptr, 5), gt.rowptr, gt.col, g.transpose_parts()[2],
+                                   w, arg, grad)
+    assert _rel(dx, expected_dx) < tol
+    b64 = torch.randn(n, width, generator=gen, dtype=torch.float64)
+    dots = cpu_kernels.sddmm(bounds, g.rowptr, g.col, x, b64.to(dtype), "dot")
+    assert _rel(dots, (xr.index_select(0, g.row) * b64.to(dtype).double().index_select(0, g.col)).sum(1)) < tol
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("heads,channels", [(2, 8), (2, 16), (1, 64), (4, 3), (3, 24), (1, 100)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_per_head_lane_kernels_match_the_float64_oracle(mixed_graph, dtype, heads, channels, threads, monkeypatch):
+    g, ei, n = mixed_graph
+    monkeypatch.setattr(cpu_kernels, "parallel", lambda work: threads > 1)
+    gen = torch.Generator().manual_seed(heads * 100 + channels)
+    width = heads * channels
+    x = torch.randn(n, width, generator=gen, dtype=torch.float64).to(dtype)
+    b = torch.randn(n, width, generator=gen, dtype=torch.float64).to(dtype)
+    w = (torch.rand(g.num_edges, heads, generator=gen, dtype=torch.float64) + 0.5).to(dtype)
+    bounds = cpu_kernels.chunk_bounds(g.rowptr, 5)
+    out = cpu_kernels.spmm_sum(bounds, g.rowptr, g.col, w, x)
+    msg = x.double().index_select(0, g.col).view(-1, heads, channels) * w.double().unsqueeze(2)
+    expected = torch.zeros(n, heads, channels, dtype=torch.float64).index_add_(0, g.row, msg).view(n, width)
+    assert _rel(out, expected) < TOL[dtype]
+    dots = cpu_kernels.sddmm(bounds, g.rowptr, g.col, x, b, "dot", heads)
+    ref = (x.double().index_select(0, g.row) * b.double().index_select(0, g.col)).view(-1, heads, channels).sum(2)
+    assert dots.shape == (g.num_edges, heads) and _rel(dots, ref) < TOL[dtype]

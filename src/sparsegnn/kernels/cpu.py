@@ -15,6 +15,7 @@ Tensors in, tensors out; no autograd, no Graph, no validation.
 from __future__ import annotations
 
 import importlib.util
+import math
 import types
 from types import SimpleNamespace
 from typing import Optional
@@ -22,6 +23,8 @@ from typing import Optional
 import numpy as np
 import torch
 from torch import Tensor
+
+from ._lanes_gen import LANES
 
 #: Found once at import, without importing Numba.
 _NUMBA_FOUND = importlib.util.find_spec("numba") is not None
@@ -32,7 +35,10 @@ NATIVE_DTYPES = (torch.float32, torch.float64)
 #: Chunks per thread: enough slack for the dynamic assignment to even out uneven rows.
 CHUNKS_PER_THREAD = 8
 #: Below this much work (edges x width) a kernel runs on one thread: waking the pool costs more.
-SERIAL_WORK = 1 << 18
+SERIAL_WORK = 1 << 15
+#: LLVM flags of every kernel: reassociation (vector reductions), FMA contraction, no signed
+#: zeros.  No ``nnan`` / ``ninf``: infinities and NaNs propagate as in the reference.
+FASTMATH = frozenset({"reassoc", "contract", "nsz"})
 
 _K: Optional[SimpleNamespace] = None
 
@@ -43,32 +49,33 @@ def numba_available() -> bool:
 
 
 def _numba():
-    """The numba module, its threading layer chosen before any parallel launch."""
-    import os
-
+    """The numba module (imported on first use)."""
     import numba
 
-    if "NUMBA_THREADING_LAYER" not in os.environ and numba.config.THREADING_LAYER == "default":
-        # Numba's OpenMP layer loads a second OpenMP runtime beside PyTorch's: after each
-        # parallel region the idle threads of both spin, and on a machine with as many threads
-        # as cores every op following one of the other runtime ran 10-100x slow (a Cora GCN
-        # epoch 196 ms instead of 11).  The workqueue layer's threads sleep when idle.
-        numba.config.THREADING_LAYER = "workqueue"
     return numba
+
+
+_POOL: Optional[int] = None
 
 
 def max_threads() -> int:
     """``torch.get_num_threads()``, capped by Numba's pool size."""
+    global _POOL
+    if _POOL is None:
+        _POOL = _numba().config.NUMBA_NUM_THREADS
+    return max(1, min(torch.get_num_threads(), _POOL))
+
+
+def parallel(work: int) -> bool:
+    """Whether ``work`` (edges x width) is worth the thread pool (``>= SERIAL_WORK`` and more
+    than one thread allowed)."""
+    return work >= SERIAL_WORK and max_threads() > 1
+
+
+def set_threads() -> int:
+    """Make Numba's parallel loops use ``torch.get_num_threads()`` threads; returns the count."""
     numba = _numba()
-    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-
-
-def set_threads(work: Optional[int] = None) -> int:
-    """Make Numba's parallel loops use ``torch.get_num_threads()`` threads (one for less than
-    ``SERIAL_WORK`` of ``work``); returns the count."""
-    numba = _numba()
-
-    threads = 1 if work is not None and work < SERIAL_WORK else max_threads()
+    threads = max_threads()
     if numba.get_num_threads() != threads:
         numba.set_num_threads(threads)
     return threads
@@ -101,29 +108,6 @@ def _build() -> SimpleNamespace:
         return fn
 
     @kernel
-    def spmm_sum(bounds, rowptr, col, val, has_val, mean, x, out):
-        nf = x.shape[1]
-        for c in prange(bounds.shape[0] - 1):
-            acc = np.empty(nf, dtype=out.dtype)
-            for i in range(bounds[c], bounds[c + 1]):
-                acc[:] = 0
-                start, end = rowptr[i], rowptr[i + 1]
-                if has_val:
-                    for e in range(start, end):
-                        w = val[e]
-                        j = col[e]
-                        for f in range(nf):
-                            acc[f] += w * x[j, f]
-                else:
-                    for e in range(start, end):
-                        j = col[e]
-                        for f in range(nf):
-                            acc[f] += x[j, f]
-                s = 1.0 / (end - start) if mean and end > start else 1.0
-                for f in range(nf):
-                    out[i, f] = acc[f] * s
-
-    @kernel
     def spmm_heads(bounds, rowptr, col, val, x, out):
         # val [E, H], x [N, H * C]: feature f weighted by val[e, f // C]
         nf, heads = x.shape[1], val.shape[1]
@@ -140,48 +124,6 @@ def _build() -> SimpleNamespace:
                             acc[f] += w * x[j, f]
                 for f in range(nf):
                     out[i, f] = acc[f]
-
-    @kernel
-    def spmm_max(bounds, rowptr, col, val, has_val, x, out):
-        nf = x.shape[1]
-        for c in prange(bounds.shape[0] - 1):
-            acc = np.empty(nf, dtype=out.dtype)
-            for i in range(bounds[c], bounds[c + 1]):
-                start, end = rowptr[i], rowptr[i + 1]
-                if end == start:
-                    for f in range(nf):
-                        out[i, f] = 0
-                    continue
-                acc[:] = -np.inf
-                for e in range(start, end):
-                    j = col[e]
-                    if has_val:
-                        w = val[e]
-                        for f in range(nf):
-                            m = w * x[j, f]
-                            if m > acc[f]:
-                                acc[f] = m
-                    else:
-                        for f in range(nf):
-                            if x[j, f] > acc[f]:
-                                acc[f] = x[j, f]
-                for f in range(nf):
-                    out[i, f] = acc[f]
-
-    @kernel
-    def spmm_max_arg(bounds, rowptr, col, val, has_val, x, out, arg):
-        # first edge whose message equals out[i, f]; E where none (empty rows)
-        nf, num_edges = x.shape[1], col.shape[0]
-        for c in prange(bounds.shape[0] - 1):
-            for i in range(bounds[c], bounds[c + 1]):
-                for f in range(nf):
-                    arg[i, f] = num_edges
-                for e in range(rowptr[i + 1] - 1, rowptr[i] - 1, -1):   # backwards: the first hit wins
-                    j = col[e]
-                    for f in range(nf):
-                        m = val[e] * x[j, f] if has_val else x[j, f]
-                        if m == out[i, f]:
-                            arg[i, f] = e
 
     @kernel
     def sddmm_dot(bounds, rowptr, col, a, b, out):
@@ -213,24 +155,61 @@ def _build() -> SimpleNamespace:
                             out[e, f] = a[i, f] * b[j, f]
 
     @kernel
-    def softmax_fwd(bounds, rowptr, s, out):
+    def softmax_shift(bounds, rowptr, s, out, floor):
+        # out[e, h] = max(s[e, h] - (the row's max of head h), floor)
         heads = s.shape[1]
         for c in prange(bounds.shape[0] - 1):
+            m = np.empty(heads, dtype=s.dtype)
+            for i in range(bounds[c], bounds[c + 1]):
+                start, end = rowptr[i], rowptr[i + 1]
+                if end == start:
+                    continue
+                for h in range(heads):
+                    m[h] = s[start, h]
+                for e in range(start + 1, end):
+                    for h in range(heads):
+                        v = s[e, h]
+                        m[h] = v if v > m[h] else m[h]
+                for e in range(start, end):
+                    for h in range(heads):
+                        d = s[e, h] - m[h]
+                        out[e, h] = d if d > floor else floor
+
+    @kernel
+    def softmax_scale(bounds, rowptr, p, tiny):
+        # p[e, h] /= the row's sum of head h, values <= tiny (exp of the floor) counted as 0
+        heads = p.shape[1]
+        for c in prange(bounds.shape[0] - 1):
+            z = np.empty(heads, dtype=p.dtype)
             for i in range(bounds[c], bounds[c + 1]):
                 start, end = rowptr[i], rowptr[i + 1]
                 for h in range(heads):
-                    m = -np.inf
-                    for e in range(start, end):
-                        if s[e, h] > m:
-                            m = s[e, h]
-                    z = 0.0
-                    for e in range(start, end):
-                        v = np.exp(s[e, h] - m)
-                        out[e, h] = v
-                        z += v
-                    inv = 1.0 / z if z > 0 else 0.0
-                    for e in range(start, end):
-                        out[e, h] *= inv
+                    z[h] = 0
+                for e in range(start, end):
+                    for h in range(heads):
+                        v = p[e, h]
+                        v = v if v > tiny else v * 0
+                        p[e, h] = v
+                        z[h] += v
+                for h in range(heads):
+                    z[h] = 1 / z[h] if z[h] > 0 else z[h] * 0
+                for e in range(start, end):
+                    for h in range(heads):
+                        p[e, h] *= z[h]
+
+    @kernel
+    def max_grad_w(bounds, rowptr, col, arg, x, g, out):
+        # out[e] = sum_{f: arg[i, f] == e} x[col e, f] g[i, f] for e in row i
+        nf = g.shape[1]
+        for c in prange(bounds.shape[0] - 1):
+            for i in range(bounds[c], bounds[c + 1]):
+                for e in range(rowptr[i], rowptr[i + 1]):
+                    j = col[e]
+                    acc = out[e] * 0
+                    for f in range(nf):
+                        if arg[i, f] == e:
+                            acc += x[j, f] * g[i, f]
+                    out[e] = acc
 
     @kernel
     def softmax_bwd(bounds, rowptr, y, g, out):
@@ -286,21 +265,99 @@ def _build() -> SimpleNamespace:
         copy.__qualname__ = fn.__qualname__ + "_serial"
         return copy
 
-    options = dict(cache=True, nogil=True, boundscheck=False)
+    options = dict(cache=True, nogil=True, boundscheck=False, fastmath=set(FASTMATH))
     return SimpleNamespace(
         parallel=SimpleNamespace(**{name: njit(parallel=True, **options)(fn) for name, fn in found.items()}),
         serial=SimpleNamespace(**{name: njit(**options)(serial_copy(fn)) for name, fn in found.items()}),
+        lanes=_build_lanes(njit, options),
     )
+
+
+def _build_lanes(njit, options) -> SimpleNamespace:
+    """The generated lane kernels (``_lanes``): chunk functions compiled first (the ``_par``
+    drivers call them as globals of that module), then the drivers."""
+    from . import _lanes
+
+    names = [name for name in vars(_lanes) if name.endswith(("_chunk", "_par"))]
+    for name in names:
+        if name.endswith("_chunk"):
+            setattr(_lanes, name, njit(**options)(getattr(_lanes, name)))
+    return SimpleNamespace(**{name: getattr(_lanes, name) if name.endswith("_chunk")
+                              else njit(parallel=True, **options)(getattr(_lanes, name)) for name in names})
+
+
+def _all() -> SimpleNamespace:
+    global _K
+    if _K is None:
+        _K = _build()
+    return _K
 
 
 def kernels(threads: int) -> SimpleNamespace:
     """The compiled-on-demand kernels (imports Numba on first use): the parallel versions for
-    ``threads > 1``, else the serial ones (no hand-off to the thread pool: about 0.25 ms less
-    per call, the whole cost of a small op)."""
-    global _K
-    if _K is None:
-        _K = _build()
-    return _K.parallel if threads > 1 else _K.serial
+    ``threads > 1``, else the serial ones (no hand-off to the thread pool)."""
+    k = _all()
+    return k.parallel if threads > 1 else k.serial
+
+
+def _threads(work: int) -> int:
+    """Threads for ``work`` (edges x width): Numba's pool set to them when more than one."""
+    return set_threads() if parallel(work) else 1
+
+
+def _run(fn, *args) -> None:
+    """Call a kernel with LLVM's SLP vectorizer on for its compilation (Numba leaves it off by
+    default; the lane kernels depend on it).  Restored after the call: other Numba code in the
+    process keeps its setting.  Cached machine code is loaded without compiling."""
+    config = _numba().config
+    if config.SLP_VECTORIZE:
+        fn(*args)
+        return
+    config.SLP_VECTORIZE = 1
+    try:
+        fn(*args)
+    finally:
+        config.SLP_VECTORIZE = 0
+
+
+def _lane_choices(kernel: str, dtype: torch.dtype) -> tuple:
+    return LANES[kernel] if dtype == torch.float32 else (8,)
+
+
+def lanes_for(width: int, kernel: str = "spmm_sum", dtype: torch.dtype = torch.float32) -> int:
+    """Lane count of a row kernel over ``width`` features: blocks of ``L`` features run as vector
+    code and the ``width % L`` rest as a scalar loop, so the choice minimises about
+    ``(width // L) * max(1, L / 16) + width % L`` (vector ops of 16 floats plus scalar rest;
+    ties to the larger ``L``, fewer passes over the edges).  float64: 8 (see ``_lanes_gen``)."""
+    choices = _lane_choices(kernel, dtype)
+    fitting = [lanes for lanes in choices if lanes <= width]
+    if not fitting:
+        return choices[0]
+    return min(fitting, key=lambda lanes: ((width // lanes) * max(1, lanes // 16) + width % lanes, -lanes))
+
+
+def lanes_dividing(width: int, kernel: str, dtype: torch.dtype) -> Optional[int]:
+    """The largest lane count dividing ``width`` (per-head kernels, whose lane blocks must not
+    straddle heads), or None: then the plain kernels run."""
+    for lanes in sorted(_lane_choices(kernel, dtype), reverse=True):
+        if width % lanes == 0:
+            return lanes
+    return None
+
+
+def _lane_kernel(name: str, lanes: int, threads: int):
+    """``fn(bounds, *args)``: the parallel driver, or the chunk function run over all rows."""
+    k = _all().lanes
+    if threads > 1:
+        return getattr(k, f"{name}_{lanes}_par")
+    chunk = getattr(k, f"{name}_{lanes}_chunk")
+    return lambda bounds, *args: chunk(0, np.array([bounds[0], bounds[-1]]), *args)
+
+
+def _scalars(dtype: torch.dtype):
+    """``(0, 1)`` as NumPy scalars of ``dtype`` (typed constants for the lane kernels)."""
+    kind = np.float32 if dtype == torch.float32 else np.float64
+    return kind(0), kind(1)
 
 
 _EMPTY = {}
@@ -327,42 +384,81 @@ def spmm_sum(bounds: Tensor, rowptr: Tensor, col: Tensor, val: Optional[Tensor],
     Shapes:
         bounds: [C + 1]; rowptr: [N + 1]; col: [E]; val: [E], [E, H] or None; x: [M, F] -> [N, F].
     """
-    threads = set_threads(col.numel() * x.shape[1])
     x = x.contiguous()
     out = torch.empty(rowptr.numel() - 1, x.shape[1], dtype=x.dtype)
     if out.numel() == 0:
         return out.zero_()
-    k = kernels(threads)
+    threads = _threads(col.numel() * x.shape[1])
+    zero, one = _scalars(x.dtype)
     if val is not None and val.dim() == 2:
-        k.spmm_heads(_np(bounds), _np(rowptr), _np(col), _values(val, x.dtype), _np(x), _np(out))
-    else:
-        k.spmm_sum(_np(bounds), _np(rowptr), _np(col), _values(val, x.dtype), val is not None, mean,
-                   _np(x), _np(out))
+        lanes = lanes_dividing(x.shape[1] // val.shape[1], "spmm_heads", x.dtype)
+        args = (_np(bounds), _np(rowptr), _np(col), _values(val, x.dtype), _np(x), _np(out))
+        if lanes is None:
+            _run(kernels(threads).spmm_heads, *args)
+        else:
+            _run(_lane_kernel("spmm_heads", lanes, threads), *args, zero)
+        return out
+    _run(_lane_kernel("spmm_sum", lanes_for(x.shape[1], "spmm_sum", x.dtype), threads), _np(bounds), _np(rowptr), _np(col),
+         _values(val, x.dtype), val is not None, mean, _np(x), _np(out), zero, one)
     return out
 
 
-def spmm_max(bounds: Tensor, rowptr: Tensor, col: Tensor, val: Optional[Tensor], x: Tensor) -> Tensor:
-    """``out[i, f] = max_e w_e x[col e, f]`` (0 for rows without edges). Shapes: as ``spmm_sum``."""
-    threads = set_threads(col.numel() * x.shape[1])
+def _arg_dtype(num_edges: int) -> torch.dtype:
+    """int32 edge ids where they fit (half the memory of the [N, F] arg)."""
+    return torch.int32 if num_edges < 2 ** 31 - 1 else torch.int64
+
+
+def spmm_max(bounds: Tensor, rowptr: Tensor, col: Tensor, val: Optional[Tensor], x: Tensor,
+             with_arg: bool = False):
+    """``out[i, f] = max_e w_e x[col e, f]`` (0 for rows without edges); with ``with_arg`` also
+    ``arg[i, f]``, the first edge attaining it (E for rows without edges).
+
+    Shapes:
+        as ``spmm_sum`` -> out [N, F] (and arg [N, F], int32 below 2^31 edges, else int64).
+    """
     x = x.contiguous()
     out = torch.empty(rowptr.numel() - 1, x.shape[1], dtype=x.dtype)
-    if out.numel() == 0:
-        return out
-    kernels(threads).spmm_max(_np(bounds), _np(rowptr), _np(col), _values(val, x.dtype), val is not None, _np(x), _np(out))
-    return out
+    arg = torch.empty(out.shape if with_arg else (1, 1), dtype=_arg_dtype(col.numel()))
+    if out.numel():
+        threads = _threads(col.numel() * x.shape[1])
+        _run(_lane_kernel("spmm_max", lanes_for(x.shape[1], "spmm_max", x.dtype), threads), _np(bounds), _np(rowptr), _np(col),
+             _values(val, x.dtype), val is not None, _np(x), _np(out), with_arg, _np(arg), *_scalars(x.dtype))
+    return (out, arg) if with_arg else out
 
 
 def spmm_max_arg(bounds: Tensor, rowptr: Tensor, col: Tensor, val: Optional[Tensor], x: Tensor,
                  out: Tensor) -> Tensor:
-    """First edge attaining ``out[i, f]`` of ``spmm_max`` (E where none). ``-> [N, F]`` int64."""
-    threads = set_threads(col.numel() * x.shape[1])
-    x, out = x.contiguous(), out.to(x.dtype).contiguous()
-    arg = torch.empty(out.shape, dtype=torch.int64)
-    if arg.numel() == 0:
-        return arg
-    kernels(threads).spmm_max_arg(_np(bounds), _np(rowptr), _np(col), _values(val, x.dtype), val is not None, _np(x),
-                           _np(out), _np(arg))
-    return arg
+    """First edge attaining ``out[i, f]`` of ``spmm_max`` (E where none). ``-> [N, F]`` (int32 or int64).
+
+    The max is recomputed (it is deterministic: ``out`` is what ``spmm_max`` returns for these
+    inputs), and its edge kept."""
+    return spmm_max(bounds, rowptr, col, val, x, with_arg=True)[1]
+
+
+def spmm_max_grad(bounds_t: Tensor, rowptr_t: Tensor, col_t: Tensor, perm: Tensor, val: Optional[Tensor],
+                  arg: Tensor, grad: Tensor) -> Tensor:
+    """``dX[j, f] = sum w_e dY[i, f]`` over the edges ``e: j -> i`` with ``arg[i, f] = e``,
+    walking the transpose (``perm[t]``: the edge id of transposed position ``t``): row-parallel,
+    no atomics, lane-vectorized (a masked SpMM).  Shapes: arg, grad [N, F] -> [M, F]."""
+    grad = grad.contiguous()
+    out = torch.empty(rowptr_t.numel() - 1, grad.shape[1], dtype=grad.dtype)
+    if out.numel():
+        threads = _threads(col_t.numel() * grad.shape[1])
+        zero, one = _scalars(grad.dtype)
+        _run(_lane_kernel("spmm_max_grad", lanes_for(grad.shape[1], "spmm_max_grad", grad.dtype), threads),
+             _np(bounds_t), _np(rowptr_t), _np(col_t), _np(perm), _values(val, grad.dtype), val is not None,
+             _np(arg), _np(grad), _np(out), zero, one)
+    return out
+
+
+def spmm_max_weight_grad(bounds: Tensor, rowptr: Tensor, col: Tensor, arg: Tensor, x: Tensor, grad: Tensor) -> Tensor:
+    """``dw_e = sum_{f: arg[i, f] = e} X[col e, f] dY[i, f]``. Shapes: x [M, F]; arg, grad [N, F] -> [E]."""
+    grad, x = grad.contiguous(), x.to(grad.dtype).contiguous()
+    out = torch.zeros(col.numel(), dtype=grad.dtype)
+    if out.numel():
+        threads = _threads(col.numel() * grad.shape[1])
+        _run(kernels(threads).max_grad_w, _np(bounds), _np(rowptr), _np(col), _np(arg), _np(x), _np(grad), _np(out))
+    return out
 
 
 def sddmm(bounds: Tensor, rowptr: Tensor, col: Tensor, a: Tensor, b: Tensor, op: str, heads: int = 0) -> Tensor:
@@ -372,17 +468,20 @@ def sddmm(bounds: Tensor, rowptr: Tensor, col: Tensor, a: Tensor, b: Tensor, op:
     Shapes:
         a: [N, F]; b: [M, F] (same dtype) -> [E], [E, H] or [E, F].
     """
-    threads = set_threads(col.numel() * a.shape[1])
     a, b = a.contiguous(), b.contiguous()
-    num_edges, k = col.numel(), kernels(threads)
+    num_edges = col.numel()
+    threads = _threads(num_edges * a.shape[1])
     if op == "dot":
         out = torch.empty(num_edges, max(heads, 1), dtype=a.dtype)
         if num_edges:
-            k.sddmm_dot(_np(bounds), _np(rowptr), _np(col), _np(a), _np(b), _np(out))
+            lanes = lanes_dividing(a.shape[1] // max(heads, 1), "sddmm_dot", a.dtype)
+            fn = kernels(threads).sddmm_dot if lanes is None else _lane_kernel("sddmm_dot", lanes, threads)
+            _run(fn, _np(bounds), _np(rowptr), _np(col), _np(a), _np(b), _np(out))
         return out if heads else out.view(num_edges)
     out = torch.empty(num_edges, a.shape[1], dtype=a.dtype)
     if out.numel():
-        k.sddmm_elementwise(_np(bounds), _np(rowptr), _np(col), _np(a), _np(b), op == "add", _np(out))
+        _run(kernels(threads).sddmm_elementwise, _np(bounds), _np(rowptr), _np(col), _np(a), _np(b), op == "add",
+             _np(out))
     return out
 
 
@@ -393,54 +492,71 @@ def _as_2d(t: Tensor) -> Tensor:
     return t.contiguous().view(t.shape[0], width)
 
 
+#: Shifted scores are clamped to this floor before ``exp`` (per dtype: ``exp(floor)`` is still a
+#: normal number); results at or below ``exp(floor)`` count as 0.  torch's vector ``exp`` takes a
+#: slow path for results that underflow: 30 ms instead of 0.2 for 1.4M floats at -90, 3 ms for -inf.
+SOFTMAX_FLOOR = {torch.float32: -87.0, torch.float64: -708.0}
+
+
 def edge_softmax(bounds: Tensor, rowptr: Tensor, scores: Tensor) -> Tensor:
-    """Softmax of ``scores`` over each row's edges. Shapes: scores [E] or [E, H] -> same."""
-    threads = set_threads(scores.numel())
+    """Softmax of ``scores`` over each row's edges: the row maximum subtracted (Numba), ``exp``
+    in place by torch (vectorized; Numba has no vector ``exp`` without Intel's SVML), each row
+    divided by its sum (Numba).  Shifted scores below ``SOFTMAX_FLOOR`` give exactly 0 (the
+    true value is below the smallest normal float: at most 1.2e-38 of the row's sum).
+
+    Shapes:
+        scores [E] or [E, H] -> same.
+    """
     s = _as_2d(scores)
     out = torch.empty_like(s)
     if s.numel():
-        kernels(threads).softmax_fwd(_np(bounds), _np(rowptr), _np(s), _np(out))
+        k = kernels(_threads(s.numel()))
+        floor = SOFTMAX_FLOOR[s.dtype]
+        kind = np.float32 if s.dtype == torch.float32 else np.float64
+        _run(k.softmax_shift, _np(bounds), _np(rowptr), _np(s), _np(out), kind(floor))
+        out.exp_()
+        _run(k.softmax_scale, _np(bounds), _np(rowptr), _np(out), kind(math.exp(floor)))
     return out.view(scores.shape)
 
 
 def edge_softmax_backward(bounds: Tensor, rowptr: Tensor, out: Tensor, grad: Tensor) -> Tensor:
     """``ds_e = y_e (g_e - sum_{e' in row} g_e' y_e')``. Shapes: out, grad [E] or [E, H] -> same."""
-    threads = set_threads(out.numel())
+    threads = _threads(out.numel())
     y, g = _as_2d(out), _as_2d(grad.to(out.dtype))
     res = torch.empty_like(y)
     if y.numel():
-        kernels(threads).softmax_bwd(_np(bounds), _np(rowptr), _np(y), _np(g), _np(res))
+        _run(kernels(threads).softmax_bwd, _np(bounds), _np(rowptr), _np(y), _np(g), _np(res))
     return res.view(out.shape)
 
 
 def segment_sum(bounds: Tensor, rowptr: Tensor, values: Tensor) -> Tensor:
     """``out[i] = sum_{e in row i} v_e``. Shapes: values [E] or [E, K] -> [N] or [N, K]."""
-    threads = set_threads(values.numel())
+    threads = _threads(values.numel())
     v = _as_2d(values)
     out = torch.empty(rowptr.numel() - 1, v.shape[1], dtype=v.dtype)
     if out.numel():
-        kernels(threads).segment_sum(_np(bounds), _np(rowptr), _np(v), _np(out))
+        _run(kernels(threads).segment_sum, _np(bounds), _np(rowptr), _np(v), _np(out))
     return out.view((rowptr.numel() - 1,) + tuple(values.shape[1:]))
 
 
 def dropout(x: Tensor, p: float, seed: int):
     """Inverted dropout: ``(x * mask / (1 - p), mask)``, ``mask`` uint8 of ``x``'s shape, each
     element kept with probability ``1 - p`` (24-bit resolution) by a hash of ``(seed, index)``."""
-    threads = set_threads(x.numel())
+    threads = _threads(x.numel())
     flat = x.contiguous().view(-1)
     out = torch.empty_like(flat)
     mask = torch.empty(flat.shape, dtype=torch.bool)
     if flat.numel():
         threshold = min(int(round(p * (1 << 24))), 1 << 24)
-        kernels(threads).dropout(_np(flat), _np(out), _np(mask), np.uint64(seed), np.uint64(threshold), 1.0 / (1.0 - p))
+        _run(kernels(threads).dropout, _np(flat), _np(out), _np(mask), np.uint64(seed), np.uint64(threshold), 1.0 / (1.0 - p))
     return out.view(x.shape), mask.view(x.shape)
 
 
 def dropout_backward(grad: Tensor, mask: Tensor, p: float) -> Tensor:
     """``grad * mask / (1 - p)``. Shapes: grad, mask of one shape -> that shape."""
-    threads = set_threads(grad.numel())
+    threads = _threads(grad.numel())
     g = grad.contiguous().view(-1)
     out = torch.empty_like(g)
     if g.numel():
-        kernels(threads).masked_scale(_np(g), _np(mask.contiguous().view(-1)), 1.0 / (1.0 - p), _np(out))
+        _run(kernels(threads).masked_scale, _np(g), _np(mask.contiguous().view(-1)), 1.0 / (1.0 - p), _np(out))
     return out.view(grad.shape)

@@ -45,13 +45,33 @@ def bounds_of(graph: Graph) -> Tensor:
     return bounds
 
 
+def _csr_indices(graph: Graph):
+    """``(rowptr, col)`` for torch's CSR kernels: int32 copies (cached on the graph) where the
+    edge count allows; MKL's int32 SpMM is about 10 us faster per call than its int64 one (Cora)."""
+    indices = graph.cache.get("cpu_csr_indices")
+    if indices is None:
+        small = graph.num_edges < 2 ** 31 - 1 and graph.num_nodes < 2 ** 31 - 1
+        indices = (graph.rowptr.int(), graph.col.int()) if small else (graph.rowptr, graph.col)
+        graph.cache["cpu_csr_indices"] = indices
+    return indices
+
+
 def _torch_csr(graph: Graph, values: Optional[Tensor], dtype: torch.dtype, num_cols: int) -> Tensor:
-    if values is None:
-        values = graph.cache.get(("cpu_ones", dtype))
-        if values is None:
-            values = graph.cache[("cpu_ones", dtype)] = torch.ones(graph.num_edges, dtype=dtype)
-    return torch.sparse_csr_tensor(graph.rowptr, graph.col, values.to(dtype), (graph.num_nodes, num_cols),
-                                   check_invariants=False)
+    """The graph as a torch CSR tensor with ``values`` (ones for None).  For values the graph
+    owns (None, its ``edge_val``) the tensor is cached, rebuilt after an in-place update."""
+    owned = values is None or values is graph.edge_val
+    key = ("cpu_csr", dtype, num_cols)
+    if owned:
+        entry = graph.cache.get(key)
+        version = None if values is None else values._version
+        if entry is not None and entry[0] is values and entry[1] == version:
+            return entry[2]
+    vals = torch.ones(graph.num_edges, dtype=dtype) if values is None else values.detach().to(dtype)
+    rowptr, col = _csr_indices(graph)
+    csr = torch.sparse_csr_tensor(rowptr, col, vals, (graph.num_nodes, num_cols), check_invariants=False)
+    if owned:
+        graph.cache[key] = (values, None if values is None else values._version, csr)
+    return csr
 
 
 def _decide(graph: Graph, detail: str, x: Tensor, run) -> dict:
@@ -62,6 +82,23 @@ def _decide(graph: Graph, detail: str, x: Tensor, run) -> dict:
                   space=SPACE, ranked=False)
 
 
+def _numba_aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
+    bounds = bounds_of(graph)
+    if reduce == "max":
+        return kernels.spmm_max(bounds, graph.rowptr, graph.col, weight, x)
+    return kernels.spmm_sum(bounds, graph.rowptr, graph.col, weight, x, mean=reduce == "mean")
+
+
+def _torch_aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
+    csr = _torch_csr(graph, weight, x.dtype, x.shape[0])
+    if reduce == "sum":
+        return torch.sparse.mm(csr, x)     # MKL
+    return torch.sparse.mm(csr, x, reduce="amax" if reduce == "max" else reduce)
+
+
+_IMPLS = (_numba_aggregate, _torch_aggregate)   # indexed by the config's "impl"
+
+
 def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, detail: str) -> Tensor:
     """``out[i] = reduce_e w_e x[col e]`` (sum, mean over stored edges, or max; ``weight``
     [E], [E, H] multi-head, or None).  ``detail`` names the variant in the tuner's key.
@@ -70,27 +107,12 @@ def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, de
         x: [M, F]; weight: [E], [E, H] or None -> [N, F].
     """
     xc = _compute(x)
-    bounds = bounds_of(graph)
-    if weight is not None and weight.dim() == 2:   # multi-head: Numba only
-        out = kernels.spmm_sum(bounds, graph.rowptr, graph.col, weight, xc)
-        return out.to(x.dtype)
-    def numba_run():
-        if reduce == "max":
-            return kernels.spmm_max(bounds, graph.rowptr, graph.col, weight, xc)
-        return kernels.spmm_sum(bounds, graph.rowptr, graph.col, weight, xc, mean=reduce == "mean")
-
-    torch_reduce = {"sum": "sum", "mean": "mean", "max": "amax"}[reduce]
-    if graph.num_edges == 0 or graph.num_nodes == 0:
-        return numba_run().to(x.dtype)
-
-    def torch_run():
-        csr = _torch_csr(graph, weight, xc.dtype, xc.shape[0])
-        if torch_reduce == "sum":
-            return torch.sparse.mm(csr, xc)     # MKL
-        return torch.sparse.mm(csr, xc, reduce=torch_reduce)
-
-    config = _decide(graph, detail, xc, lambda cfg: (numba_run if cfg["impl"] == 0 else torch_run)())
-    return (numba_run if config["impl"] == 0 else torch_run)().to(x.dtype)
+    if (weight is not None and weight.dim() == 2) or graph.num_edges == 0 or graph.num_nodes == 0:
+        out = _numba_aggregate(graph, xc, weight, reduce)     # multi-head, empty: Numba only
+    else:
+        config = _decide(graph, detail, xc, lambda cfg: _IMPLS[cfg["impl"]](graph, xc, weight, reduce))
+        out = _IMPLS[config["impl"]](graph, xc, weight, reduce)
+    return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
 def edge_values(graph: Graph, a: Tensor, b: Tensor, op: str, heads: int = 0) -> Tensor:
@@ -99,6 +121,19 @@ def edge_values(graph: Graph, a: Tensor, b: Tensor, op: str, heads: int = 0) -> 
     ac = _compute(a)
     out = kernels.sddmm(bounds_of(graph), graph.rowptr, graph.col, ac, _compute(b).to(ac.dtype), op, heads)
     return out.to(a.dtype)
+
+
+def max_with_arg(graph: Graph, x: Tensor, weight: Optional[Tensor]):
+    """The max aggregation and, for float32 / float64, the first edge attaining each output
+    (``E`` for rows without edges) from the same pass: what the backward needs, saved by the
+    forward.  Half types: ``(out, None)`` (their arg is found on the rounded output later).
+
+    Shapes:
+        x: [M, F]; weight: [E] or None -> (out [N, F], arg [N, F] int64 or None).
+    """
+    if x.dtype not in kernels.NATIVE_DTYPES:
+        return aggregate(graph, x, weight, "max", f"max|val{int(weight is not None)}|h0"), None
+    return kernels.spmm_max(bounds_of(graph), graph.rowptr, graph.col, weight, x, with_arg=True)
 
 
 def max_arg(graph: Graph, x: Tensor, weight: Optional[Tensor], out: Tensor) -> Tensor:
@@ -112,6 +147,26 @@ def max_arg(graph: Graph, x: Tensor, weight: Optional[Tensor], out: Tensor) -> T
 
         return spmm_max_arg(graph.row, graph.col, x, weight, out)
     return kernels.spmm_max_arg(bounds_of(graph), graph.rowptr, graph.col, weight, x, out)
+
+
+def max_grads(graph: Graph, arg: Tensor, x: Tensor, weight: Optional[Tensor], grad_out: Tensor,
+              need_weight: bool):
+    """Gradients of the max aggregation from its arg-max edges ``arg``: ``dX`` over the
+    transpose (a masked SpMM: row-parallel, no atomics) and, if ``need_weight``, ``dw`` over
+    the graph.
+
+    Shapes:
+        arg, grad_out: [N, F]; x: [M, F]; weight: [E] or None -> (dX [M, F], dw [E] or None).
+    """
+    g = _compute(grad_out)
+    transposed = graph.t()
+    perm = graph.transpose_parts()[2]
+    grad_x = kernels.spmm_max_grad(bounds_of(transposed), transposed.rowptr, transposed.col, perm, weight, arg, g)
+    grad_w = None
+    if need_weight and weight is not None:
+        grad_w = kernels.spmm_max_weight_grad(bounds_of(graph), graph.rowptr, graph.col, arg, _compute(x), g)
+        grad_w = grad_w.to(weight.dtype)
+    return grad_x.to(x.dtype), grad_w
 
 
 def softmax(graph: Graph, scores: Tensor) -> Tensor:

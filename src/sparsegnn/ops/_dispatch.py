@@ -217,12 +217,14 @@ def spmm_weight_grad(backend: str, graph: Graph, grad_out: Tensor, x: Tensor, he
 
 
 def spmm_max_backward(graph: Graph, grad_out: Tensor, x: Tensor, weight: Optional[Tensor], out: Tensor,
-                      backend: Optional[str] = None):
+                      backend: Optional[str] = None, arg: Optional[Tensor] = None, need_weight: bool = True):
     """Gradients of the feature-wise max aggregation ``out``: each ``dY[i, f]`` flows to the first
     edge attaining ``out[i, f]`` (none for rows without edges).
 
     With that edge ``e: j -> i``: ``dX[j, f] += w_e dY[i, f]`` and ``dw_e += X[j, f] dY[i, f]``.
-    Masks instead of boolean indexing: no data-dependent shapes, no host sync.
+    ``arg`` (those edges, ``E`` where none) is found here unless the forward saved it.  The CPU
+    backend walks the transpose; elsewhere masks instead of boolean indexing (no
+    data-dependent shapes, no host sync).
 
     Shapes:
         grad_out, x, out: [N, F]; weight: [E] or None -> (grad_x [N, F], grad_w [E] or None).
@@ -231,8 +233,10 @@ def spmm_max_backward(graph: Graph, grad_out: Tensor, x: Tensor, weight: Optiona
     if num_edges == 0:
         return x.new_zeros(x.shape), (weight.new_zeros(weight.shape) if weight is not None else None)
     if (backend or default_backend(x)) == "cpu":
-        arg = _cpu.max_arg(graph, x, weight, out)
-    else:
+        if arg is None:
+            arg = _cpu.max_arg(graph, x, weight, out)
+        return _cpu.max_grads(graph, arg, x, weight, grad_out, need_weight)
+    if arg is None:
         arg = reference.spmm_max_arg(graph.row, graph.col, x, weight, out)
     valid = arg < num_edges
     edge = arg.clamp(max=num_edges - 1)
@@ -245,7 +249,7 @@ def spmm_max_backward(graph: Graph, grad_out: Tensor, x: Tensor, weight: Optiona
         grad_x_src = grad
     grad_x = x.new_zeros(x.shape).scatter_add_(0, src, grad_x_src.to(x.dtype))
     grad_w = None
-    if weight is not None:
+    if weight is not None and need_weight:
         contrib = torch.where(valid, grad * x.gather(0, src).to(grad.dtype), zero).to(weight.dtype)
         grad_w = weight.new_zeros(weight.shape).index_add_(0, edge.flatten(), contrib.flatten())
     return grad_x, grad_w

@@ -18,6 +18,7 @@ from torch.autograd.function import once_differentiable
 
 from .._checks import check, check_edge_values, check_node_features, check_same_device
 from ..graph import Graph, as_graph
+from . import _cpu
 from ._dispatch import BACKENDS, aggregate, aggregate_transposed, choose_backend, spmm_max_backward, spmm_weight_grad
 from ._library import compiling, not_traceable_graph
 
@@ -53,12 +54,17 @@ class _SpMMLinear(torch.autograd.Function):
 
 
 class _SpMMMax(torch.autograd.Function):
-    """Feature-wise max; the gradient flows to the first edge attaining each maximum."""
+    """Feature-wise max; the gradient flows to the first edge attaining each maximum (on the CPU
+    backend the forward saves those edges; elsewhere the backward finds them)."""
 
     @staticmethod
     def forward(ctx, graph: Graph, x: Tensor, weight: Optional[Tensor], backend: str) -> Tensor:
-        out = aggregate(backend, graph, x, weight, reduce="max")
-        ctx.graph, ctx.backend = graph, backend
+        arg = None
+        if backend == "cpu":
+            out, arg = _cpu.max_with_arg(graph, x, weight)
+        else:
+            out = aggregate(backend, graph, x, weight, reduce="max")
+        ctx.graph, ctx.backend, ctx.arg = graph, backend, arg
         ctx.save_for_backward(x, weight, out)
         return out
 
@@ -66,7 +72,8 @@ class _SpMMMax(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
         x, weight, out = ctx.saved_tensors
-        grad_x, grad_w = spmm_max_backward(ctx.graph, grad_out, x, weight, out, ctx.backend)
+        grad_x, grad_w = spmm_max_backward(ctx.graph, grad_out, x, weight, out, ctx.backend, arg=ctx.arg,
+                                           need_weight=ctx.needs_input_grad[2])
         return (None, grad_x if ctx.needs_input_grad[1] else None,
                 grad_w if ctx.needs_input_grad[2] else None, None)
 
