@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import sparsegnn as sg
+import sparsegnn.training  # noqa: F401  (the GAT test reaches it as sg.training; run alone it must be imported)
 from sparsegnn import Graph, nn as sgnn
 from sparsegnn.nn import _graph_input as _gi
 from sparsegnn.nn._graph_input import (
