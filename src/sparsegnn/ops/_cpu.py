@@ -132,7 +132,7 @@ def max_with_arg(graph: Graph, x: Tensor, weight: Optional[Tensor]):
         x: [M, F]; weight: [E] or None -> (out [N, F], arg [N, F] int64 or None).
     """
     if x.dtype not in kernels.NATIVE_DTYPES:
-        return aggregate(graph, x, weight, "max", f"max|val{int(weight is not None)}|h0"), None
+        return _numba_aggregate(graph, _compute(x), weight, "max").to(x.dtype), None
     return kernels.spmm_max(bounds_of(graph), graph.rowptr, graph.col, weight, x, with_arg=True)
 
 
