@@ -24,10 +24,10 @@ def _rel(out, ref):
     return float((out.detach().double() - ref.detach()).norm() / ref.detach().norm().clamp_min(1e-30))
 
 
-@pytest.fixture(params=[0, 1], ids=["numba", "torch-sparse"])
+@pytest.fixture(params=[0, 1, 2], ids=["numba", "torch-sparse", "torch-sparse-reduce"])
 def forced_impl(request, monkeypatch):
     """Force the tuner's pick to one candidate (a learned or timed choice may pick any)."""
-    config = (_cpu.NUMBA, _cpu.TORCH)[request.param]
+    config = (_cpu.NUMBA, _cpu.TORCH, _cpu.TORCH_REDUCE)[request.param]
     monkeypatch.setattr(_cpu, "_decide", lambda *args, **kwargs: config)
     return request.param
 
@@ -212,7 +212,7 @@ def test_a_decision_is_made_once_per_structure():
     out1 = sg.spmm(g1, x)
     assert tuner_invocations() == before + 1
     record = lookup("cpu_spmm", g1, f"sum|val0|h0|t{torch.get_num_threads()}", 8, torch.float32, x.device)
-    assert record is not None and record["config"] in (_cpu.NUMBA, _cpu.TORCH) and record["ms"] > 0
+    assert record is not None and record["config"] in (_cpu.NUMBA, _cpu.TORCH, _cpu.TORCH_REDUCE) and record["ms"] > 0
     g2 = Graph.from_edge_index(ei, num_nodes=300)        # same structure, new object
     out2 = sg.spmm(g2, x)
     assert tuner_invocations() == before + 1

@@ -6,8 +6,9 @@ Each function takes a :class:`Graph` on the CPU and computes what the matching f
 - Numba kernels (``kernels.cpu``): row-parallel over the CSR, one row's accumulator per
   thread, no atomics and no ``[E, F]`` temporaries; every op has one.
 - ``torch.sparse.mm`` on the graph's CSR: MKL's SpMM for sums, ATen's ``reduce=`` kernels
-  for the mean and the max.  Where such a candidate exists, the tuner (``tune.decide``)
-  times both on the first call of a structural class and remembers the faster (keyed by
+  for the mean and the max (and, as a third candidate, for sums: it beats MKL on graphs of
+  short rows at F = 64).  Where such candidates exist, the tuner (``tune.decide``)
+  times them on the first call of a structural class and remembers the fastest (keyed by
   the graph's signature, width, dtype and thread count; persisted like the GPU decisions).
 
 float32 and float64 are computed natively; float16 / bfloat16 inputs in float32 (cast back).
@@ -23,9 +24,10 @@ from torch import Tensor
 from ..graph import Graph
 from ..kernels import cpu as kernels
 
-#: Numba candidate / torch.sparse candidate (the config the tuner stores).
-NUMBA, TORCH = {"impl": 0}, {"impl": 1}
-SPACE = {"impl": (0, 1)}
+#: Numba / torch.sparse.mm (MKL for sums) / torch.sparse.mm(reduce=) candidates (the config
+#: the tuner stores).  Mean and max have one torch kernel (ATen's reduce), so two candidates.
+NUMBA, TORCH, TORCH_REDUCE = {"impl": 0}, {"impl": 1}, {"impl": 2}
+SPACE = {"impl": (0, 1, 2)}
 
 # torch.sparse.mm on CSR is the candidate here by choice; its one-time "beta" notice is noise.
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
@@ -74,11 +76,12 @@ def _torch_csr(graph: Graph, values: Optional[Tensor], dtype: torch.dtype, num_c
     return csr
 
 
-def _decide(graph: Graph, detail: str, x: Tensor, run) -> dict:
+def _decide(graph: Graph, detail: str, x: Tensor, reduce: str, run) -> dict:
     from ..tune import decide
 
     detail = f"{detail}|t{kernels.max_threads()}"
-    return decide("cpu_spmm", graph, detail, x.shape[1], x.dtype, x.device, [NUMBA, TORCH], run,
+    candidates = [NUMBA, TORCH, TORCH_REDUCE] if reduce == "sum" else [NUMBA, TORCH]
+    return decide("cpu_spmm", graph, detail, x.shape[1], x.dtype, x.device, candidates, run,
                   space=SPACE, ranked=False)
 
 
@@ -96,7 +99,13 @@ def _torch_aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: 
     return torch.sparse.mm(csr, x, reduce="amax" if reduce == "max" else reduce)
 
 
-_IMPLS = (_numba_aggregate, _torch_aggregate)   # indexed by the config's "impl"
+def _torch_reduce_aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
+    """ATen's row-parallel CSR kernel (``reduce=``) for every reduction, sums included."""
+    csr = _torch_csr(graph, weight, x.dtype, x.shape[0])
+    return torch.sparse.mm(csr, x, reduce="amax" if reduce == "max" else reduce)
+
+
+_IMPLS = (_numba_aggregate, _torch_aggregate, _torch_reduce_aggregate)   # indexed by the config's "impl"
 
 
 def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, detail: str) -> Tensor:
@@ -110,7 +119,7 @@ def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, de
     if (weight is not None and weight.dim() == 2) or graph.num_edges == 0 or graph.num_nodes == 0:
         out = _numba_aggregate(graph, xc, weight, reduce)     # multi-head, empty: Numba only
     else:
-        config = _decide(graph, detail, xc, lambda cfg: _IMPLS[cfg["impl"]](graph, xc, weight, reduce))
+        config = _decide(graph, detail, xc, reduce, lambda cfg: _IMPLS[cfg["impl"]](graph, xc, weight, reduce))
         out = _IMPLS[config["impl"]](graph, xc, weight, reduce)
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
