@@ -148,8 +148,8 @@ def test_from_csr_rejects_bad_input():
         Graph.from_csr(torch.tensor([0, 1, 2]), torch.tensor([0, 2]))
     with pytest.raises(ValueError, match="integer dtype"):
         Graph.from_csr(torch.tensor([0.0, 1.0]), torch.tensor([0]))
-    with pytest.raises(ValueError, match="square"):
-        Graph.from_torch_sparse(torch.ones(2, 3).to_sparse())
+    with pytest.raises(ValueError, match="2-D sparse"):      # rectangular [N, M] is a bipartite graph
+        Graph.from_torch_sparse(torch.ones(2, 3, 2).to_sparse())
 
 
 def test_transformation_arguments_validated():

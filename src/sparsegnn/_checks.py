@@ -59,12 +59,14 @@ def check_edge_values(values: Tensor, num_edges: int, fn: str, name: str, max_di
     check_float(values, fn, name)
 
 
-def check_node_features(x: Tensor, num_nodes: int, fn: str, name: str = "x") -> None:
-    """Node features ``[N, F]``, floating point (messages are built only on failure: hot path)."""
+def check_node_features(x: Tensor, num_nodes: int, fn: str, name: str = "x", sources: bool = False) -> None:
+    """Node features ``[N, F]``, floating point (messages are built only on failure: hot path).
+    ``sources``: ``num_nodes`` counts a bipartite graph's source nodes (worded so on failure)."""
     if not isinstance(x, Tensor):
         raise ValueError(f"{fn}(): {name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
         raise ValueError(f"{fn}(): {name} must be 2-D [num_nodes, features], got shape {tuple(x.shape)}")
     if x.shape[0] != num_nodes:
-        raise ValueError(f"{fn}(): {name} has {x.shape[0]} rows but the graph has {num_nodes} nodes")
+        kind = "source nodes (bipartite)" if sources else "nodes"
+        raise ValueError(f"{fn}(): {name} has {x.shape[0]} rows but the graph has {num_nodes} {kind}")
     check_float(x, fn, name)

@@ -50,11 +50,17 @@ def graph_by_key(key: int) -> "Graph":
 class Graph:
     """A graph with ``num_nodes`` nodes in destination-major CSR.
 
+    A graph may be *bipartite* (rectangular): ``num_src`` source nodes ``M`` (the columns,
+    what ``col`` indexes) and ``num_nodes`` target nodes ``N`` (the rows), as in the sampled
+    blocks of mini-batch training.  Then ``spmm(graph, x)`` takes ``x`` of ``M`` rows and
+    returns ``N`` rows; ``graph.t()`` is ``M x N``.  By default ``num_src == num_nodes``.
+
     Attributes:
         rowptr: ``[N + 1]`` int64 row offsets (row = target node).
-        col: ``[E]`` int64 source node of each edge.
+        col: ``[E]`` int64 source node of each edge (``< M``).
         edge_val: ``[E]`` optional edge values (weights), in CSR order.
-        num_nodes: ``N``.
+        num_nodes: ``N``, the target nodes (rows).
+        num_src: ``M``, the source nodes (columns); ``N`` unless bipartite.
         num_edges: ``E``.
         key: process-unique int naming this Graph for the custom ops (``graph_by_key``).
         edge_perm: ``[E]`` int64 or ``None``: CSR edge ``k`` is input edge ``edge_perm[k]``.
@@ -79,11 +85,13 @@ class Graph:
         *,
         edge_perm: Optional[Tensor] = None,
         ptr: Optional[Tensor] = None,
+        num_src: Optional[int] = None,
     ) -> None:
         self.rowptr = rowptr
         self.col = col
         self.edge_val = edge_val
         self.num_nodes = int(rowptr.numel() - 1 if num_nodes is None else num_nodes)
+        self.num_src = self.num_nodes if num_src is None else int(num_src)
         self._num_edges = int(col.numel())   # a plain int: compiled code reads it without touching col
         self.edge_perm = edge_perm
         self.ptr = ptr
@@ -106,10 +114,18 @@ class Graph:
         edge_index: Tensor,
         edge_weight: Optional[Tensor] = None,
         num_nodes: Optional[int] = None,
+        *,
+        num_src: Optional[int] = None,
     ) -> "Graph":
         """Build from a PyG-style ``edge_index`` (row 0 = source, row 1 = target).
 
         Duplicate edges and self loops are kept as given (see ``remove_duplicates``).
+
+        Args:
+            num_nodes: target nodes ``N`` (default: the largest index + 1; for a square graph,
+                over both rows).
+            num_src: source nodes ``M`` of a bipartite graph (``edge_index[0] < M``); by default
+                the graph is square (``M = N``).  PyG's ``size=(M, N)``.
 
         Shapes:
             edge_index: [2, E] integer; edge_weight: [E]; -> Graph with E edges.
@@ -119,17 +135,26 @@ class Graph:
         check(edge_index.dim() == 2 and edge_index.shape[0] == 2, fn,
               f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
         check_index(edge_index, fn, "edge_index")
-        if num_nodes is None:
-            num_nodes = int(edge_index.max()) + 1 if edge_index.numel() > 0 else 0
-        check(int(num_nodes) >= 0, fn, f"num_nodes must be >= 0, got {num_nodes}")
-        check_index(edge_index, fn, "edge_index", upper=int(num_nodes))
+        if num_src is None:
+            if num_nodes is None:
+                num_nodes = int(edge_index.max()) + 1 if edge_index.numel() > 0 else 0
+            check(int(num_nodes) >= 0, fn, f"num_nodes must be >= 0, got {num_nodes}")
+            check_index(edge_index, fn, "edge_index", upper=int(num_nodes))
+            num_src = num_nodes
+        else:
+            if num_nodes is None:
+                num_nodes = int(edge_index[1].max()) + 1 if edge_index.numel() > 0 else 0
+            check(int(num_nodes) >= 0 and int(num_src) >= 0, fn,
+                  f"num_nodes and num_src must be >= 0, got {num_nodes} and {num_src}")
+            check_index(edge_index[0], fn, "edge_index[0] (sources)", upper=int(num_src))
+            check_index(edge_index[1], fn, "edge_index[1] (targets)", upper=int(num_nodes))
         if edge_weight is not None:
             check_edge_values(edge_weight, edge_index.shape[1], fn, "edge_weight", max_dim=1)
             check_same_device(fn, edge_index=edge_index, edge_weight=edge_weight)
         source, target = edge_index[0], edge_index[1]
-        rowptr, col, perm = csr_fmt.coo_to_csr(target, source, int(num_nodes))
+        rowptr, col, perm = csr_fmt.coo_to_csr(target, source, int(num_nodes), num_cols=int(num_src))
         edge_val = edge_weight[perm] if edge_weight is not None else None
-        return cls(rowptr, col, edge_val, int(num_nodes), edge_perm=perm)
+        return cls(rowptr, col, edge_val, int(num_nodes), edge_perm=perm, num_src=int(num_src))
 
     @classmethod
     def from_csr(
@@ -138,8 +163,12 @@ class Graph:
         col: Tensor,
         edge_val: Optional[Tensor] = None,
         num_nodes: Optional[int] = None,
+        *,
+        num_src: Optional[int] = None,
     ) -> "Graph":
         """Build from destination-major CSR arrays (row = target). Columns within a row may be unsorted.
+
+        ``num_src``: source nodes ``M`` of a bipartite graph (``col < M``; default ``N``).
 
         Shapes:
             rowptr: [N + 1]; col: [E]; edge_val: [E].
@@ -155,31 +184,35 @@ class Graph:
         check(int(rowptr[0]) == 0 and int(rowptr[-1]) == col.numel(), fn,
               f"rowptr must start at 0 and end at len(col)={col.numel()}, got {int(rowptr[0])}..{int(rowptr[-1])}")
         check(bool((rowptr[1:] >= rowptr[:-1]).all()), fn, "rowptr must be non-decreasing")
-        check_index(col, fn, "col", upper=n)
+        m = n if num_src is None else int(num_src)
+        check(m >= 0, fn, f"num_src must be >= 0, got {num_src}")
+        check_index(col, fn, "col", upper=m)
         check_same_device(fn, rowptr=rowptr, col=col, edge_val=edge_val)
         if edge_val is not None:
             check_edge_values(edge_val, col.numel(), fn, "edge_val", max_dim=1)
         rowptr = rowptr.to(torch.int64)
         col = col.to(torch.int64)
-        return cls(rowptr, col, edge_val, n)
+        return cls(rowptr, col, edge_val, n, num_src=m)
 
     @classmethod
     def from_torch_sparse(cls, adj: Tensor) -> "Graph":
-        """Build from a square ``torch.sparse`` COO or CSR tensor ``A`` with ``A[i, j]`` = weight of ``j -> i``.
+        """Build from a ``torch.sparse`` COO or CSR tensor ``A`` with ``A[i, j]`` = weight of ``j -> i``
+        (PyG's ``adj_t``); a rectangular ``[N, M]`` tensor gives a bipartite graph.
 
         Shapes:
-            adj: [N, N] sparse -> Graph with nnz(adj) edges (explicit zeros kept).
+            adj: [N, M] sparse -> Graph with nnz(adj) edges (explicit zeros kept).
         """
         fn = "Graph.from_torch_sparse"
         check_tensor(adj, fn, "adj")
-        check(adj.dim() == 2 and adj.shape[0] == adj.shape[1], fn, f"adj must be a square 2-D sparse tensor, got shape {tuple(adj.shape)}")
+        check(adj.dim() == 2, fn, f"adj must be a 2-D sparse tensor, got shape {tuple(adj.shape)}")
+        n, m = int(adj.shape[0]), int(adj.shape[1])
         if adj.layout == torch.sparse_csr:
-            return cls.from_csr(adj.crow_indices(), adj.col_indices(), adj.values(), adj.shape[0])
+            return cls.from_csr(adj.crow_indices(), adj.col_indices(), adj.values(), n, num_src=m)
         if adj.layout == torch.sparse_coo:
             adj = adj.coalesce()
             target, source = adj.indices()
-            rowptr, col, perm = csr_fmt.coo_to_csr(target, source, adj.shape[0])
-            return cls(rowptr, col, adj.values()[perm], adj.shape[0])
+            rowptr, col, perm = csr_fmt.coo_to_csr(target, source, n, num_cols=m)
+            return cls(rowptr, col, adj.values()[perm], n, num_src=m)
         raise ValueError(f"{fn}(): adj must have layout sparse_coo or sparse_csr, got {adj.layout}")
 
     @classmethod
@@ -217,6 +250,7 @@ class Graph:
         graphs = list(graphs)
         check(len(graphs) > 0, fn, "needs at least one graph")
         check(all(isinstance(g, Graph) for g in graphs), fn, "every element must be a Graph")
+        check(all(g.num_src == g.num_nodes for g in graphs), fn, "bipartite graphs cannot be batched")
         device = graphs[0].rowptr.device
         check(all(g.rowptr.device == device for g in graphs), fn, "all graphs must be on one device")
         node_counts = torch.tensor([g.num_nodes for g in graphs], dtype=torch.int64)
@@ -239,10 +273,21 @@ class Graph:
     def device(self) -> torch.device:
         return self.rowptr.device
 
+    @property
+    def is_bipartite(self) -> bool:
+        """Whether sources and targets are counted apart (``num_src != num_nodes``)."""
+        return self.num_src != self.num_nodes
+
+    @property
+    def shape(self):
+        """``(N, M)``: the adjacency ``A`` (rows = targets, columns = sources)."""
+        return (self.num_nodes, self.num_src)
+
     def __repr__(self) -> str:
         vals = "" if self.edge_val is None else f", edge_val={self.edge_val.dtype}"
         batch = "" if self.ptr is None else f", graphs={self.ptr.numel() - 1}"
-        return f"Graph(num_nodes={self.num_nodes}, num_edges={self.num_edges}{vals}{batch}, device={self.device})"
+        src = f", num_src={self.num_src}" if self.is_bipartite else ""
+        return f"Graph(num_nodes={self.num_nodes}{src}, num_edges={self.num_edges}{vals}{batch}, device={self.device})"
 
     @property
     def cache(self) -> Dict[object, object]:
@@ -268,14 +313,14 @@ class Graph:
 
     def transpose_parts(self):
         """``(rowptr_t, col_t, perm)`` of ``A^T`` (cached): edge ``k`` of ``A^T`` is edge ``perm[k]`` of ``A``."""
-        return self._cached("transpose", lambda: csr_fmt.transpose_csr(self.rowptr, self.col, self.num_nodes))
+        return self._cached("transpose", lambda: csr_fmt.transpose_csr(self.rowptr, self.col, self.num_src))
 
     def t(self) -> "Graph":
-        """The reversed graph ``A^T`` as a Graph (cached), with ``edge_val`` permuted."""
+        """The reversed graph ``A^T`` as a Graph (cached, ``M x N``), with ``edge_val`` permuted."""
         def build():
             rowptr_t, col_t, perm = self.transpose_parts()
             vals = self.edge_val[perm] if self.edge_val is not None else None
-            return Graph(rowptr_t, col_t, vals, self.num_nodes)
+            return Graph(rowptr_t, col_t, vals, self.num_src, num_src=self.num_nodes)
         return self._cached("t", build)
 
     def row_plan(self, chunk: int) -> RowPlan:
@@ -321,11 +366,11 @@ class Graph:
             values = torch.ones(self.num_edges, dtype=dtype or torch.float32, device=self.device)
         elif dtype is not None:
             values = values.to(dtype)
-        return torch.sparse_csr_tensor(self.rowptr, self.col, values, (self.num_nodes, self.num_nodes))
+        return torch.sparse_csr_tensor(self.rowptr, self.col, values, (self.num_nodes, self.num_src))
 
     def to_dense(self, dtype: torch.dtype = torch.float32) -> Tensor:
-        """Dense ``[N, N]`` adjacency (duplicates summed). For tests and tiny graphs."""
-        dense = torch.zeros(self.num_nodes, self.num_nodes, dtype=dtype, device=self.device)
+        """Dense ``[N, M]`` adjacency (duplicates summed). For tests and tiny graphs."""
+        dense = torch.zeros(self.num_nodes, self.num_src, dtype=dtype, device=self.device)
         values = self.edge_val.to(dtype) if self.edge_val is not None else torch.ones(self.num_edges, dtype=dtype, device=self.device)
         return dense.index_put_((self.row, self.col), values, accumulate=True)
 
@@ -333,21 +378,27 @@ class Graph:
         """Copy to ``device`` (caches are rebuilt there on demand)."""
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return Graph(move(self.rowptr), move(self.col), move(self.edge_val), self.num_nodes,
-                     edge_perm=move(self.edge_perm), ptr=move(self.ptr))
+                     edge_perm=move(self.edge_perm), ptr=move(self.ptr), num_src=self.num_src)
 
     def with_values(self, edge_val: Optional[Tensor]) -> "Graph":
         """Same structure (sharing caches of the structure) with other edge values."""
         if edge_val is not None:
             check_edge_values(edge_val, self.num_edges, "Graph.with_values", "edge_val", max_dim=1)
-        g = Graph(self.rowptr, self.col, edge_val, self.num_nodes, edge_perm=self.edge_perm, ptr=self.ptr)
+        g = Graph(self.rowptr, self.col, edge_val, self.num_nodes, edge_perm=self.edge_perm, ptr=self.ptr,
+                  num_src=self.num_src)
         g._cache = {k: v for k, v in self._cache.items() if k not in ("t", "permuted_own_values")}   # value-dependent
         return g
 
     # ------------------------------------------------------------------ transformations
     def add_self_loops(self, fill_value: float = 1.0) -> "Graph":
-        """Every node gets exactly one self loop (existing ones merged, keeping their summed value)."""
-        rowptr, col, vals = csr_fmt.add_self_loops_csr(self.rowptr, self.col, self.edge_val, fill_value)
-        return Graph(rowptr, col, vals, self.num_nodes, ptr=self.ptr)
+        """Every node gets exactly one self loop (existing ones merged, keeping their summed value).
+
+        Bipartite graphs: nodes ``i < min(N, M)`` get the loop ``i -> i`` (PyG's convention).
+        """
+        rowptr, col, vals = csr_fmt.add_self_loops_csr(self.rowptr, self.col, self.edge_val, fill_value,
+                                                       num_loops=min(self.num_nodes, self.num_src),
+                                                       num_cols=self.num_src)
+        return Graph(rowptr, col, vals, self.num_nodes, ptr=self.ptr, num_src=self.num_src)
 
     def remove_self_loops(self) -> "Graph":
         """Drop every edge ``i -> i``."""
@@ -356,17 +407,17 @@ class Graph:
         rowptr = counts.new_zeros(self.num_nodes + 1)
         torch.cumsum(counts, 0, out=rowptr[1:])
         vals = self.edge_val[keep] if self.edge_val is not None else None
-        return Graph(rowptr, self.col[keep], vals, self.num_nodes, ptr=self.ptr)
+        return Graph(rowptr, self.col[keep], vals, self.num_nodes, ptr=self.ptr, num_src=self.num_src)
 
     def remove_duplicates(self, reduce: str = "sum") -> "Graph":
         """Merge repeated edges; values combined by ``reduce`` in {"sum", "mean", "max", "min"}."""
         check(reduce in ("sum", "mean", "max", "min"), "Graph.remove_duplicates", f"reduce must be sum, mean, max or min, got {reduce!r}")
         # Columns within a row must be sorted for grouping; from_csr may hold unsorted rows.
         target, source = self.row, self.col
-        rowptr, col, perm = csr_fmt.coo_to_csr(target, source, self.num_nodes)
+        rowptr, col, perm = csr_fmt.coo_to_csr(target, source, self.num_nodes, num_cols=self.num_src)
         vals = self.edge_val[perm] if self.edge_val is not None else None
         rowptr, col, vals = csr_fmt.merge_duplicates(rowptr, col, vals, reduce)
-        return Graph(rowptr, col, vals, self.num_nodes, ptr=self.ptr)
+        return Graph(rowptr, col, vals, self.num_nodes, ptr=self.ptr, num_src=self.num_src)
 
     def normalize(self, mode: str = "sym") -> "Graph":
         """Normalised edge values: ``"sym"`` = D^-1/2 A D^-1/2, ``"row"`` = D^-1 A (D = weighted in-degree).
@@ -374,6 +425,9 @@ class Graph:
         ``graph.add_self_loops().normalize("sym")`` is GCN's ``D^-1/2 (A + I) D^-1/2``.
         """
         check(mode in ("sym", "row"), "Graph.normalize", f"mode must be 'sym' or 'row', got {mode!r}")
+        check(mode == "row" or not self.is_bipartite, "Graph.normalize",
+              f"mode='sym' needs a square graph (one degree per node), got {self.num_nodes} targets and "
+              f"{self.num_src} sources; use mode='row'")
         vals = csr_fmt.normalize_values(self.rowptr, self.col, self.edge_val, mode, torch.float32)
         return self.with_values(vals)
 

@@ -15,13 +15,15 @@ import torch
 from torch import Tensor
 
 
-def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor, Tensor]:
+def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int,
+               num_cols: Optional[int] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """Sort edges by (target, source), stably, and build CSR.
 
     Args:
         target: target node of each edge.
         source: source node of each edge.
-        num_nodes: number of nodes ``N`` (rows of the CSR).
+        num_nodes: number of target nodes ``N`` (rows of the CSR).
+        num_cols: number of source nodes ``M`` (columns; default ``N``: a square graph).
 
     Returns:
         ``(rowptr, col, perm)`` where ``perm[k]`` is the position in the input of
@@ -32,7 +34,7 @@ def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int) -> Tuple[Tensor, 
     """
     target = target.to(torch.int64)
     source = source.to(torch.int64)
-    key = target * max(num_nodes, 1) + source
+    key = target * max(num_nodes if num_cols is None else num_cols, 1) + source
     perm = torch.argsort(key, stable=True)
     col = source[perm]
     counts = torch.bincount(target, minlength=num_nodes)
@@ -59,8 +61,11 @@ def degrees(rowptr: Tensor) -> Tensor:
     return rowptr[1:] - rowptr[:-1]
 
 
-def transpose_csr(rowptr: Tensor, col: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor, Tensor]:
+def transpose_csr(rowptr: Tensor, col: Tensor, num_cols: int) -> Tuple[Tensor, Tensor, Tensor]:
     """CSR of ``A^T`` (i.e. CSC of ``A``), with the permutation into ``A``'s edge order.
+
+    Args:
+        num_cols: columns of ``A`` (its source nodes ``M``), the rows of ``A^T``.
 
     Returns:
         ``(rowptr_t, col_t, perm)``: edge ``k`` of the transpose is edge ``perm[k]`` of ``A``,
@@ -68,11 +73,10 @@ def transpose_csr(rowptr: Tensor, col: Tensor, num_nodes: int) -> Tuple[Tensor, 
         ``A``'s order (the sort is stable), so results are deterministic.
 
     Shapes:
-        rowptr: [N + 1]; col: [E] -> rowptr_t: [N + 1], col_t: [E], perm: [E].
+        rowptr: [N + 1]; col: [E] -> rowptr_t: [M + 1], col_t: [E], perm: [E].
     """
     row = rowptr_to_row(rowptr, col.numel())
-    rowptr_t, col_t, perm = coo_to_csr(col, row, num_nodes)
-    return rowptr_t, col_t, perm
+    return coo_to_csr(col, row, num_cols, num_cols=rowptr.numel() - 1)
 
 
 def duplicate_groups(rowptr: Tensor, col: Tensor) -> Tuple[Tensor, Tensor]:
@@ -123,33 +127,37 @@ def merge_duplicates(
 
 
 def add_self_loops_csr(
-    rowptr: Tensor, col: Tensor, edge_val: Optional[Tensor], fill_value: float = 1.0
+    rowptr: Tensor, col: Tensor, edge_val: Optional[Tensor], fill_value: float = 1.0,
+    num_loops: Optional[int] = None, num_cols: Optional[int] = None,
 ) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
-    """Give every node exactly one self loop (PyG's ``add_remaining_self_loops``).
+    """Give nodes ``0 .. num_loops - 1`` exactly one self loop each (PyG's ``add_remaining_self_loops``).
 
-    Existing self loops are merged into one; with values, a node's existing self loops keep
-    the sum of their values, and new ones get ``fill_value``.
+    Existing self loops of those nodes are merged into one; with values, a node's existing self
+    loops keep the sum of their values, and new ones get ``fill_value``.  ``num_loops``
+    defaults to every row; a rectangular (bipartite) graph of ``num_cols`` source nodes passes
+    ``min(N, M)``, PyG's convention.  Self loops of other rows are left as they are.
 
     Shapes:
         rowptr: [N + 1], col: [E], edge_val: [E] or None -> rowptr', col', edge_val'.
     """
     num_nodes = rowptr.numel() - 1
+    num_loops = num_nodes if num_loops is None else int(num_loops)
     device = rowptr.device
     row = rowptr_to_row(rowptr, col.numel())
-    is_loop = row == col
+    is_loop = (row == col) & (row < num_loops)
     keep = ~is_loop
-    loop_nodes = torch.arange(num_nodes, device=device)
+    loop_nodes = torch.arange(num_loops, device=device)
     new_target = torch.cat([row[keep], loop_nodes])
     new_source = torch.cat([col[keep], loop_nodes])
     new_val = None
     if edge_val is not None:
-        loop_val = edge_val.new_full((num_nodes,), float(fill_value))
-        has_loop = torch.zeros(num_nodes, dtype=torch.bool, device=device)
+        loop_val = edge_val.new_full((num_loops,), float(fill_value))
+        has_loop = torch.zeros(num_loops, dtype=torch.bool, device=device)
         has_loop[row[is_loop]] = True
-        summed = edge_val.new_zeros(num_nodes).index_add_(0, row[is_loop], edge_val[is_loop])
+        summed = edge_val.new_zeros(num_loops).index_add_(0, row[is_loop], edge_val[is_loop])
         loop_val = torch.where(has_loop, summed, loop_val)
         new_val = torch.cat([edge_val[keep], loop_val])
-    new_rowptr, new_col, perm = coo_to_csr(new_target, new_source, num_nodes)
+    new_rowptr, new_col, perm = coo_to_csr(new_target, new_source, num_nodes, num_cols=num_cols)
     if new_val is not None:
         new_val = new_val[perm]
     return new_rowptr, new_col, new_val

@@ -218,15 +218,17 @@ def _shape(feat: Tensor) -> Tuple[int, int, int]:
 def gat_forward(rowptr: Tensor, col: Tensor, feat: Tensor, a_src: Tensor, a_dst: Tensor, slope: float,
                 p_drop: float, seed: Optional[Tensor], config: Optional[Dict[str, int]] = None,
                 out_dtype: Optional[torch.dtype] = None) -> Tuple[Tensor, Tensor]:
-    """Fused GAT aggregation; returns ``(out [N, H, C], lse [N, H] fp32)``.
+    """Fused GAT aggregation; returns ``(out [N, H, C], lse [N, H] fp32)`` for the ``N`` rows
+    (targets) of the CSR; ``feat`` / ``a_src`` have a row per source (``M``, bipartite or ``N``).
 
     ``seed``: int64 [1] tensor on the device (used when ``p_drop > 0``).  ``out`` has
     ``out_dtype`` (default: feat's); the backward wants an fp32 ``out`` for half inputs, since
     its ``D_i = <g_i, out_i>`` cancels against per-edge terms.
     """
-    num_rows, heads, channels = _shape(feat)
+    _, heads, channels = _shape(feat)
+    num_rows = rowptr.numel() - 1
     feat, a_src, a_dst = feat.contiguous(), a_src.contiguous(), a_dst.contiguous()
-    out = torch.empty(feat.shape, dtype=out_dtype or feat.dtype, device=feat.device)
+    out = torch.empty((num_rows, heads, channels), dtype=out_dtype or feat.dtype, device=feat.device)
     lse = torch.empty(num_rows, heads, dtype=torch.float32, device=feat.device)
     if num_rows == 0:
         return out, lse
@@ -246,15 +248,16 @@ def gat_backward(rowptr: Tensor, transpose: Tuple[Tensor, Tensor, Tensor], feat:
                  ) -> Tuple[Tensor, Tensor, Tensor]:
     """Gradients ``(dfeat, da_src, da_dst)`` of :func:`gat_forward` (see the module doc)."""
     rowptr_t, col_t, perm = transpose
-    num_rows, heads, channels = _shape(feat)
+    num_rows, heads, channels = _shape(feat)          # sources: the transpose's rows
+    num_dst = rowptr.numel() - 1
     feat, a_src, a_dst, grad = feat.contiguous(), a_src.contiguous(), a_dst.contiguous(), grad.contiguous()
     dot_out = (grad.float() * out.float()).sum(-1).contiguous()                    # D_i, [N, H]
     dfeat = torch.empty_like(feat)
     da_src = torch.empty_like(a_src)
     da_dst = torch.empty_like(a_dst)
     num_edges = col_t.numel()
-    if num_rows == 0:
-        return dfeat, da_src, da_dst
+    if num_rows == 0 or num_dst == 0:
+        return dfeat.zero_(), da_src.zero_(), da_dst.zero_()
     dz = torch.empty(num_edges, heads, dtype=torch.float32, device=feat.device)
     cfg = config or gat_config(num_rows, num_edges, heads, channels)
     dropout = p_drop > 0.0
@@ -264,9 +267,9 @@ def gat_backward(rowptr: Tensor, transpose: Tuple[Tensor, Tensor, Tensor], feat:
             dfeat, da_src, dz, num_rows, heads, channels, float(slope), float(p_drop)),
            dict(ROWS=cfg["ROWS"], BLOCK_E=cfg["BLOCK_E"], BLOCK_H=block_h, BLOCK_C=next_pow2(channels),
                 DROPOUT=dropout), cfg["num_warps"])
-    avg = num_edges / max(num_rows, 1)
+    avg = num_edges / max(num_dst, 1)
     rows = 4 if avg <= 8 else 1
-    launch(_row_sum_kernel, (triton.cdiv(num_rows, rows),), (rowptr, dz, da_dst, num_rows, heads),
+    launch(_row_sum_kernel, (triton.cdiv(num_dst, rows),), (rowptr, dz, da_dst, num_dst, heads),
            dict(ROWS=rows, BLOCK_E=max(4, min(128, next_pow2(int(avg) + 1)) // max(1, block_h // 4)),
                 BLOCK_H=block_h), 2)
     return dfeat, da_src, da_dst

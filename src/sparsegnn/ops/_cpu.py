@@ -52,7 +52,7 @@ def _csr_indices(graph: Graph):
     edge count allows; MKL's int32 SpMM is about 10 us faster per call than its int64 one (Cora)."""
     indices = graph.cache.get("cpu_csr_indices")
     if indices is None:
-        small = graph.num_edges < 2 ** 31 - 1 and graph.num_nodes < 2 ** 31 - 1
+        small = graph.num_edges < 2 ** 31 - 1 and max(graph.num_nodes, graph.num_src) < 2 ** 31 - 1
         indices = (graph.rowptr.int(), graph.col.int()) if small else (graph.rowptr, graph.col)
         graph.cache["cpu_csr_indices"] = indices
     return indices

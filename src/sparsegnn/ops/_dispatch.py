@@ -131,7 +131,7 @@ def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], r
     Triton launch for every head; other per-feature cases take the reference path.
 
     Shapes:
-        x: [N, F]; weight: [E], [E, H] or None -> [N, F].
+        x: [M, F]; weight: [E], [E, H] or None -> [N, F] (``M = graph.num_src``).
     """
     multi_head = weight is not None and weight.dim() == 2
     if backend == "cpu" and (not multi_head or (reduce == "sum" and x.shape[1] % weight.shape[1] == 0)):
@@ -179,7 +179,7 @@ def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional
     order; it is permuted here.
 
     Shapes:
-        x: [N, F]; weight: [E], [E, H] or None -> [N, F].
+        x: [N, F]; weight: [E], [E, H] or None -> [M, F].
     """
     transposed = graph.t()
     perm = graph.transpose_parts()[2]
@@ -259,13 +259,15 @@ def edge_sum(graph: Graph, values: Tensor, by_source: bool, backend: Optional[st
     """``out[i] = sum_{e: row[e] = i} v_e`` (by target), or over ``col[e] = i`` (``by_source``).
 
     Shapes:
-        values: [E] or [E, F] -> [N] or [N, F].
+        values: [E] or [E, F] -> [N] or [N, F] ([M] or [M, F] ``by_source``).
     """
     if (backend or default_backend(values)) == "cpu":
         if by_source:
             return _cpu.edge_sum(graph.t(), values.index_select(0, graph.transpose_parts()[2]))
         return _cpu.edge_sum(graph, values)
-    return reference.segment_sum(graph.col if by_source else graph.row, values, graph.num_nodes)
+    if by_source:
+        return reference.segment_sum(graph.col, values, graph.num_src)
+    return reference.segment_sum(graph.row, values, graph.num_nodes)
 
 
 def softmax_values(backend: str, graph: Graph, scores: Tensor) -> Tensor:

@@ -95,9 +95,9 @@ def spmm_op(x: Tensor, weight: Optional[Tensor], graph: int, reduce: str, backen
 
 @spmm_op.register_fake
 def _(x, weight, graph, reduce, backend):
-    graph_of(graph, "spmm", x=x, weight=weight)
+    g = graph_of(graph, "spmm", x=x, weight=weight)
     _backend("spmm", backend, x)
-    return x.new_empty((x.shape[0], x.shape[1]))
+    return x.new_empty((g.num_nodes, x.shape[1]))
 
 
 @torch.library.custom_op(f"{_LIB}::spmm_transposed", mutates_args=(),
@@ -109,8 +109,8 @@ def spmm_transposed_op(x: Tensor, weight: Optional[Tensor], graph: int, reduce: 
 
 @spmm_transposed_op.register_fake
 def _(x, weight, graph, reduce, backend):
-    graph_of(graph, "spmm", x=x, weight=weight)
-    return x.new_empty((x.shape[0], x.shape[1]))
+    g = graph_of(graph, "spmm", x=x, weight=weight)
+    return x.new_empty((g.num_src, x.shape[1]))
 
 
 @torch.library.custom_op(f"{_LIB}::spmm_weight_grad", mutates_args=(),
@@ -193,7 +193,7 @@ def edge_sum_op(values: Tensor, graph: int, by_source: bool) -> Tensor:
 @edge_sum_op.register_fake
 def _(values, graph, by_source):
     g = graph_of(graph, "sddmm", values=values)
-    return values.new_empty((g.num_nodes,) + tuple(values.shape[1:]))
+    return values.new_empty((g.num_src if by_source else g.num_nodes,) + tuple(values.shape[1:]))
 
 
 def _sddmm_setup(ctx, inputs, output) -> None:

@@ -113,10 +113,11 @@ def _gat_op(feat, a_src, a_dst, seed, graph, slope, p_drop):
 
 @_gat_op.register_fake
 def _(feat, a_src, a_dst, seed, graph, slope, p_drop):
-    graph_of(graph, "gat_attention", feat=feat, a_src=a_src, a_dst=a_dst)
-    lse = feat.new_empty(feat.shape[:2], dtype=torch.float32)
-    keep = feat.new_empty(feat.shape if feat.dtype != torch.float32 else (0,), dtype=torch.float32)
-    return feat.new_empty(feat.shape), lse, keep
+    g = graph_of(graph, "gat_attention", feat=feat, a_src=a_src, a_dst=a_dst)
+    shape = (g.num_nodes,) + tuple(feat.shape[1:])
+    lse = feat.new_empty(shape[:2], dtype=torch.float32)
+    keep = feat.new_empty(shape if feat.dtype != torch.float32 else (0,), dtype=torch.float32)
+    return feat.new_empty(shape), lse, keep
 
 
 @torch.library.custom_op("sparsegnn::gat_attention_backward", mutates_args=(),
@@ -155,10 +156,10 @@ def _reference(graph: Graph, feat: Tensor, a_src: Tensor, a_dst: Tensor, slope: 
     alpha = reference.edge_softmax(row, graph.num_nodes, scores)
     if p_drop > 0:
         alpha = F.dropout(alpha, p_drop, training=True)
-    n, heads, channels = feat.shape
-    out = reference.spmm_sum(row, col, n, feat.reshape(n, heads * channels),
+    m, heads, channels = feat.shape
+    out = reference.spmm_sum(row, col, graph.num_nodes, feat.reshape(m, heads * channels),
                              alpha.repeat_interleave(channels, dim=1) if channels > 1 else alpha)
-    return out.view(n, heads, channels)
+    return out.view(graph.num_nodes, heads, channels)
 
 
 def _gat_cpu(graph: Graph, feat: Tensor, a_src: Tensor, a_dst: Tensor, slope: float, p_drop: float) -> Tensor:
@@ -179,11 +180,11 @@ def gat_attention(graph, feat: Tensor, alpha_src: Tensor, alpha_dst: Tensor, neg
     """GAT's attention-weighted aggregation of every head, fused (see the module doc).
 
     Args:
-        graph: a :class:`Graph` (self loops as the layer wants them), an ``edge_index`` or a
-            square torch sparse tensor.
-        feat: projected node features ``W x``, ``[N, H, C]``.
-        alpha_src, alpha_dst: per-node halves of the score, ``<a_src^h, W^h x_j>`` and
-            ``<a_dst^h, W^h x_i>``, ``[N, H]``.
+        graph: a :class:`Graph` (self loops as the layer wants them; bipartite allowed), an
+            ``edge_index`` or a torch sparse tensor.
+        feat: projected source features ``W x``, ``[M, H, C]`` (``M = graph.num_src``).
+        alpha_src, alpha_dst: per-node halves of the score, ``<a_src^h, W^h x_j>`` over the
+            sources ``[M, H]`` and ``<a_dst^h, W^h x_i>`` over the targets ``[N, H]``.
         negative_slope: LeakyReLU's slope.
         dropout: attention dropout probability (pass 0 in evaluation).
         backend: ``"auto"`` (fused Triton kernel on CUDA, the CPU kernels on the CPU),
@@ -193,22 +194,23 @@ def gat_attention(graph, feat: Tensor, alpha_src: Tensor, alpha_dst: Tensor, neg
         ``[N, H, C]`` of ``feat``'s dtype (fp32 accumulation). Rows without incoming edges are 0.
 
     Shapes:
-        feat: [N, H, C]; alpha_src, alpha_dst: [N, H] -> [N, H, C].
+        feat: [M, H, C]; alpha_src: [M, H]; alpha_dst: [N, H] -> [N, H, C] (square: M = N).
     """
     fn = "gat_attention"
     check(isinstance(feat, Tensor) and feat.dim() == 3, fn,
           f"feat must be [N, heads, channels], got {getattr(feat, 'shape', type(feat).__name__)}")
-    n, heads, _ = feat.shape
-    for name, t in (("alpha_src", alpha_src), ("alpha_dst", alpha_dst)):
-        check(isinstance(t, Tensor) and tuple(t.shape) == (n, heads), fn,
-              f"{name} must have shape [N={n}, heads={heads}], got {getattr(t, 'shape', type(t).__name__)}")
-        check(t.dtype == feat.dtype, fn, f"{name} must have feat's dtype {feat.dtype}, got {t.dtype}")
-    check(0.0 <= dropout < 1.0, fn, f"dropout must be in [0, 1), got {dropout}")
+    m, heads, _ = feat.shape
     if not isinstance(graph, Graph):
         if compiling():
             raise not_traceable_graph(fn, graph)
-        graph, _ = as_graph(graph, fn, num_nodes=n)
-    check(graph.num_nodes == n, fn, f"feat has {n} rows but the graph has {graph.num_nodes} nodes")
+        graph, _ = as_graph(graph, fn, num_nodes=m)
+    check(graph.num_src == m, fn, f"feat has {m} rows but the graph has {graph.num_src} "
+          f"{'source nodes (bipartite)' if graph.is_bipartite else 'nodes'}")
+    for name, t, rows in (("alpha_src", alpha_src, m), ("alpha_dst", alpha_dst, graph.num_nodes)):
+        check(isinstance(t, Tensor) and tuple(t.shape) == (rows, heads), fn,
+              f"{name} must have shape [{rows}, heads={heads}], got {getattr(t, 'shape', type(t).__name__)}")
+        check(t.dtype == feat.dtype, fn, f"{name} must have feat's dtype {feat.dtype}, got {t.dtype}")
+    check(0.0 <= dropout < 1.0, fn, f"dropout must be in [0, 1), got {dropout}")
     check_same_device(fn, graph=graph.rowptr, feat=feat, alpha_src=alpha_src, alpha_dst=alpha_dst)
     chosen = choose_backend(fn, backend, feat)
     if chosen == "cpu":
@@ -326,6 +328,8 @@ def agnn_attention(graph, x: Tensor, beta: Tensor, backend: str = "auto") -> Ten
         if compiling():
             raise not_traceable_graph(fn, graph)
         graph, _ = as_graph(graph, fn, num_nodes=x.shape[0])
+    check(not graph.is_bipartite, fn, f"needs a square graph (scores compare x_i with x_j of one feature set), "
+          f"got {graph.num_nodes} targets and {graph.num_src} sources")
     check(graph.num_nodes == x.shape[0], fn, f"x has {x.shape[0]} rows but the graph has {graph.num_nodes} nodes")
     check_same_device(fn, graph=graph.rowptr, x=x, beta=beta)
     nrm = x.norm(dim=-1).clamp_min(1e-12)

@@ -65,7 +65,7 @@ def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto") -
         order for an ``edge_index``).
 
     Shapes:
-        a: [N, F]; b: [N, F] -> [E] or [E, F].
+        a: [N, F]; b: [M, F] -> [E] or [E, F] (a bipartite graph's ``M`` sources, else ``M = N``).
 
     Example:
         >>> ei = torch.tensor([[0], [1]])                  # one edge 0 -> 1
@@ -84,7 +84,7 @@ def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto") -
         check(a.dim() == 2, fn, f"a must be 2-D [num_nodes, features], got shape {tuple(a.shape)}")
         graph, input_order = as_graph(graph, fn, num_nodes=a.shape[0])
     check_node_features(a, graph.num_nodes, fn, "a")
-    check_node_features(b, graph.num_nodes, fn, "b")
+    check_node_features(b, graph.num_src, fn, "b", sources=graph.is_bipartite)
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"{fn}(): a and b must have the same feature width, got {a.shape[1]} and {b.shape[1]}")
     if a.dtype != b.dtype:

@@ -126,7 +126,7 @@ def spmm(
         check(isinstance(x, Tensor) and x.dim() == 2, fn,
               f"x must be a 2-D tensor [num_nodes, features], got {getattr(x, 'shape', type(x).__name__)}")
         graph, input_order = as_graph(graph, fn, num_nodes=x.shape[0])
-    check_node_features(x, graph.num_nodes, fn)
+    check_node_features(x, graph.num_src, fn, sources=graph.is_bipartite)
     if reduce not in REDUCES:
         raise ValueError(f"{fn}(): reduce must be one of {REDUCES}, got {reduce!r}")
     if edge_weight is not None:

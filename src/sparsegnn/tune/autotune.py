@@ -113,7 +113,10 @@ def decision_key(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype
     """The store key of a decision: op, variant, width, dtype and the graph's signature."""
     sig = graph.cache.get("signature")
     if sig is None:
-        sig = graph.cache["signature"] = signature(graph_stats_cached(graph))
+        sig = signature(graph_stats_cached(graph))
+        if graph.num_src != graph.num_nodes:   # bipartite: the gathered side has its own size
+            sig += f".src{graph.num_src.bit_length() - 1}"
+        graph.cache["signature"] = sig
     parts = (op, detail, num_feats, dtype, sig)
     key = _KEYS.get(parts)
     if key is None:  # formatted once per distinct key (the per-call path is a tuple lookup)
