@@ -162,7 +162,7 @@ def test_edge_weight_gradients(data, name):
     for step in range(3):
         opt.zero_grad()
         xs = x.clone().requires_grad_(True)
-        out = layer(xs, ei, weight)
+        out = layer(xs, ei, edge_weight=weight)
         (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
         ref_w = weight.detach().clone().requires_grad_(True)
         ref_x = x.clone().requires_grad_(True)
@@ -196,10 +196,10 @@ def _as_is(monkeypatch):
     """Layers given a ``_Transformed`` skip their transform (and every cache)."""
     original = GraphInputMixin._graph
 
-    def patched(self, fn, graph, edge_weight, num_nodes, transform):
+    def patched(self, fn, graph, edge_weight, num_nodes, transform, **kwargs):
         if isinstance(graph, _Transformed):
             return graph
-        return original(self, fn, graph, edge_weight, num_nodes, transform)
+        return original(self, fn, graph, edge_weight, num_nodes, transform, **kwargs)
 
     monkeypatch.setattr(GraphInputMixin, "_graph", patched)
 
@@ -372,3 +372,73 @@ def test_plain_function_transform(data):
     ref_w = w.clone().requires_grad_(True)
     sg.spmm(loops_then_sym(Graph.from_edge_index(ei, ref_w, N)), x).sum().backward()
     assert torch.allclose(weight.grad, ref_w.grad)
+
+
+# ---------------------------------------------------------------- the PyG input forms keep the fast paths
+def _bipartite_ei():
+    gen = torch.Generator().manual_seed(4)
+    return torch.stack([torch.randint(0, 10, (40,), generator=gen), torch.randint(0, 7, (40,), generator=gen)])
+
+
+def test_bipartite_cache_keys_on_num_src(data):
+    """The same edge_index with 10 or 12 source rows is two graphs (num_src is in the key)."""
+    _, _, x = data
+    ei = _bipartite_ei()
+    layer = sgnn.SAGEConv((8, 8), 4, backend="reference").double()
+    x_src, x_dst = x[:12], x[12:19]
+    builds, (ten, twelve) = _builds_during(lambda: (layer((x_src[:10], x_dst), ei), layer((x_src, x_dst), ei)))
+    assert builds == 2 and graph_cache_info()["entries"] == 2
+    graphs = {entry.graph.num_src: entry.graph for entry in _gi._CACHE.values()}
+    assert set(graphs) == {10, 12} and all(g.num_nodes == 7 for g in graphs.values())
+    assert _builds_during(lambda: [layer((x_src, x_dst), ei) for _ in range(2)])[0] == 0
+    for rows, out in ((10, ten), (12, twelve)):
+        fresh = layer((x_src[:rows], x_dst), Graph.from_edge_index(ei.clone(), num_nodes=7, num_src=rows))
+        assert torch.allclose(out, fresh)
+
+
+def test_sparse_adj_cached_by_identity_and_version(data):
+    ei, w, x = data
+    adj = torch.sparse_coo_tensor(ei.flip(0), w, (N, N)).coalesce()
+    layer = _layer("gcn")
+    builds, outs = _builds_during(lambda: [layer(x, adj) for _ in range(3)])
+    assert builds == 1 and all(torch.equal(o, outs[0]) for o in outs)
+    adj._values().mul_(2.0)                         # in place: the version moves, the graph is rebuilt
+    builds, out = _builds_during(lambda: layer(x, adj))
+    assert builds == 1 and not torch.allclose(out, outs[0])
+    fresh = layer(x, torch.sparse_coo_tensor(adj.indices().clone(), adj.values().clone(), (N, N)))
+    assert torch.allclose(out, fresh)
+
+
+def test_batched_features_aggregate_in_one_spmm(data, monkeypatch):
+    """[B, N, F] features run one SpMM over [N, B * F], not B of them."""
+    from sparsegnn.nn import _inputs
+
+    ei, _, x = data
+    shapes = []
+    original = _inputs.spmm
+    monkeypatch.setattr(_inputs, "spmm", lambda g, h, *a, **k: shapes.append(tuple(h.shape)) or original(g, h, *a, **k))
+    xb = torch.stack([x, 2 * x, -x])                # [3, N, 8]
+    for name, width in (("gcn", 4), ("sage", 4), ("gin", 8)):
+        layer = _layer(name)
+        shapes.clear()
+        out = layer(xb, ei)
+        assert shapes == [(N, 3 * width)], (name, shapes)
+        for b in range(3):
+            assert torch.allclose(out[b], layer(xb[b], ei))
+
+
+def test_plain_gat_runs_the_fused_op(data, monkeypatch):
+    """Plain GATConv calls the fused attention op; edge features and returned attention take the
+    unfused path (sddmm, edge softmax, multi-head spmm) with the same result."""
+    from sparsegnn.nn import gat
+
+    ei, _, x = data
+    fused = []
+    original = gat.gat_attention
+    monkeypatch.setattr(gat, "gat_attention", lambda *a, **k: fused.append(1) or original(*a, **k))
+    layer = _layer("gat")
+    out = layer(x, ei)
+    assert fused == [1]
+    unfused, (_, alpha) = layer(x, ei, return_attention_weights=True)
+    assert fused == [1] and alpha.shape[1] == 2
+    assert torch.allclose(unfused, out)

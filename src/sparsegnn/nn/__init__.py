@@ -1,7 +1,9 @@
-"""Layers (PyG-compatible signatures), reference models, and ``prepare`` for ``torch.compile``."""
-from .conv import AGNNConv, GATConv, GCNConv, GINConv, SAGEConv
+"""Layers (PyG-compatible signatures), reference models, ``prepare`` for ``torch.compile``, and
+``accelerate`` (a PyG model's convs swapped for ours)."""
+from .conv import AGNNConv, GATConv, GATv2Conv, GCNConv, GINConv, GINEConv, SAGEConv
 from .models import AGNN, GAT, GCN, GIN, GraphSAGE
+from .accelerate import AccelerateReport, accelerate
 from .prepare import prepare
 
-__all__ = ["GCNConv", "SAGEConv", "GINConv", "AGNNConv", "GATConv", "GCN", "AGNN", "GraphSAGE", "GIN", "GAT",
-           "prepare"]
+__all__ = ["GCNConv", "SAGEConv", "GINConv", "GINEConv", "AGNNConv", "GATConv", "GATv2Conv", "GCN", "AGNN",
+           "GraphSAGE", "GIN", "GAT", "prepare", "accelerate", "AccelerateReport"]

@@ -8,7 +8,9 @@ object would cost far more than the aggregation itself. So built graphs are cach
 * **An ``edge_index`` tensor** (with an optional ``edge_weight``) is looked up in one small
   process-wide LRU cache (``set_graph_cache_size``, 16 entries by default). The key is the
   *identity and version* of the inputs: ``(id(edge_index), edge_index._version, shape, dtype,
-  device, num_nodes, edge_weight's (id, _version) or None, transform name)``. The entry holds
+  device, num_nodes, num_src, edge_weight's (id, _version) or None, transform name)``
+  (``num_src``: the source nodes of a bipartite graph, ``num_nodes`` when square; it is passed
+  to ``Graph.from_edge_index`` in the build and in the router's probes). The entry holds
   weak references to the input tensors, and a hit requires ``ref() is tensor``: ids are
   reused after a tensor is freed. An in-place edit bumps ``_version``, so it misses and
   rebuilds; entries of freed or edited tensors are dropped on the next miss (and freed
@@ -26,6 +28,12 @@ object would cost far more than the aggregation itself. So built graphs are cach
 * **A Graph** is used as is. Its transformed forms are cached on it, in ``graph.cache`` under
   ``("sparsegnn.nn.transform", name)``, checked against the identity and version of
   ``graph.edge_val`` (``Graph.with_values`` copies caches into graphs with other values).
+* **PyG's other graph forms** go through the same cache: an ``EdgeIndex`` by its data tensor
+  (its ``sparse_size`` gives the node counts); a torch sparse COO/CSR ``adj_t`` (``[N, M]``,
+  ``adj_t[i, j]`` = weight of ``j -> i``) by the identity of the sparse tensor and the versions
+  of all its parts, its values being the edge weights where the layer uses weights; a
+  ``torch_sparse.SparseTensor`` by the identity of its ``col`` tensor.  Per-edge tensors of a
+  sparse input are in its coalesced (row-major) order.
 * ``cached=True`` on a layer keeps its meaning: the layer keeps the first graph forever.
 
 ``graph_builds()`` counts builds (cache misses); ``clear_graph_cache()`` empties the cache.
@@ -56,11 +64,13 @@ import torch
 from torch import Tensor
 
 from .._checks import check, check_edge_values, check_same_device
+from ..formats import csr as csr_fmt
 from ..graph import Graph
 from ..ops._library import not_traceable_graph
 
 __all__ = [
-    "GraphTransform", "GraphInputMixin", "identity", "self_looped", "gcn_normalized",
+    "GraphTransform", "GraphInputMixin", "identity", "self_looped", "gcn_normalized", "gcn_transform",
+    "pyg_self_looped_input", "pyg_self_looped_graph", "LoopInfo", "LOOP_INFO", "graph_kind", "graph_sizes",
     "graph_builds", "clear_graph_cache", "set_graph_cache_size", "graph_cache_info",
 ]
 
@@ -109,11 +119,144 @@ class GraphTransform:
 
 #: The graph as given.
 identity = GraphTransform("identity")
-#: Self loops replaced by exactly one per node, without edge values (AGNN, GAT).
+#: Self loops replaced by exactly one per node, without edge values (AGNN, GAT's fused path).  On a
+#: bipartite graph nodes ``i < min(N, M)`` get the loop (PyG's convention).
 self_looped = GraphTransform("self_looped", lambda g: g.with_values(None).add_self_loops(), uses_values=False)
-#: GCN's ``D^-1/2 (A + I) D^-1/2``: one self loop per node (existing ones keep their summed
-#: weight, new ones weigh 1), then the symmetric normalisation.
-gcn_normalized = GraphTransform("gcn_normalized", lambda g: g.add_self_loops(), lambda g: g.normalize("sym"))
+
+
+def _normalize_sym(graph: Graph) -> Graph:
+    return graph.normalize("sym")
+
+
+def _concat_graph(graph: Graph, target: Tensor, source: Tensor, values: Optional[Tensor]) -> Graph:
+    """A square Graph of ``graph``'s size from COO parts (sorted stably into CSR)."""
+    rowptr, col, perm = csr_fmt.coo_to_csr(target, source, graph.num_nodes)
+    return Graph(rowptr, col, None if values is None else values[perm], graph.num_nodes, ptr=graph.ptr)
+
+
+def _loops_remaining(fill: float) -> Callable[[Graph], Graph]:
+    """PyG's ``add_remaining_self_loops`` on an ``edge_index`` (GCNConv's ``gcn_norm``): every self
+    loop is removed and each node gets one, weighing what its *last* self loop weighed (in the
+    input's edge order; CSR keeps it, the sort being stable) or ``fill``.  Without edge values
+    every edge weighs 1 and so does every loop: PyG ignores ``fill`` (``improved``) then."""
+    def structure(graph: Graph) -> Graph:
+        n, row, col = graph.num_nodes, graph.row, graph.col
+        is_loop = row == col
+        keep = ~is_loop
+        loops = torch.arange(n, device=graph.device)
+        values = None
+        if graph.edge_val is not None:
+            val = graph.edge_val
+            position = torch.arange(graph.num_edges, device=graph.device)
+            last = torch.full((n,), graph.num_edges, dtype=torch.int64, device=graph.device)   # E: no loop
+            last = last.scatter_reduce(0, row[is_loop], position[is_loop], "amax", include_self=False)
+            loop_val = torch.cat([val, val.new_full((1,), float(fill))])[last]                # E -> fill
+            values = torch.cat([val[keep], loop_val])
+        return _concat_graph(graph, torch.cat([row[keep], loops]), torch.cat([col[keep], loops]), values)
+    return structure
+
+
+def _loops_added(fill: float) -> Callable[[Graph], Graph]:
+    """PyG's ``add_self_loops`` on a torch sparse ``adj_t`` (``A + fill I``): existing loops stay."""
+    def structure(graph: Graph) -> Graph:
+        n = graph.num_nodes
+        loops = torch.arange(n, device=graph.device)
+        val = graph.edge_val
+        if val is None:
+            val = torch.ones(graph.num_edges, device=graph.device)
+        values = torch.cat([val, val.new_full((n,), float(fill))])
+        return _concat_graph(graph, torch.cat([graph.row, loops]), torch.cat([graph.col, loops]), values)
+    return structure
+
+
+def _loops_replaced(fill: float) -> Callable[[Graph], Graph]:
+    """``torch_sparse.fill_diag`` on a ``SparseTensor``: every loop removed, one of weight ``fill`` added."""
+    def structure(graph: Graph) -> Graph:
+        n, row, col = graph.num_nodes, graph.row, graph.col
+        keep = row != col
+        loops = torch.arange(n, device=graph.device)
+        val = graph.edge_val
+        if val is None:
+            val = torch.ones(graph.num_edges, device=graph.device)
+        values = torch.cat([val[keep], val.new_full((n,), float(fill))])
+        return _concat_graph(graph, torch.cat([row[keep], loops]), torch.cat([col[keep], loops]), values)
+    return structure
+
+
+#: GCN's ``D^-1/2 (A + I) D^-1/2`` as PyG computes it from an ``edge_index``: every self loop
+#: removed and one added per node, weighing the node's last self loop's weight or 1, then the
+#: symmetric normalisation (``D`` = weighted in-degree).
+gcn_normalized = GraphTransform("gcn_normalized", _loops_remaining(1.0), _normalize_sym)
+
+_GCN_TRANSFORMS: Dict[Hashable, GraphTransform] = {("remaining", 1.0): gcn_normalized}
+_LOOPS = {"remaining": _loops_remaining, "added": _loops_added, "replaced": _loops_replaced}
+
+
+def gcn_transform(loops: Optional[str] = "remaining", fill: float = 1.0) -> GraphTransform:
+    """GCN's normalisation with self loops added the way PyG adds them for an input form.
+
+    Args:
+        loops: ``"remaining"`` (``edge_index`` and Graph inputs), ``"added"`` (torch sparse
+            ``adj_t``: ``A + fill I``), ``"replaced"`` (``SparseTensor``) or ``None`` (no loops).
+        fill: weight of an added loop (2 for ``improved=True``).
+    """
+    key = (loops, float(fill)) if loops is not None else (None, 0.0)
+    transform = _GCN_TRANSFORMS.get(key)
+    if transform is None:
+        if loops is None:
+            transform = GraphTransform("gcn_normalized:no_loops", None, _normalize_sym)
+        elif loops in _LOOPS:
+            transform = GraphTransform(f"gcn_normalized:{loops}:{float(fill)!r}", _LOOPS[loops](float(fill)),
+                                       _normalize_sym)
+        else:
+            raise ValueError(f"gcn_transform(): loops must be 'remaining', 'added', 'replaced' or None, got {loops!r}")
+        _GCN_TRANSFORMS[key] = transform
+    return transform
+
+
+#: Key in a transformed graph's ``cache`` of ``pyg_self_looped``'s ``LoopInfo``.
+LOOP_INFO = "sparsegnn.nn.loop_info"
+
+
+class LoopInfo:
+    """How ``pyg_self_looped`` made its graph from the caller's edges, for per-edge tensors.
+
+    Attributes:
+        keep: ``[E]`` bool, in the caller's edge order: the edges that are no self loop.
+        target: ``[E]`` int64, in the caller's edge order: each edge's target node.
+        num_loops: the loops ``0 .. num_loops - 1`` appended after the kept edges.
+    """
+
+    __slots__ = ("keep", "target", "num_loops")
+
+    def __init__(self, keep: Tensor, target: Tensor, num_loops: int) -> None:
+        self.keep, self.target, self.num_loops = keep, target, num_loops
+
+
+def _pyg_looped(input_order: bool) -> Callable[[Graph], Graph]:
+    def structure(graph: Graph) -> Graph:
+        source, target = graph.col, graph.row
+        if input_order and graph.edge_perm is not None:
+            source, target = graph.to_input_order(source), graph.to_input_order(target)
+        num_loops = min(graph.num_nodes, graph.num_src)
+        keep = source != target
+        loops = torch.arange(num_loops, device=graph.device)
+        edge_index = torch.stack([torch.cat([source[keep], loops]), torch.cat([target[keep], loops])])
+        out = Graph.from_edge_index(edge_index, None, graph.num_nodes,
+                                    num_src=graph.num_src if graph.is_bipartite else None)
+        out.cache[LOOP_INFO] = LoopInfo(keep, target, num_loops)
+        return out
+    return structure
+
+
+#: PyG's ``remove_self_loops`` + ``add_self_loops`` (GATConv, GATv2Conv) with the edge order PyG
+#: gives the result: the caller's edges that are no loop, in the caller's order, then the loops
+#: ``0 .. min(N, M) - 1``.  ``edge_perm`` of the result maps its CSR edges to that order, and its
+#: ``cache[LOOP_INFO]`` says which caller edges were kept.  ``pyg_self_looped_input`` takes the
+#: caller's order from ``edge_perm`` (graphs built from an ``edge_index`` or a sparse tensor);
+#: ``pyg_self_looped_graph`` from the CSR (a Graph given by the caller).
+pyg_self_looped_input = GraphTransform("pyg_self_looped:input", _pyg_looped(True), uses_values=False)
+pyg_self_looped_graph = GraphTransform("pyg_self_looped:graph", _pyg_looped(False), uses_values=False)
 
 
 # ---------------------------------------------------------------------------- routing of values
@@ -190,7 +333,7 @@ class _Entry:
         """An input was freed or edited in place since the build."""
         for ref, version in zip(self.refs, self.versions):
             tensor = ref()
-            if tensor is None or tensor._version != version:
+            if tensor is None or _version_of(tensor) != version:
                 return True
         return False
 
@@ -263,7 +406,7 @@ def _lookup(key: Hashable, tensors: List[Tensor]) -> Optional[_Entry]:
 def _insert(key: Hashable, tensors: List[Tensor], graph: Optional[Graph], router: Optional[_Router]) -> None:
     # The callback only records the key: it may run inside the garbage collector at any point.
     refs = [weakref.ref(t, lambda _ref, k=key: _FREED.append(k)) for t in tensors]
-    entry = _Entry(refs, [t._version for t in tensors], graph, router)
+    entry = _Entry(refs, [_version_of(t) for t in tensors], graph, router)
     with _LOCK:
         _drop_freed()
         for old in [k for k, e in _CACHE.items() if e.stale()]:
@@ -285,30 +428,38 @@ def _trackable(*tensors: Optional[Tensor]) -> bool:
     return not any(t is not None and t.is_inference() for t in tensors)
 
 
-def graph_from_edge_index(edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes: int,
-                          transform: GraphTransform) -> Graph:
-    """``transform(Graph.from_edge_index(edge_index, edge_weight, num_nodes))``, cached (see the module doc)."""
-    if not transform.uses_values:
-        edge_weight = None
+def _version_of(tensor: Tensor) -> int:
+    """A counter that grows with every in-place edit of ``tensor`` (a sparse tensor: of any of its parts)."""
+    if tensor.layout == torch.sparse_coo:
+        return tensor._version + tensor._indices()._version + tensor._values()._version
+    if tensor.layout == torch.sparse_csr:
+        return (tensor._version + tensor.crow_indices()._version + tensor.col_indices()._version
+                + tensor.values()._version)
+    return tensor._version
+
+
+def _cached_build(source: Tensor, shape_key: tuple, make_base: Callable[[Optional[Tensor]], Graph],
+                  edge_weight: Optional[Tensor], num_edges: int, transform: GraphTransform,
+                  weight_in_source: bool = False) -> Graph:
+    """``transform(make_base(edge_weight))``, cached by the identity and version of ``source`` (the
+    caller's graph tensor) and of ``edge_weight`` (see the module doc).  ``weight_in_source``: the
+    weight is part of ``source`` (a sparse tensor's values), whose version covers it."""
     dynamic = _needs_grad(edge_weight)
-
-    def make_base(values: Optional[Tensor]) -> Graph:
-        return Graph.from_edge_index(edge_index, values, num_nodes)
-
-    if not _trackable(edge_index, edge_weight):
+    if not _trackable(source, edge_weight):
         _count_build()
         return transform(make_base(edge_weight))
     if dynamic:  # the key leaves the weight out, so check it on every call (cheap: no sync)
-        check_edge_values(edge_weight, edge_index.shape[1], "Graph.from_edge_index", "edge_weight", max_dim=1)
-        check_same_device("Graph.from_edge_index", edge_index=edge_index, edge_weight=edge_weight)
+        check_edge_values(edge_weight, num_edges, "Graph.from_edge_index", "edge_weight", max_dim=1)
+        check_same_device("Graph.from_edge_index", edge_index=source, edge_weight=edge_weight)
     if edge_weight is None:
-        weight_key, tensors = None, [edge_index]
+        weight_key, tensors = None, [source]
+    elif weight_in_source and not dynamic:
+        weight_key, tensors = "in_source", [source]
     elif dynamic:
-        weight_key, tensors = "requires_grad", [edge_index]
+        weight_key, tensors = "requires_grad", [source]
     else:
-        weight_key, tensors = (id(edge_weight), edge_weight._version), [edge_index, edge_weight]
-    key = (id(edge_index), edge_index._version, tuple(edge_index.shape), edge_index.dtype, edge_index.device,
-           int(num_nodes), weight_key, transform.name)
+        weight_key, tensors = (id(edge_weight), _version_of(edge_weight)), [source, edge_weight]
+    key = (id(source), _version_of(source), shape_key, weight_key, transform.name)
     entry = _lookup(key, tensors)
     if entry is None:
         _count_build()
@@ -317,7 +468,7 @@ def graph_from_edge_index(edge_index: Tensor, edge_weight: Optional[Tensor], num
             _insert(key, tensors, graph, None)
             return graph
         make_base(None)                         # validates the input before the probe passes
-        router = _Router(make_base, edge_index.shape[1], edge_index.device, transform)
+        router = _Router(make_base, num_edges, source.device, transform)
         if router.last is None:                 # no probe possible (inference mode): do not cache
             return transform(make_base(edge_weight))
         _insert(key, tensors, None, router)
@@ -330,6 +481,74 @@ def graph_from_edge_index(edge_index: Tensor, edge_weight: Optional[Tensor], num
         _count_build()
         return transform(make_base(edge_weight))
     return entry.router.apply(edge_weight, transform)
+
+
+def graph_from_edge_index(edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes: int,
+                          transform: GraphTransform, num_src: Optional[int] = None) -> Graph:
+    """``transform(Graph.from_edge_index(edge_index, edge_weight, num_nodes, num_src=num_src))``, cached
+    (see the module doc).  ``num_src`` (source nodes of a bipartite graph) is part of the key."""
+    if not transform.uses_values:
+        edge_weight = None
+    num_nodes = int(num_nodes)
+    src = None if num_src is None or int(num_src) == num_nodes else int(num_src)
+
+    def make_base(values: Optional[Tensor]) -> Graph:
+        return Graph.from_edge_index(edge_index, values, num_nodes, num_src=src)
+
+    shape_key = (tuple(edge_index.shape), edge_index.dtype, edge_index.device, num_nodes,
+                 num_nodes if src is None else src)
+    return _cached_build(edge_index, shape_key, make_base, edge_weight, edge_index.shape[1], transform)
+
+
+def graph_from_torch_sparse(adj: Tensor, transform: GraphTransform, use_values: bool = True,
+                            fn: str = "Graph.from_torch_sparse") -> Graph:
+    """``transform`` of the Graph of a torch sparse ``adj_t`` (``adj[i, j]`` = weight of ``j -> i``,
+    ``[N, M]``), cached by the identity and version of ``adj``.  The caller's edge order (of
+    per-edge tensors, ``edge_perm``) is the coalesced COO order, or the CSR order.
+
+    Args:
+        use_values: aggregate with ``adj``'s values (PyG does in GCNConv, SAGEConv, GINConv);
+            otherwise only its structure counts (GATConv, AGNNConv).
+        fn: the caller's name, for errors.
+    """
+    check(adj.dim() == 2, fn, f"adj_t must be a 2-D sparse tensor [N, M], got shape {tuple(adj.shape)} (hybrid "
+          "sparse tensors with edge features are not supported: pass edge_index and edge_attr)")
+    layout = adj.layout
+    check(layout in (torch.sparse_coo, torch.sparse_csr), fn,
+          f"adj_t must have layout sparse_coo or sparse_csr, got {layout}; convert it with .to_sparse_csr()")
+    data = adj if layout == torch.sparse_csr or adj.is_coalesced() else adj.coalesce()
+    num_nodes, num_src = int(adj.shape[0]), int(adj.shape[1])
+    weight = data.values() if use_values and transform.uses_values else None
+
+    def make_base(values: Optional[Tensor]) -> Graph:
+        if layout == torch.sparse_coo:
+            target, source = data.indices()
+        else:
+            source = data.col_indices()
+            target = csr_fmt.rowptr_to_row(data.crow_indices().to(torch.int64), source.numel())
+        edge_index = torch.stack([source.to(torch.int64), target.to(torch.int64)])
+        return Graph.from_edge_index(edge_index, values, num_nodes,
+                                     num_src=None if num_src == num_nodes else num_src)
+
+    shape_key = ("torch_sparse", layout, tuple(adj.shape), adj.device, int(data._nnz()))
+    return _cached_build(adj, shape_key, make_base, weight, int(data._nnz()), transform, weight_in_source=True)
+
+
+def graph_from_sparse_tensor(adj, transform: GraphTransform, use_values: bool = True) -> Graph:
+    """The same for a ``torch_sparse.SparseTensor`` ``adj_t`` (edge order: its row-major COO order).
+
+    Cached by the identity and version of its ``col`` tensor.  Without values every edge weighs 1.
+    """
+    row, col, value = adj.coo()
+    num_nodes, num_src = (int(s) for s in adj.sparse_sizes())
+    weight = value if use_values and transform.uses_values else None
+
+    def make_base(values: Optional[Tensor]) -> Graph:
+        return Graph.from_edge_index(torch.stack([col, row]), values, num_nodes,
+                                     num_src=None if num_src == num_nodes else num_src)
+
+    shape_key = ("SparseTensor", (num_nodes, num_src), col.device, col.numel())
+    return _cached_build(col, shape_key, make_base, weight, col.numel(), transform)
 
 
 # ---------------------------------------------------------------------------- Graph inputs
@@ -415,11 +634,65 @@ def _as_transform(fn: Callable[[Graph], Graph]) -> GraphTransform:
     return wrapped
 
 
-class GraphInputMixin:
-    """Accepts ``Graph`` or ``edge_index`` (+ optional ``edge_weight``) and caches the built graph.
+def _is_edge_index_class(obj) -> bool:
+    """PyG's ``torch_geometric.EdgeIndex`` (a Tensor subclass), without importing PyG."""
+    return isinstance(obj, Tensor) and type(obj).__name__ == "EdgeIndex" and hasattr(obj, "as_tensor")
 
-    Layers set ``self.cached`` and call ``self._graph(fn, graph, edge_weight, num_nodes, transform)``.
-    Graphs built from an ``edge_index`` are shared process-wide (see the module doc). With
+
+def _is_sparse_tensor_class(obj) -> bool:
+    """``torch_sparse.SparseTensor``, without importing torch_sparse."""
+    return (type(obj).__name__ == "SparseTensor" and hasattr(obj, "coo") and hasattr(obj, "sparse_sizes")
+            and not isinstance(obj, Tensor))
+
+
+def graph_kind(graph) -> str:
+    """The form of a layer's graph argument.
+
+    Returns:
+        ``"graph"`` (a :class:`Graph`), ``"edge_index"`` (``[2, E]``, row 0 = source),
+        ``"edge_index_class"`` (PyG's ``EdgeIndex``), ``"torch_sparse"`` (a torch sparse
+        ``adj_t``), ``"sparse_tensor"`` (``torch_sparse.SparseTensor``) or ``"unknown"``.
+    """
+    if isinstance(graph, Graph):
+        return "graph"
+    if isinstance(graph, Tensor):
+        if graph.layout != torch.strided:
+            return "torch_sparse"
+        return "edge_index_class" if _is_edge_index_class(graph) else "edge_index"
+    if _is_sparse_tensor_class(graph):
+        return "sparse_tensor"
+    return "unknown"
+
+
+def graph_sizes(graph, kind: Optional[str] = None):
+    """``(num_src, num_dst)`` that the graph argument itself fixes (``None`` where it does not).
+
+    A Graph, a sparse ``adj_t`` ``[N, M]`` and an ``EdgeIndex`` with a ``sparse_size`` know
+    them (an ``EdgeIndex``'s rows are sources); an ``edge_index`` does not.
+    """
+    kind = graph_kind(graph) if kind is None else kind
+    if kind == "graph":
+        return graph.num_src, graph.num_nodes
+    if kind == "torch_sparse":
+        return (int(graph.shape[1]), int(graph.shape[0])) if graph.dim() >= 2 else (None, None)
+    if kind == "edge_index_class":
+        rows, cols = graph.sparse_size()
+        return rows, cols
+    if kind == "sparse_tensor":
+        rows, cols = graph.sparse_sizes()
+        return int(cols), int(rows)
+    return None, None
+
+
+class GraphInputMixin:
+    """Accepts every graph form of PyG's layers and caches the Graph built from it.
+
+    Forms: a :class:`Graph`; an ``edge_index`` ``[2, E]`` (row 0 = source, row 1 = target; with an
+    optional ``edge_weight``); PyG's ``EdgeIndex``; a torch sparse COO or CSR ``adj_t``
+    (``adj_t[i, j]`` = weight of ``j -> i``, ``[N, M]``); a ``torch_sparse.SparseTensor`` ``adj_t``.
+
+    Layers set ``self.cached`` and call ``self._graph(fn, graph, edge_weight, num_nodes, transform,
+    num_src=...)``. Graphs built from a tensor are shared process-wide (see the module doc). With
     ``cached=True`` the transformed graph of the first call is reused for every later call
     (transductive training on one graph, like PyG's ``cached=True``).
     """
@@ -434,30 +707,59 @@ class GraphInputMixin:
         edge_weight: Optional[Tensor],
         num_nodes: int,
         transform: GraphTransform,
+        num_src: Optional[int] = None,
+        sparse_values: bool = True,
     ) -> Graph:
+        """The transformed Graph of ``graph`` with ``num_nodes`` targets and ``num_src`` sources.
+
+        Args:
+            edge_weight: per-edge weights of an ``edge_index`` (caller's order); ignored for
+                sparse inputs, whose values are the weights (as PyG does).
+            num_src: source nodes of a bipartite graph (default: ``num_nodes``).
+            sparse_values: aggregate with a sparse input's values (PyG does for a torch sparse
+                tensor, and drops a ``SparseTensor``'s in SAGEConv and GINConv).
+        """
         if not isinstance(transform, GraphTransform):
             transform = _as_transform(transform)
+        num_src = num_nodes if num_src is None else int(num_src)
         if self.cached and self._cached_graph is not None:
-            if self._cached_graph.num_nodes != num_nodes:
-                raise ValueError(f"{fn}(): cached graph has {self._cached_graph.num_nodes} nodes but x has {num_nodes} "
-                                 "rows; call reset_cache() when the graph changes")
-            return self._cached_graph
-        if isinstance(graph, Graph):
+            cached = self._cached_graph
+            if cached.num_nodes != num_nodes or cached.num_src != num_src:
+                raise ValueError(f"{fn}(): the cached graph has {cached.num_nodes} target and {cached.num_src} source "
+                                 f"nodes but x has {num_nodes} and {num_src} rows; call reset_cache() when the graph "
+                                 "changes")
+            return cached
+        kind = graph_kind(graph)
+        if kind != "graph" and torch.compiler.is_compiling():
+            raise not_traceable_graph(fn, graph)
+        if kind == "graph":
             check(edge_weight is None, fn, "pass edge weights inside the Graph (edge_val), not as edge_weight")
-            if graph.num_nodes != num_nodes:
-                raise ValueError(f"{fn}(): x has {num_nodes} rows but the graph has {graph.num_nodes} nodes")
+            if graph.num_nodes != num_nodes or graph.num_src != num_src:
+                what = (f"{graph.num_nodes} nodes" if not graph.is_bipartite
+                        else f"{graph.num_nodes} target and {graph.num_src} source nodes")
+                rows = f"{num_nodes} rows" if num_src == num_nodes else f"{num_src} source and {num_nodes} target rows"
+                raise ValueError(f"{fn}(): x has {rows} but the graph has {what}")
             if torch.compiler.is_compiling():
                 result = compiled_transformed_graph(fn, graph, transform)
             else:
                 result = transformed_graph(graph, transform)
-        elif isinstance(graph, Tensor):
-            if torch.compiler.is_compiling():
-                raise not_traceable_graph(fn, graph)
-            check(graph.dim() == 2 and graph.shape[0] == 2, fn,
-                  f"edge_index must have shape [2, E], got {tuple(graph.shape)}")
-            result = graph_from_edge_index(graph, edge_weight, num_nodes, transform)
+        elif kind in ("edge_index", "edge_index_class"):
+            edge_index = graph.as_tensor() if kind == "edge_index_class" else graph
+            check(edge_index.dim() == 2 and edge_index.shape[0] == 2, fn,
+                  f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
+            result = graph_from_edge_index(edge_index, edge_weight, num_nodes, transform, num_src=num_src)
+        elif kind in ("torch_sparse", "sparse_tensor"):
+            src, dst = graph_sizes(graph, kind)
+            if (src, dst) != (num_src, num_nodes):
+                raise ValueError(f"{fn}(): the sparse adj_t has shape [{dst}, {src}] ([targets, sources]) but x has "
+                                 f"{num_nodes} target and {num_src} source rows")
+            if kind == "torch_sparse":
+                result = graph_from_torch_sparse(graph, transform, use_values=sparse_values, fn=fn)
+            else:
+                result = graph_from_sparse_tensor(graph, transform, use_values=sparse_values)
         else:
-            raise ValueError(f"{fn}(): graph must be a Graph or an edge_index tensor, got {type(graph).__name__}")
+            raise ValueError(f"{fn}(): the graph must be a sparsegnn.Graph, an edge_index [2, E], a PyG EdgeIndex, a "
+                             f"torch sparse adj_t or a torch_sparse.SparseTensor, got {type(graph).__name__}")
         if self.cached:
             self._cached_graph = result
         return result
@@ -465,12 +767,3 @@ class GraphInputMixin:
     def reset_cache(self) -> None:
         """Forget the cached graph."""
         self._cached_graph = None
-
-
-def as_float_tensor(x: Tensor, fn: str) -> None:
-    """Node features must be a 2-D floating-point tensor (messages built only on failure)."""
-    if not isinstance(x, Tensor) or x.dim() != 2:
-        raise ValueError(f"{fn}(): x must be a 2-D tensor [num_nodes, features], got "
-                         f"{getattr(x, 'shape', type(x).__name__)}")
-    if not x.is_floating_point():
-        raise ValueError(f"{fn}(): x must be floating point, got {x.dtype}")

@@ -1,0 +1,109 @@
+"""``GCNConv``: PyG 2.8's graph convolution, every option and graph form, on the SpMM."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from ._graph_input import GraphInputMixin, gcn_transform, graph_kind, identity
+from ._inputs import GraphArg, message_passing_options, node_counts, propagate, split_features, unsupported
+from ._linear import Linear
+
+__all__ = ["GCNConv"]
+
+#: How PyG adds GCN's self loops for each graph form (see ``_graph_input.gcn_transform``).
+_LOOPS_BY_KIND = {"torch_sparse": "added", "sparse_tensor": "replaced"}
+
+
+class GCNConv(GraphInputMixin, nn.Module):
+    r"""Graph convolution (Kipf & Welling), PyG's ``GCNConv``:
+    :math:`X' = \hat D^{-1/2} \hat A \hat D^{-1/2} X \Theta + b`,
+    :math:`x'_i = \Theta^\top \sum_{j \in N(i) \cup \{i\}} \frac{e_{ji}}{\sqrt{\hat d_j \hat d_i}} x_j + b`,
+    with :math:`\hat d_i = \sum_j \hat A_{ij}` the weighted in-degree of :math:`\hat A`.
+
+    :math:`\hat A` is :math:`A` with self loops added as PyG adds them for each graph form:
+
+    * ``edge_index`` / ``EdgeIndex`` / :class:`~sparsegnn.Graph`: every self loop is removed and
+      each node gets one loop, of the weight of its last self loop in the input, else ``fill``
+      (1, or 2 with ``improved``).  Without edge weights every edge and loop weighs 1 (PyG
+      ignores ``improved`` then).
+    * torch sparse ``adj_t``: :math:`\hat A = A + \mathrm{fill} \cdot I` (existing loops stay).
+    * ``SparseTensor``: loops replaced by loops of weight ``fill``.
+
+    With ``normalize=False``: :math:`X' = A X \Theta + b` (the edge weights as given).  The
+    aggregation runs on the narrower side (:math:`\hat A (X \Theta) = (\hat A X) \Theta`) for the
+    linear ``aggr`` ("add"/"sum", "mean"); "max" and "min" aggregate :math:`X \Theta`.
+
+    Args:
+        in_channels: input width, or ``-1`` to take it from the first input (lazy).
+        out_channels: output width.
+        improved: :math:`\hat A = A + 2I` (added loops weigh 2).
+        cached: keep the normalised graph of the first call for every later call.
+        add_self_loops: add self loops (default: ``normalize``); needs ``normalize=True``.
+        normalize: add self loops and normalise symmetrically.
+        bias: learn ``b``.
+        aggr: ``"add"`` (default), ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``.
+        aggr_kwargs, flow, decomposed_layers: PyG's ``MessagePassing`` arguments; only their
+            defaults are supported (anything else raises ``ValueError``).
+        node_dim: the node dimension of ``x`` (PyG's, default -2: ``x`` of ``[..., N, F]``).
+        backend: sparse backend of the aggregation (``"auto"``, ``"cpu"``, ``"triton"``, ``"reference"``).
+
+    Shapes:
+        x: [N, in_channels] or [B, N, in_channels]; edge_index: Graph, [2, E], EdgeIndex, sparse
+        adj_t [N, N] or SparseTensor; edge_weight: [E] -> [N, out_channels] (or [B, N, out_channels]).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, improved: bool = False, cached: bool = False,
+                 add_self_loops: Optional[bool] = None, normalize: bool = True, bias: bool = True, *,
+                 aggr: str = "add", aggr_kwargs: Optional[dict] = None, flow: str = "source_to_target",
+                 node_dim: int = -2, decomposed_layers: int = 1, backend: str = "auto") -> None:
+        super().__init__()
+        self.reduce = message_passing_options("GCNConv", aggr, aggr_kwargs, flow, decomposed_layers, node_dim=node_dim)
+        if add_self_loops is None:
+            add_self_loops = normalize
+        if add_self_loops and not normalize:
+            raise unsupported("GCNConv", "add_self_loops", add_self_loops,
+                              "self loops are added only with normalize=True (PyG refuses it too); pass a graph "
+                              "with self loops instead")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.improved, self.cached = improved, cached
+        self.add_self_loops, self.normalize = add_self_loops, normalize
+        self.aggr, self.flow, self.node_dim, self.backend = aggr, flow, node_dim, backend
+        self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_channels))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin.reset_parameters()
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+        self.reset_cache()
+
+    def _transform(self, kind: str):
+        if not self.normalize:
+            return identity
+        if not self.add_self_loops:
+            return gcn_transform(None)
+        return gcn_transform(_LOOPS_BY_KIND.get(kind, "remaining"), 2.0 if self.improved else 1.0)
+
+    def forward(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor] = None) -> Tensor:
+        """Args: ``x``; the graph in any form (see the class doc); ``edge_weight`` of an
+        ``edge_index`` (a sparse ``adj_t`` carries its own weights, and PyG ignores this one then)."""
+        fn = "GCNConv"
+        x, _, _ = split_features(fn, x, pairs=False)
+        num_nodes, _ = node_counts(fn, edge_index, x, x, None, self.node_dim, square=True)
+        graph = self._graph(fn, edge_index, edge_weight, num_nodes, self._transform(graph_kind(edge_index)))
+        width = x.size(-1)
+        self.lin.initialize(width)
+        if self.reduce in ("sum", "mean") and self.out_channels > width:     # A (X W) == (A X) W
+            out = self.lin(propagate(graph, x, self.reduce, self.node_dim, backend=self.backend))
+        else:
+            out = propagate(graph, self.lin(x), self.reduce, self.node_dim, backend=self.backend)
+        return out + self.bias if self.bias is not None else out
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels})"
