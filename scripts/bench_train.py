@@ -21,7 +21,9 @@ Providers (``--providers``):
 * ``ours_compile``: model + loss through ``torch.compile`` (default mode, ``--compile-backend``);
 * ``pyg``: the PyG model, eager, with ``edge_index`` and (GCN, GraphSAGE, GIN) with a
   ``torch.sparse`` CSR ``adj_t``: one row per input (``variant``), the report keeps the faster;
-* ``pyg_compile``: the PyG model through ``torch.compile`` with ``edge_index``, where it runs.
+* ``pyg_compile``: the PyG model through ``torch.compile`` with ``edge_index``, where it runs;
+* ``pyg_accel``: the PyG model converted by ``sparsegnn.accelerate`` (our layers, PyG's weights),
+  called the PyG way with ``edge_index`` (issue 15: at least as fast as ``ours``).
 
 The compile providers run on the graphs of ``--compile-graphs`` only (default ``cora``: every
 compilation takes seconds to a minute; ``real`` or ``all`` for more).
@@ -73,7 +75,7 @@ from sparsegnn import nn as sgnn  # noqa: E402
 from sparsegnn.training import make_optimizer, make_train_step  # noqa: E402
 
 MODELS = ("gcn", "sage", "gin", "gat", "agnn")
-PROVIDERS = ("ours", "ours_capture", "ours_compile", "pyg", "pyg_compile")
+PROVIDERS = ("ours", "ours_capture", "ours_compile", "pyg", "pyg_compile", "pyg_accel")
 STAND_INS = ("reddit", "amazon0505")
 #: Dropout of each model in sparsegnn.nn.models (the PyG mirrors use the same).
 DEFAULT_DROPOUT = {"gcn": 0.5, "sage": 0.5, "gin": 0.5, "gat": 0.6, "agnn": 0.5}
@@ -318,6 +320,8 @@ def cases(model: str, providers: Sequence[str], pyg_nn, compile_here: bool = Tru
             continue
         if provider.startswith("ours"):
             out.append((provider, "graph"))
+        elif provider == "pyg_accel" and pyg_nn is not None:
+            out.append((provider, "edge_index"))
         elif pyg_nn is not None:
             adj_t = provider == "pyg" and model in ("gcn", "sage", "gin")
             out += [(provider, "edge_index")] + ([(provider, "adj_t")] if adj_t else [])
@@ -330,7 +334,7 @@ def run_case(provider: str, variant: str, model: str, graph: Graph, inputs: Dict
     f_in, classes = inputs["x"].shape[1], inputs["classes"]
     x, train_idx, y_train = inputs["x"], inputs["train_idx"], inputs["y_train"]
     mode = {"ours": "none", "ours_capture": "capture", "ours_compile": "default", "pyg": "none",
-            "pyg_compile": "default"}[provider]
+            "pyg_compile": "default", "pyg_accel": "none"}[provider]
     if mode == "capture" and device.type != "cuda":
         return {"ms": None, "error": "skipped: CUDA graphs need a CUDA device"}
 
@@ -341,6 +345,12 @@ def run_case(provider: str, variant: str, model: str, graph: Graph, inputs: Dict
             graph_arg = layers.bare(graph)           # a fresh Graph: its caches are built (and counted) here
         else:
             net = pyg_model(pyg_nn, model, f_in, classes, args.dropout, args.gat_hidden, args.gat_heads).to(device)
+            if provider == "pyg_accel":
+                from sparsegnn.nn.accelerate import accelerate
+
+                net, report = accelerate(net, inplace=True, return_report=True)
+                if report.skipped:
+                    raise RuntimeError(f"accelerate() left {len(report.skipped)} PyG layer(s): {report.skipped[0]}")
             graph_arg = dict(pyg_variants(model, graph))[variant]()
         net.train()
         optimizer = make_optimizer(net, mode, lr=0.01, weight_decay=5e-4)
@@ -391,7 +401,7 @@ def summarize(rows: List[dict]) -> Dict[str, Dict[str, object]]:
             pyg = best["pyg"]
             pyg_ok = pyg is not None and pyg.get("ms") is not None and not pyg.get("error")
             speed: Dict[str, object] = {}
-            for p in ("ours", "ours_capture", "ours_compile", "pyg_compile"):
+            for p in ("ours", "ours_capture", "ours_compile", "pyg_compile", "pyg_accel"):
                 row = best[p]
                 if row is None or not pyg_ok:
                     speed[p] = None
@@ -399,10 +409,13 @@ def summarize(rows: List[dict]) -> Dict[str, Dict[str, object]]:
                     speed[p] = 0.0 if p == "ours" else None
                 else:
                     speed[p] = pyg["ms"] / row["ms"]
+            ours, accel = best["ours"], best["pyg_accel"]
+            both = all(r is not None and r.get("ms") and not r.get("error") for r in (ours, accel))
+            speed["accel_vs_ours"] = ours["ms"] / accel["ms"] if both else None
             per_graph[graph] = {"kind": grows[0].get("kind"), "best": best, "speedup": speed,
                                 "pyg_oom": pyg is not None and pyg.get("error") == "oom"}
         summary: Dict[str, object] = {"graphs": per_graph}
-        for p in ("ours", "ours_capture", "ours_compile", "pyg_compile"):
+        for p in ("ours", "ours_capture", "ours_compile", "pyg_compile", "pyg_accel", "accel_vs_ours"):
             vals = {g: v["speedup"][p] for g, v in per_graph.items() if v["speedup"][p] is not None}
             real = [v for g, v in vals.items() if per_graph[g]["kind"] == "real"]
             summary[p] = {"geomean": _geomean(list(vals.values())), "geomean_real": _geomean(real),
@@ -419,7 +432,8 @@ def markdown_details(rows: List[dict]) -> str:
     for model, s in summ.items():
         arch = next((r.get("arch") for r in rows if r["model"] == model), "")
         head = ("| graph | nodes | edges | F | ours ms | PyG ms (input) | ours x | capture ms | capture x "
-                "| compile ms | compile x | PyG compile ms | PyG compile x | peak MB ours / PyG |")
+                "| compile ms | compile x | PyG compile ms | PyG compile x | accelerate(PyG) ms | accel x "
+                "| ours / accel | peak MB ours / PyG |")
         lines = [f"### {model.upper()} ({arch})", "", head, "|" + "---|" * (head.count("|") - 1)]
         for graph, g in s["graphs"].items():
             b, sp = g["best"], g["speedup"]
@@ -431,14 +445,18 @@ def markdown_details(rows: List[dict]) -> str:
                 f"| {graph} | {r0['num_nodes']:,} | {r0['num_edges']:,} | {r0['f_in']} | {_cell(b['ours'])} "
                 f"| {_cell(pyg)}{variant} | {_fmt(sp['ours'])} | {_cell(b['ours_capture'])} "
                 f"| {_fmt(sp['ours_capture'])} | {_cell(b['ours_compile'])} | {_fmt(sp['ours_compile'])} "
-                f"| {_cell(b['pyg_compile'])} | {_fmt(sp['pyg_compile'])} | {peak} |")
+                f"| {_cell(b['pyg_compile'])} | {_fmt(sp['pyg_compile'])} | {_cell(b['pyg_accel'])} "
+                f"| {_fmt(sp['pyg_accel'])} | {_fmt(sp['accel_vs_ours'])} | {peak} |")
         for label, key in (("geomean (all)", "geomean"), ("geomean (real suite)", "geomean_real")):
             lines.append(f"| **{label}** | | | | | | {_fmt(s['ours'][key])} | | {_fmt(s['ours_capture'][key])} | "
-                         f"| {_fmt(s['ours_compile'][key])} | | {_fmt(s['pyg_compile'][key])} | |")
-        worst = {p: s[p]["worst"] for p in ("ours", "ours_capture", "ours_compile", "pyg_compile")}
+                         f"| {_fmt(s['ours_compile'][key])} | | {_fmt(s['pyg_compile'][key])} | "
+                         f"| {_fmt(s['pyg_accel'][key])} | {_fmt(s['accel_vs_ours'][key])} | |")
+        worst = {p: s[p]["worst"] for p in ("ours", "ours_capture", "ours_compile", "pyg_compile", "pyg_accel",
+                                            "accel_vs_ours")}
         wcell = lambda w: "-" if w is None else f"{w[1]:.2f} ({w[0]})"  # noqa: E731
         lines.append(f"| **worst** | | | | | | {wcell(worst['ours'])} | | {wcell(worst['ours_capture'])} | "
-                     f"| {wcell(worst['ours_compile'])} | | {wcell(worst['pyg_compile'])} | |")
+                     f"| {wcell(worst['ours_compile'])} | | {wcell(worst['pyg_compile'])} | "
+                     f"| {wcell(worst['pyg_accel'])} | {wcell(worst['accel_vs_ours'])} | |")
         errors = sorted({f"{r['provider']}/{r.get('variant')} on {r['graph']}: {r['error']}" for r in rows
                          if r["model"] == model and r.get("error") and r["error"] != "oom"
                          and not str(r["error"]).startswith("skipped")})
@@ -492,6 +510,13 @@ def acceptance(rows: List[dict]) -> List[str]:
         geo = _geomean([v for v in per_graph if v is not None])
         lines.append(f"- gcn captured/compiled >= 2x geomean over the real suite: {_x(geo)}: "
                      f"{verdict(None if geo is None else geo >= 2.0)}")
+    for model, s in summ.items():   # issue 15: PyG's models converted by accelerate() vs ours
+        geo, worst = s["accel_vs_ours"]["geomean"], s["accel_vs_ours"]["worst"]
+        if geo is not None:
+            lines.append(f"- {model}: accelerate(PyG model) at least as fast as ours (ours ms / accelerated ms, "
+                         f"noise allowance 5%): geomean {_x(geo)}, worst {worst[1]:.2f}x ({worst[0]}); "
+                         f"accelerated x PyG eager geomean {_x(s['pyg_accel']['geomean'])}: "
+                         f"{verdict(worst[1] >= 0.95)}")
     for r in rows:
         if r["model"] == "gat" and r["provider"] == "ours" and r.get("kind") == "stand-in":
             pyg = _best([q for q in rows if q["model"] == "gat" and q["graph"] == r["graph"]], "pyg")
@@ -511,7 +536,7 @@ def markdown(rows: List[dict], meta: Dict[str, object]) -> str:
               f"compile backend {meta.get('compile_backend')}; peak MB = torch.cuda.max_memory_allocated "
               f"(inputs included).")
     checks = "\n".join(acceptance(rows))
-    return (f"{header}\n\n{markdown_details(rows)}\n\n## Acceptance (issue 8)\n\n{checks}\n\n"
+    return (f"{header}\n\n{markdown_details(rows)}\n\n## Acceptance (issues 8 and 15)\n\n{checks}\n\n"
             f"## Summary\n\n{markdown_summary(rows)}\n")
 
 
@@ -527,17 +552,20 @@ def plot(rows: List[dict], path: str) -> None:
     for ax, (model, s) in zip(axes[:, 0], summ.items()):
         graphs = list(s["graphs"])
         shown = [1.0]
-        for k, p in enumerate(("ours", "ours_capture", "ours_compile", "pyg_compile")):
+        shown_providers = ("ours", "ours_capture", "ours_compile", "pyg_compile", "pyg_accel")
+        width = 0.8 / len(shown_providers)
+        for k, p in enumerate(shown_providers):
             vals = [s["graphs"][g]["speedup"][p] or float("nan") for g in graphs]   # missing / failed: no bar
             shown += [v for v in vals if v == v]
-            ax.bar([i + 0.2 * (k - 1.5) for i in range(len(graphs))], vals, width=0.2, label=p)
+            ax.bar([i + width * (k - (len(shown_providers) - 1) / 2) for i in range(len(graphs))], vals, width=width,
+                   label=p)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_yscale("log")
         ax.set_ylim(min(shown) / 1.5, max(shown) * 1.5)
         ax.set_xticks(range(len(graphs)))
         ax.set_xticklabels(graphs, rotation=20, fontsize=8)
         ax.set_ylabel(f"{model}: x PyG")
-    axes[0, 0].legend(ncol=4, fontsize=8)
+    axes[0, 0].legend(ncol=5, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -47,11 +47,16 @@ def _dense_max(ei, num_dst, x, w):
     return out
 
 
-def _case(shape, num_edges, seed):
-    """``(edge_index, weights, graph on DEVICE, num_src, num_dst)`` of a bipartite test graph."""
+def _device(backend):
+    """The CPU backend runs on CPU tensors; the others on the test device (the GPU where there is one)."""
+    return "cpu" if backend == "cpu" else DEVICE
+
+
+def _case(shape, num_edges, seed, backend):
+    """``(edge_index, weights, graph on the backend's device, num_src, num_dst)`` of a bipartite test graph."""
     num_src, num_dst = shape
     ei, w = _bipartite(num_src, num_dst, num_edges, seed)
-    return ei, w, Graph.from_edge_index(ei, num_nodes=num_dst, num_src=num_src).to(DEVICE), num_src, num_dst
+    return ei, w, Graph.from_edge_index(ei, num_nodes=num_dst, num_src=num_src).to(_device(backend)), num_src, num_dst
 
 
 @pytest.fixture(params=[(30, 11), (9, 25)], ids=["more-sources", "more-targets"])
@@ -127,12 +132,12 @@ def test_bipartite_errors():
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
 def test_spmm_forward_and_backward(shape, backend, reduce):
-    ei, w, g, num_src, num_dst = _case(shape, 70, 2)
+    ei, w, g, num_src, num_dst = _case(shape, 70, 2, backend)
     gen = torch.Generator().manual_seed(5)
     x64 = torch.randn(num_src, 6, generator=gen, dtype=torch.float64)
     dtype = torch.float64 if backend == "reference" else torch.float32
-    x = x64.to(dtype).to(DEVICE).requires_grad_()
-    weight = g.to_graph_order(w.to(DEVICE)).to(dtype).requires_grad_()
+    x = x64.to(dtype).to(_device(backend)).requires_grad_()
+    weight = g.to_graph_order(w.to(_device(backend))).to(dtype).requires_grad_()
     out = sg.spmm(g, x, reduce, edge_weight=weight, backend=backend)
     assert out.shape == (num_dst, 6)
 
@@ -152,7 +157,7 @@ def test_spmm_forward_and_backward(shape, backend, reduce):
     if reduce == "max":
         return    # max gradients: the square-graph tests cover the arg-max rules; shapes here
     grad = torch.randn(num_dst, 6, generator=gen, dtype=torch.float64)
-    gx, gw = torch.autograd.grad(out, (x, weight), grad.to(dtype).to(DEVICE))
+    gx, gw = torch.autograd.grad(out, (x, weight), grad.to(dtype).to(_device(backend)))
     rx, rw = torch.autograd.grad(ref, (xr, wr), grad.to(dtype).double())
     assert gx.shape == (num_src, 6)
     assert (gx.double().cpu() - rx).norm() <= tol * rx.norm().clamp_min(1)
@@ -161,24 +166,24 @@ def test_spmm_forward_and_backward(shape, backend, reduce):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_spmm_max_gradient_shapes(shape, backend):
-    ei, w, g, num_src, num_dst = _case(shape, 70, 3)
-    x = torch.randn(num_src, 4, device=DEVICE, requires_grad=True)
+    ei, w, g, num_src, num_dst = _case(shape, 70, 3, backend)
+    x = torch.randn(num_src, 4, device=_device(backend), requires_grad=True)
     out = sg.spmm(g, x, "max", backend=backend)
     (gx,) = torch.autograd.grad(out.sum(), x)
     # each output entry of a non-empty row sends exactly one unit to the source it came from
     nonempty = int((g.in_degree() > 0).sum())
-    assert gx.shape == (num_src, 4) and torch.allclose(gx.sum(0), torch.full((4,), float(nonempty), device=DEVICE))
+    assert gx.shape == (num_src, 4) and torch.allclose(gx.sum(0), torch.full((4,), float(nonempty), device=_device(backend)))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("op", ["dot", "add", "mul"])
 def test_sddmm_and_softmax(shape, backend, op):
-    ei, w, g, num_src, num_dst = _case(shape, 50, 4)
+    ei, w, g, num_src, num_dst = _case(shape, 50, 4, backend)
     gen = torch.Generator().manual_seed(6)
     a = torch.randn(num_dst, 5, generator=gen, dtype=torch.float64)
     b = torch.randn(num_src, 5, generator=gen, dtype=torch.float64)
     dtype = torch.float64 if backend == "reference" else torch.float32
-    ad, bd = (t.to(dtype).to(DEVICE).requires_grad_() for t in (a, b))
+    ad, bd = (t.to(dtype).to(_device(backend)).requires_grad_() for t in (a, b))
     out = sg.sddmm(g, ad, bd, op, backend=backend)
     ar, br = a.clone().requires_grad_(), b.clone().requires_grad_()
     row, col = g.row.cpu(), g.col.cpu()
@@ -188,7 +193,7 @@ def test_sddmm_and_softmax(shape, backend, op):
     tol = 1e-10 if dtype == torch.float64 else 1e-5
     assert torch.allclose(out.detach().double().cpu(), ref.detach(), atol=tol, rtol=tol)
     grad = torch.randn(ref.shape, generator=gen, dtype=torch.float64)
-    ga, gb = torch.autograd.grad(out, (ad, bd), grad.to(dtype).to(DEVICE))
+    ga, gb = torch.autograd.grad(out, (ad, bd), grad.to(dtype).to(_device(backend)))
     ra, rb = torch.autograd.grad(ref, (ar, br), grad)
     assert gb.shape == (num_src, 5)
     assert torch.allclose(ga.double().cpu(), ra, atol=1e-5) and torch.allclose(gb.double().cpu(), rb, atol=1e-5)
@@ -204,14 +209,14 @@ def test_sddmm_and_softmax(shape, backend, op):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gat_attention(shape, backend):
-    ei, w, g, num_src, num_dst = _case(shape, 60, 7)
+    ei, w, g, num_src, num_dst = _case(shape, 60, 7, backend)
     gen = torch.Generator().manual_seed(8)
     heads, channels = 2, 3
     feat = torch.randn(num_src, heads, channels, generator=gen, dtype=torch.float64)
     a_src = torch.randn(num_src, heads, generator=gen, dtype=torch.float64)
     a_dst = torch.randn(num_dst, heads, generator=gen, dtype=torch.float64)
     dtype = torch.float64 if backend == "reference" else torch.float32
-    inputs = [t.to(dtype).to(DEVICE).requires_grad_() for t in (feat, a_src, a_dst)]
+    inputs = [t.to(dtype).to(_device(backend)).requires_grad_() for t in (feat, a_src, a_dst)]
     out = gat_attention(g, *inputs, negative_slope=0.2, backend=backend)
     assert out.shape == (num_dst, heads, channels)
     # oracle: dense per-head attention matrix from the raw edge list (duplicates as separate edges)
@@ -226,7 +231,7 @@ def test_gat_attention(shape, backend):
     full = torch.stack(rows)
     assert torch.allclose(out.detach().double().cpu(), full.detach(), atol=1e-5)
     grad = torch.randn(num_dst, heads, channels, generator=gen, dtype=torch.float64)
-    got = torch.autograd.grad(out, inputs, grad.to(dtype).to(DEVICE))
+    got = torch.autograd.grad(out, inputs, grad.to(dtype).to(_device(backend)))
     want = torch.autograd.grad(full, refs, grad)
     for gt, wt in zip(got, want):
         assert gt.shape == wt.shape

@@ -318,6 +318,7 @@ def test_bench_train_report_speedups():
         _row("b", "ours", 2.0), _row("b", "pyg", 1.0), _row("b", "ours_capture", 0.25),
         _row("big", "ours", 10.0, kind="stand-in"), _row("big", "pyg", None, kind="stand-in", error="oom"),
         _row("c", "ours", None, error="RuntimeError: boom"), _row("c", "pyg", 3.0),
+        _row("a", "pyg_accel", 0.8), _row("b", "pyg_accel", 2.5),
     ]
     s = bench.summarize(rows)["gcn"]
     graphs = s["graphs"]
@@ -335,3 +336,9 @@ def test_bench_train_report_speedups():
     assert "| big | 10 | 20 | 4 | 10.000 | OOM |" in text
     assert "gcn eager >= 1.5x geomean, no case < 1.0x: 1.00x, worst 0.00x (c): FAIL" in text
     assert "| gcn | 4 | 1.00 | 0.00 (c) | 4.00 |" in text
+    # issue 15: the accelerated PyG model against ours (ours ms / accelerated ms)
+    assert graphs["a"]["speedup"]["accel_vs_ours"] == pytest.approx(1.25)
+    assert graphs["a"]["speedup"]["pyg_accel"] == pytest.approx(2.5)          # 2.0 (adj_t) / 0.8
+    assert s["accel_vs_ours"]["worst"] == ("b", pytest.approx(0.8))
+    assert "accelerate(PyG model) at least as fast as ours" in text and "worst 0.80x (b)" in text
+    assert "worst 0.80x (b); accelerated x PyG eager geomean 1.00x: FAIL" in text   # sqrt(2.5 * 0.4)

@@ -59,3 +59,21 @@ def test_train_compile_default_json(capsys):
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["compile"] == "default" and result["epochs"] == 2 and result["mean_epoch_ms"] > 0
+
+
+def test_train_minibatch_learns_and_reports(capsys):
+    argv = ["train", "--dataset", "cora", "--model", "gcn", "--minibatch", "10,5", "--batch-size", "70",
+            "--epochs", "40", "--device", "cpu", "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["minibatch"] == [10, 5] and result["batch_size"] == 70
+    # 80 sampled steps of a 2-layer GCN: far above Cora's 7-class chance level (~30% for its largest class)
+    assert result["test_acc"] > 0.6 and result["mean_epoch_ms"] > 0
+
+
+def test_train_minibatch_bad_fanouts_and_compile(capsys):
+    for bad in ("0,5", "x", "-2"):
+        with pytest.raises(SystemExit):
+            main(["train", "--minibatch", bad, "--epochs", "1", "--device", "cpu"])
+    assert main(["train", "--minibatch", "--compile", "default", "--epochs", "1", "--device", "cpu"]) == 2
+    assert "--minibatch trains eagerly" in capsys.readouterr().err

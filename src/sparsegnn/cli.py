@@ -14,22 +14,38 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _fanouts(text: str) -> List[int]:
+    try:
+        fanouts = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        fanouts = []
+    if not fanouts or any(f == 0 or f < -1 for f in fanouts):
+        raise argparse.ArgumentTypeError(f"fanouts must be comma-separated positive ints or -1 (all), got {text!r}")
+    return fanouts
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from .datasets import load
-    from .training import train_node_classifier
+    from .training import train_minibatch, train_node_classifier
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("train: --device cuda requested but no CUDA device is available", file=sys.stderr)
         return 2
+    if args.minibatch is not None and args.compile != "none":
+        print("train: --minibatch trains eagerly; drop --compile", file=sys.stderr)
+        return 2
     data = load(args.dataset, root=args.root)
     results = []
+    progress = not args.json and sys.stderr.isatty() or args.progress
     for run in range(args.runs):
-        result = train_node_classifier(
-            data, args.model, epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay,
-            hidden=args.hidden, dropout=args.dropout, seed=args.seed + run, device=args.device,
-            backend=args.backend, progress=not args.json and sys.stderr.isatty() or args.progress,
-            compile=args.compile, compile_backend=args.compile_backend,
-        )
+        common = dict(epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, hidden=args.hidden,
+                      dropout=args.dropout, seed=args.seed + run, device=args.device, backend=args.backend,
+                      progress=progress)
+        if args.minibatch is not None:
+            result = train_minibatch(data, args.model, fanouts=args.minibatch, batch_size=args.batch_size, **common)
+        else:
+            result = train_node_classifier(data, args.model, compile=args.compile,
+                                           compile_backend=args.compile_backend, **common)
         results.append(result)
         if not args.json:
             print(f"seed {result.seed}: val {100 * result.val_acc:.2f}%  test {100 * result.test_acc:.2f}%  "
@@ -38,7 +54,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     mean = lambda key: sum(getattr(r, key) for r in results) / len(results)  # noqa: E731
     summary = {
         "model": args.model, "dataset": args.dataset, "device": args.device, "backend": args.backend,
-        "compile": args.compile,
+        "compile": args.compile, "minibatch": args.minibatch, "batch_size": args.batch_size if args.minibatch else None,
         "epochs": args.epochs, "runs": args.runs, "seeds": [r.seed for r in results],
         "val_acc": mean("val_acc"), "test_acc": mean("test_acc"),
         "test_acc_at_best_val": mean("test_acc_at_best_val"), "mean_epoch_ms": mean("mean_epoch_ms"),
@@ -217,6 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--compile-backend", default=None,
                        help="torch.compile backend for --compile reduce-overhead/default (default inductor; "
                             "aot_eager needs no C++ compiler)")
+    train.add_argument("--minibatch", nargs="?", type=_fanouts, const=[15, 10], default=None, metavar="FANOUTS",
+                       help="train on neighbour-sampled mini-batches (sparsegnn.sampling.NeighborLoader); "
+                            "fanouts per hop, comma-separated (default 15,10; -1 = all neighbours)")
+    train.add_argument("--batch-size", type=int, default=1024, help="seed nodes per mini-batch (with --minibatch)")
     train.add_argument("--json", action="store_true", help="print the final metrics as one JSON line")
     train.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
     train.set_defaults(func=_cmd_train)

@@ -62,6 +62,10 @@ class Graph:
         num_nodes: ``N``, the target nodes (rows).
         num_src: ``M``, the source nodes (columns); ``N`` unless bipartite.
         num_edges: ``E``.
+        transient: the graph serves one training step (a sampled mini-batch): the ops invest
+            nothing per structure in it (no row plan, no signature, no tuning: plan-free kernels
+            and heuristic configs).  Graphs made from it (transpose, self loops, new values)
+            are transient too.
         key: process-unique int naming this Graph for the custom ops (``graph_by_key``).
         edge_perm: ``[E]`` int64 or ``None``: CSR edge ``k`` is input edge ``edge_perm[k]``.
         ptr: ``[B + 1]`` int64 or ``None``: node boundaries of batched graphs.
@@ -86,12 +90,14 @@ class Graph:
         edge_perm: Optional[Tensor] = None,
         ptr: Optional[Tensor] = None,
         num_src: Optional[int] = None,
+        transient: bool = False,
     ) -> None:
         self.rowptr = rowptr
         self.col = col
         self.edge_val = edge_val
         self.num_nodes = int(rowptr.numel() - 1 if num_nodes is None else num_nodes)
         self.num_src = self.num_nodes if num_src is None else int(num_src)
+        self.transient = bool(transient)
         self._num_edges = int(col.numel())   # a plain int: compiled code reads it without touching col
         self.edge_perm = edge_perm
         self.ptr = ptr
@@ -320,7 +326,7 @@ class Graph:
         def build():
             rowptr_t, col_t, perm = self.transpose_parts()
             vals = self.edge_val[perm] if self.edge_val is not None else None
-            return Graph(rowptr_t, col_t, vals, self.num_src, num_src=self.num_nodes)
+            return Graph(rowptr_t, col_t, vals, self.num_src, num_src=self.num_nodes, transient=self.transient)
         return self._cached("t", build)
 
     def row_plan(self, chunk: int) -> RowPlan:
@@ -378,27 +384,28 @@ class Graph:
         """Copy to ``device`` (caches are rebuilt there on demand)."""
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return Graph(move(self.rowptr), move(self.col), move(self.edge_val), self.num_nodes,
-                     edge_perm=move(self.edge_perm), ptr=move(self.ptr), num_src=self.num_src)
+                     edge_perm=move(self.edge_perm), ptr=move(self.ptr), num_src=self.num_src, transient=self.transient)
 
     def with_values(self, edge_val: Optional[Tensor]) -> "Graph":
         """Same structure (sharing caches of the structure) with other edge values."""
         if edge_val is not None:
             check_edge_values(edge_val, self.num_edges, "Graph.with_values", "edge_val", max_dim=1)
         g = Graph(self.rowptr, self.col, edge_val, self.num_nodes, edge_perm=self.edge_perm, ptr=self.ptr,
-                  num_src=self.num_src)
+                  num_src=self.num_src, transient=self.transient)
         g._cache = {k: v for k, v in self._cache.items() if k not in ("t", "permuted_own_values")}   # value-dependent
         return g
 
     # ------------------------------------------------------------------ transformations
     def add_self_loops(self, fill_value: float = 1.0) -> "Graph":
-        """Every node gets exactly one self loop (existing ones merged, keeping their summed value).
+        """Every node gets exactly one self loop (existing ones merged, keeping their summed value;
+        PyG's ``add_remaining_self_loops`` keeps the last one's instead: ``nn.GCNConv`` follows PyG).
 
         Bipartite graphs: nodes ``i < min(N, M)`` get the loop ``i -> i`` (PyG's convention).
         """
         rowptr, col, vals = csr_fmt.add_self_loops_csr(self.rowptr, self.col, self.edge_val, fill_value,
                                                        num_loops=min(self.num_nodes, self.num_src),
                                                        num_cols=self.num_src)
-        return Graph(rowptr, col, vals, self.num_nodes, ptr=self.ptr, num_src=self.num_src)
+        return Graph(rowptr, col, vals, self.num_nodes, ptr=self.ptr, num_src=self.num_src, transient=self.transient)
 
     def remove_self_loops(self) -> "Graph":
         """Drop every edge ``i -> i``."""
@@ -407,7 +414,8 @@ class Graph:
         rowptr = counts.new_zeros(self.num_nodes + 1)
         torch.cumsum(counts, 0, out=rowptr[1:])
         vals = self.edge_val[keep] if self.edge_val is not None else None
-        return Graph(rowptr, self.col[keep], vals, self.num_nodes, ptr=self.ptr, num_src=self.num_src)
+        return Graph(rowptr, self.col[keep], vals, self.num_nodes, ptr=self.ptr, num_src=self.num_src,
+                     transient=self.transient)
 
     def remove_duplicates(self, reduce: str = "sum") -> "Graph":
         """Merge repeated edges; values combined by ``reduce`` in {"sum", "mean", "max", "min"}."""
@@ -417,7 +425,7 @@ class Graph:
         rowptr, col, perm = csr_fmt.coo_to_csr(target, source, self.num_nodes, num_cols=self.num_src)
         vals = self.edge_val[perm] if self.edge_val is not None else None
         rowptr, col, vals = csr_fmt.merge_duplicates(rowptr, col, vals, reduce)
-        return Graph(rowptr, col, vals, self.num_nodes, ptr=self.ptr, num_src=self.num_src)
+        return Graph(rowptr, col, vals, self.num_nodes, ptr=self.ptr, num_src=self.num_src, transient=self.transient)
 
     def normalize(self, mode: str = "sym") -> "Graph":
         """Normalised edge values: ``"sym"`` = D^-1/2 A D^-1/2, ``"row"`` = D^-1 A (D = weighted in-degree).

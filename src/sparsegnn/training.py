@@ -1,9 +1,9 @@
-"""Full-batch node-classification training (what ``sparsegnn train`` runs)."""
+"""Node-classification training, full-batch or on sampled mini-batches (what ``sparsegnn train`` runs)."""
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +58,14 @@ class TrainResult:
 
 def _accuracy(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float:
     return float((logits[mask].argmax(-1) == y[mask]).float().mean()) if bool(mask.any()) else float("nan")
+
+
+def _evaluate(model: nn.Module, data: NodeDataset):
+    """``(train, val, test)`` accuracy of a full-graph forward in eval mode."""
+    model.eval()
+    with torch.no_grad():
+        logits = model(data.x, data.graph)
+    return tuple(_accuracy(logits, data.y, mask) for mask in (data.train_mask, data.val_mask, data.test_mask))
 
 
 class _LossStep(nn.Module):
@@ -199,12 +207,7 @@ def train_node_classifier(
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
         losses.append(float(loss))
-        model.eval()
-        with torch.no_grad():
-            logits = model(data.x, data.graph)
-        train_acc = _accuracy(logits, data.y, data.train_mask)
-        val_acc = _accuracy(logits, data.y, data.val_mask)
-        test_acc = _accuracy(logits, data.y, data.test_mask)
+        train_acc, val_acc, test_acc = _evaluate(model, data)
         if val_acc > best_val:
             best_val, test_at_best = val_acc, test_acc
         if hasattr(epochs_iter, "set_postfix"):
@@ -213,3 +216,87 @@ def train_node_classifier(
     steady = times[len(times) // 2:] or times
     return TrainResult(model_name, data.name, str(device), seed, epochs, train_acc, val_acc, test_acc,
                        best_val, test_at_best, 1000.0 * sum(steady) / len(steady), compile, losses)
+
+
+def _uncache(model: nn.Module) -> nn.Module:
+    """Turn ``cached=True`` layers (one fixed graph) into per-call graphs: every batch has its own."""
+    for module in model.modules():
+        if getattr(module, "cached", False):
+            module.cached = False
+            if hasattr(module, "reset_cache"):
+                module.reset_cache()
+    return model
+
+
+def train_minibatch(
+    data: NodeDataset,
+    model_name: str = "sage",
+    fanouts: Sequence[int] = (15, 10),
+    batch_size: int = 1024,
+    epochs: int = 20,
+    lr: float = 0.01,
+    weight_decay: float = 5e-4,
+    hidden: Optional[int] = None,
+    dropout: Optional[float] = None,
+    seed: int = 0,
+    device: str = "cpu",
+    backend: str = "auto",
+    progress: bool = True,
+) -> TrainResult:
+    """Train ``model_name`` on neighbour-sampled mini-batches of the training nodes.
+
+    Each epoch visits the training nodes in a new random order, ``batch_size`` seeds at a time;
+    :class:`sparsegnn.sampling.NeighborLoader` samples ``fanouts[h]`` in-neighbours per node and
+    hop (uniformly, without replacement; ``-1`` = all) on ``device``, and the model runs on
+    the sampled sub-graph (``batch.graph``), its loss on the seeds' outputs
+    (``out[:batch_size]``): PyG's ``NeighborLoader`` recipe.  Layers built with
+    ``cached=True`` are switched to per-call graphs.  Evaluation is full-graph.
+
+    Epoch time covers sampling, forward, backward and the optimiser steps of every batch
+    (synchronised on CUDA); the mean is over the second half of the epochs.
+    """
+    from .sampling import NeighborLoader
+
+    if epochs < 1:
+        raise ValueError(f"train_minibatch(): epochs must be >= 1, got {epochs}")
+    torch.manual_seed(seed)
+    data = data.to(device)
+    model = _uncache(build_model(model_name, data.x.shape[1], data.num_classes, hidden, dropout, backend)).to(device)
+    optimizer = make_optimizer(model, "none", lr, weight_decay)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    # prefetch on CUDA: the sampler's host syncs (2 per hop) would otherwise stall the step's
+    # launches; a background thread samples the next batches on its own stream (24 -> 13 ms/step).
+    prefetch = 2 if torch.device(device).type == "cuda" else 0
+    loader = NeighborLoader(data.graph, list(fanouts), batch_size=batch_size, input_nodes=data.train_mask,
+                            x=data.x, y=data.y, generator=generator, prefetch=prefetch)
+    is_cuda = torch.device(device).type == "cuda"
+    best_val, test_at_best = -1.0, float("nan")
+    times: List[float] = []
+    losses: List[float] = []
+    from tqdm.auto import trange
+
+    epochs_iter = trange(epochs, desc=f"{model_name}/{data.name} (mini-batch)", disable=not progress, leave=False)
+    for _ in epochs_iter:
+        if is_cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        model.train()
+        total = torch.zeros((), device=device)
+        for batch in loader:
+            size = batch.batch_size
+            loss = F.cross_entropy(model(batch.x, batch.graph)[:size], batch.y[:size])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += loss.detach() * size
+        if is_cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        losses.append(float(total) / loader.input_nodes.numel())
+        train_acc, val_acc, test_acc = _evaluate(model, data)
+        if val_acc > best_val:
+            best_val, test_at_best = val_acc, test_acc
+        epochs_iter.set_postfix(loss=f"{losses[-1]:.3f}", val=f"{val_acc:.3f}")
+    steady = times[len(times) // 2:] or times
+    return TrainResult(model_name, data.name, str(device), seed, epochs, train_acc, val_acc, test_acc,
+                       best_val, test_at_best, 1000.0 * sum(steady) / len(steady), "none", losses)

@@ -75,19 +75,36 @@ def sddmm_csr(plan, a: Tensor, b: Tensor, op: str = "dot", config: Optional[Dict
     Returns:
         [E] (dot) or [E, F] tensor of ``a``'s dtype, in CSR edge order.
     """
-    num_edges = plan.col32.numel()
+    return _sddmm_segments(plan.seg_row, plan.seg_start, plan.seg_end, plan.col32, a, b, op, config)
+
+
+def sddmm_rows(rowptr: Tensor, col: Tensor, a: Tensor, b: Tensor, op: str = "dot",
+               config: Optional[Dict[str, int]] = None) -> Tensor:
+    """The SDDMM with one segment per CSR row, no plan: the kernel of transient graphs (a
+    sampled mini-batch, used once; its rows are short).  Arguments and result as ``sddmm_csr``.
+
+    Shapes:
+        rowptr: [N + 1]; col: [E]; a: [N, F]; b: [M, F] -> [E] or [E, F].
+    """
+    rows = torch.arange(rowptr.numel() - 1, device=rowptr.device)
+    return _sddmm_segments(rows, rowptr[:-1], rowptr[1:], col, a, b, op, config)
+
+
+def _sddmm_segments(seg_row: Tensor, seg_start: Tensor, seg_end: Tensor, col: Tensor, a: Tensor, b: Tensor,
+                    op: str, config: Optional[Dict[str, int]]) -> Tensor:
+    num_edges = col.numel()
     num_feats = a.shape[1]
     a, b = a.contiguous(), b.contiguous()
     shape = (num_edges,) if op == "dot" else (num_edges, num_feats)
     out = torch.empty(shape, dtype=a.dtype, device=a.device)
-    num_segments = plan.seg_row.numel()
+    num_segments = seg_row.numel()
     if num_edges == 0 or num_segments == 0:
         return out.zero_()
     cfg = config or sddmm_config(a.shape[0], num_edges, num_feats, op)
     fblocks = 1 if op == "dot" else triton.cdiv(num_feats, cfg["BLOCK_F"])
     grid = (triton.cdiv(num_segments, cfg["ROWS"]), fblocks)
     launch(_sddmm_kernel, grid,
-           (plan.seg_row, plan.seg_start, plan.seg_end, plan.col32, a, b, out,
+           (seg_row, seg_start, seg_end, col, a, b, out,
             num_segments, num_feats, a.stride(0), b.stride(0), out.stride(0) if op != "dot" else 1),
            dict(OP=OP_CODES[op], ROWS=cfg["ROWS"], BLOCK_E=cfg["BLOCK_E"], BLOCK_F=cfg["BLOCK_F"]),
            cfg["num_warps"])

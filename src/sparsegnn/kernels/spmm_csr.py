@@ -282,19 +282,22 @@ def spmm_csr(
     x: Tensor,
     config: Optional[Dict[str, int]] = None,
     out: Optional[Tensor] = None,
+    reduce: str = "sum",
 ) -> Tensor:
-    """Row-per-program CSR SpMM (sum); the unplanned baseline.
+    """Row-per-program CSR SpMM, unplanned: the baseline, and the kernel of transient graphs
+    (a sampled mini-batch is used once: building a row plan would cost more than it saves).
 
     Args:
         rowptr: [N + 1] int64 row offsets.
         col: [E] column (source) indices.
-        edge_val: [E] values or None (all ones).
+        edge_val: [E] values, [E, H] multi-head values (``F % H == 0``) or None (all ones).
         x: [M, F] features (float32 / float16 / bfloat16), made contiguous here.
         config: ``BLOCK_E``, ``BLOCK_F``, ``num_warps``; default from ``configs.spmm_csr_default``.
         out: optional contiguous [N, F] output buffer of ``x``'s dtype (every element is written).
+        reduce: ``"sum"``, ``"mean"`` (over the stored edges) or ``"max"`` (0 for empty rows).
 
     Returns:
-        [N, F] tensor of ``x``'s dtype (fp32 accumulation).
+        [N, F] tensor of ``x``'s dtype (fp32 accumulation); deterministic.
     """
     x, out = _prepare(rowptr, x, out)
     num_rows, num_feats = out.shape
@@ -302,11 +305,14 @@ def spmm_csr(
         return out
     cfg = dict(config or spmm_csr_default(num_feats))
     num_warps = cfg.pop("num_warps", 4)
+    multi_head = edge_val is not None and edge_val.dim() == 2
+    num_heads = edge_val.shape[1] if multi_head else 1
     grid = (num_rows, triton.cdiv(num_feats, cfg["BLOCK_F"]))
     launch(_spmm_rows_kernel, grid,
            (rowptr, col, edge_val if edge_val is not None else col, x, out, rowptr,
-            0, 0, num_feats, x.stride(0), out.stride(0), 1),
-           dict(REDUCE=0, HAS_VAL=edge_val is not None, **cfg), num_warps)
+            0, 0, num_feats, x.stride(0), out.stride(0), num_heads),
+           dict(REDUCE=REDUCE_CODES[reduce], HAS_VAL=edge_val is not None,
+                HEAD_DIM=num_feats // num_heads if multi_head else 0, **cfg), num_warps)
     return out
 
 

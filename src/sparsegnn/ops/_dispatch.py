@@ -97,6 +97,8 @@ def spmm_detail(weight: Optional[Tensor], reduce: str) -> str:
 
 def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
     k = _kernels()
+    if graph.transient:   # one step: the plan-free row kernel, no plan, no tuning (see Graph.transient)
+        return k.spmm.spmm_csr(graph.rowptr, graph.col, weight, x, reduce=reduce)
     plan = plan_of(graph)
     run = lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg)  # noqa: E731
     multi_head = weight is not None and weight.dim() == 2
@@ -111,6 +113,8 @@ def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Te
     """Per-edge ``op(a[row[e]], b[col[e]])`` with the chosen backend (``dot`` -> [E], else [E, F])."""
     if backend == "triton":
         k = _kernels()
+        if graph.transient:   # one step: one segment per row, no plan, no tuning (see Graph.transient)
+            return k.sddmm.sddmm_rows(graph.rowptr, graph.col, a, b, op)
         plan = plan_of(graph)
         run = lambda cfg: k.sddmm.sddmm_csr(plan, a, b, op, config=cfg)  # noqa: E731
         candidates = lambda: k.configs.sddmm_candidates(graph.num_nodes, graph.num_edges, a.shape[1], op)  # noqa: E731

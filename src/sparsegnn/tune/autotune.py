@@ -144,7 +144,12 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
         space: the family's search space; a stored config outside it (older version) is ignored.
         ranked: whether the cost model ranks this family's configs (SpMM); without it every
             candidate is timed (short lists only).
+
+    A transient graph (``Graph.transient``: a sampled mini-batch) gets the heuristic (the first
+    candidate) at once: no signature, no lookup, nothing timed or stored.
     """
+    if getattr(graph, "transient", False):   # used for one step: the heuristic, nothing measured or stored
+        return (candidates() if callable(candidates) else candidates)[0]
     key = decision_key(op, graph, detail, num_feats, dtype)
     store = store_for_device(device_name(device))
     hot = _HOT.get(key)

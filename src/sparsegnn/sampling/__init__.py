@@ -1,0 +1,22 @@
+"""Mini-batch training: uniform neighbour sampling on the graph's device, PyG-compatible batches.
+
+PyG's ``NeighborLoader`` needs pyg-lib or torch-sparse; this package samples with torch ops
+alone, on the GPU when the graph is there (no copy of the graph to the host, no Python loop
+over nodes), and yields the same mini-batches:
+
+>>> from sparsegnn.sampling import NeighborLoader
+>>> loader = NeighborLoader(graph, num_neighbors=[15, 10], batch_size=1024, input_nodes=train_mask, x=x, y=y)
+>>> for batch in loader:                       # torch_geometric.data.Data (or MiniBatch without PyG)
+...     out = model(batch.x, batch.graph)[:batch.batch_size]     # sparsegnn layers: the sub-graph's Graph
+...     out = pyg_model(batch.x, batch.edge_index)[:batch.batch_size]   # PyG layers: edge_index
+
+* :func:`sample_neighbors` samples one batch around given seeds.
+* :class:`NeighborSampler` keeps the per-graph state (a scratch array) for repeated sampling.
+* :class:`NeighborLoader` iterates over batches of seeds.
+"""
+from ._core import SampleOutput
+from .batch import MiniBatch, make_batch
+from .loader import NeighborLoader
+from .sampler import NeighborSampler, sample_neighbors
+
+__all__ = ["sample_neighbors", "NeighborSampler", "NeighborLoader", "MiniBatch", "SampleOutput", "make_batch"]

@@ -1,0 +1,108 @@
+"""Transient graphs (one training step, e.g. a sampled mini-batch): same results, no per-structure work.
+
+The ops run plan-free kernels with heuristic configs on them: nothing planned, no signature
+computed, nothing tuned or stored.  Checked against the same graph not marked transient and
+against dense float64 formulas, forward and backward, on every backend.
+"""
+import pytest
+import torch
+
+import sparsegnn as sg
+from sparsegnn import Graph
+from sparsegnn.ops.attention import gat_attention
+from sparsegnn.tune import tuner_invocations
+
+from conftest import DEVICE, dense_adjacency
+
+BACKENDS = ["reference", "cpu", "triton"]
+
+
+def _device(backend):
+    return "cpu" if backend == "cpu" else DEVICE
+
+
+def _graphs(graph_case, backend):
+    _, n, ei, w = graph_case
+    plain = Graph.from_edge_index(ei, num_nodes=n).to(_device(backend))
+    transient = Graph(plain.rowptr, plain.col, None, n, transient=True)
+    return n, ei, w, plain, transient
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_spmm_on_a_transient_graph(graph_case, backend, reduce):
+    n, ei, w, plain, transient = _graphs(graph_case, backend)
+    device = _device(backend)
+    weight = plain.to_graph_order(w.to(device)).float()
+    x = torch.randn(n, 7, device=device)
+    results = []
+    before = tuner_invocations()
+    for g in (transient, plain):
+        xg = x.clone().requires_grad_()
+        wg = weight.clone().requires_grad_()
+        out = sg.spmm(g, xg, reduce, edge_weight=wg, backend=backend)
+        grads = torch.autograd.grad(out, (xg, wg), torch.ones_like(out))
+        results.append((out, *grads))
+        if g is transient:
+            assert tuner_invocations() == before                 # nothing tuned ...
+            assert not any(k in g.cache for k in ("plan", "signature", "stats"))   # ... planned or measured
+            assert g.t().transient                                # the backward's transpose too
+    for got, want in zip(*results):
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
+    if reduce == "sum":   # and the plain graph's result is the dense formula
+        dense = dense_adjacency(ei, n, w).float().to(device)
+        assert torch.allclose(results[0][0], dense @ x, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_multi_head_spmm_and_gat_on_a_transient_graph(graph_case, backend):
+    n, _, _, plain, transient = _graphs(graph_case, backend)
+    device = _device(backend)
+    gen = torch.Generator().manual_seed(4)
+    feat = torch.randn(n, 2, 3, generator=gen).to(device)
+    a_src, a_dst = (torch.randn(n, 2, generator=gen).to(device) for _ in range(2))
+    alpha = torch.rand(plain.num_edges, 2, generator=gen).to(device)
+    outs = [sg.spmm(g, feat, edge_weight=alpha, backend=backend) for g in (transient, plain)]
+    assert torch.allclose(outs[0], outs[1], atol=1e-5)
+    grads = []
+    for g in (transient, plain):
+        inputs = [t.clone().requires_grad_() for t in (feat, a_src, a_dst)]
+        out = gat_attention(g, *inputs, negative_slope=0.2, backend=backend)
+        if out.requires_grad:      # (the reference returns plain zeros for a graph without edges)
+            got = torch.autograd.grad(out.square().sum(), inputs, allow_unused=True)
+        else:
+            got = (None,) * 3
+        grads.append((out, *[torch.zeros_like(t) if d is None else d for t, d in zip(inputs, got)]))
+    for got, want in zip(*grads):
+        assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_transient_survives_graph_transformations():
+    g = Graph.from_edge_index(torch.tensor([[0, 1, 2], [1, 2, 0]]))
+    t = Graph(g.rowptr, g.col, None, 3, transient=True)
+    for made in (t.t(), t.with_values(torch.ones(3)), t.add_self_loops(), t.remove_self_loops(),
+                 t.remove_duplicates(), t.to("cpu"), t.add_self_loops().normalize("sym")):
+        assert made.transient
+    assert not g.transient and not g.t().transient
+
+
+def test_sampled_batches_are_transient_with_their_backward_parts_prebuilt():
+    from sparsegnn.formats.csr import rowptr_to_row, transpose_csr
+    from sparsegnn.sampling import NeighborLoader
+
+    ei = torch.randint(0, 60, (2, 500), generator=torch.Generator().manual_seed(3))
+    g = Graph.from_edge_index(ei, num_nodes=60)
+    loader = NeighborLoader(g, [4, 3], batch_size=8, x=torch.randn(60, 5), generator=torch.Generator().manual_seed(1))
+    batch = next(iter(loader))
+    sub = batch.graph
+    assert sub.transient
+    assert torch.equal(sub.row, rowptr_to_row(sub.rowptr, sub.num_edges))        # prebuilt by the sampler ...
+    for got, want in zip(sub.transpose_parts(), transpose_csr(sub.rowptr, sub.col, sub.num_src)):
+        assert torch.equal(got, want)                                          # ... and equal to a fresh build
+    out = sg.spmm(sub, batch.x.requires_grad_(), "mean")
+    (gx,) = torch.autograd.grad(out.sum(), batch.x)
+    dense = torch.zeros(sub.num_nodes, sub.num_src).index_put_((sub.row, sub.col), torch.ones(sub.num_edges),
+                                                                accumulate=True)
+    mean = dense / dense.sum(1, keepdim=True).clamp(min=1)
+    assert torch.allclose(out, mean @ batch.x.detach(), atol=1e-5)
+    assert torch.allclose(gx, mean.sum(0)[:, None].expand_as(gx), atol=1e-5)
