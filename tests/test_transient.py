@@ -106,3 +106,28 @@ def test_sampled_batches_are_transient_with_their_backward_parts_prebuilt():
     mean = dense / dense.sum(1, keepdim=True).clamp(min=1)
     assert torch.allclose(out, mean @ batch.x.detach(), atol=1e-5)
     assert torch.allclose(gx, mean.sum(0)[:, None].expand_as(gx), atol=1e-5)
+
+
+def test_layers_given_a_sampled_edge_index_reuse_the_batch_graph():
+    from sparsegnn.nn import GATConv, SAGEConv
+    from sparsegnn.sampling import NeighborLoader
+
+    ei = torch.randint(0, 80, (2, 700), generator=torch.Generator().manual_seed(5))
+    g = Graph.from_edge_index(ei, num_nodes=80)
+    loader = NeighborLoader(g, [5, 4], batch_size=10, x=torch.randn(80, 6), generator=torch.Generator().manual_seed(2))
+    batch = next(iter(loader))
+    for conv in (SAGEConv(6, 3), GATConv(6, 2, heads=2)):
+        out_ei = conv(batch.x, batch.edge_index)
+        out_graph = conv(batch.x, batch.graph)
+        assert torch.allclose(out_ei, out_graph, atol=1e-6)
+    used = SAGEConv(6, 3)._graph("SAGEConv", batch.edge_index, None, batch.num_nodes, sg.nn._graph_input.identity)
+    assert used.transient and used.rowptr is batch.graph.rowptr           # the batch's Graph, not a rebuild
+    edited = batch.edge_index.clone()                                     # another tensor: built from scratch
+    assert not SAGEConv(6, 3)._graph("SAGEConv", edited, None, batch.num_nodes,
+                                     sg.nn._graph_input.identity).transient
+    # a PyG layer on the same batch agrees (edge order of edge_index = the graph's CSR order)
+    import torch_geometric.nn as pyg_nn
+    pyg = pyg_nn.SAGEConv(6, 3)
+    ours = SAGEConv(6, 3)
+    ours.load_state_dict(pyg.state_dict())
+    assert torch.allclose(ours(batch.x, batch.edge_index), pyg(batch.x, batch.edge_index), atol=1e-5)

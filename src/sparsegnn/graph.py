@@ -440,6 +440,27 @@ class Graph:
         return self.with_values(vals)
 
 
+def attach_graph(edge_index: Tensor, graph: Graph) -> None:
+    """Record ``graph`` as the Graph of ``edge_index``, whose edge order is ``graph``'s CSR order
+    (a sampled batch: ``batch.edge_index`` and ``batch.graph``).  Layers given this very tensor
+    (unchanged since: its version is checked) then use ``graph`` instead of sorting it again.
+
+    Shapes:
+        edge_index: [2, E] in ``graph``'s CSR order.
+    """
+    edge_index._sparsegnn_graph = (graph, edge_index._version)
+
+
+def attached_graph(edge_index: Tensor, num_nodes: int, num_src: int) -> Optional[Graph]:
+    """The Graph :func:`attach_graph` recorded for ``edge_index`` if the tensor is unchanged and the
+    sizes match, else None."""
+    entry = getattr(edge_index, "_sparsegnn_graph", None)
+    if entry is None or entry[1] != edge_index._version:
+        return None
+    graph = entry[0]
+    return graph if graph.num_nodes == num_nodes and graph.num_src == num_src else None
+
+
 def as_graph(obj, fn: str, num_nodes: Optional[int] = None):
     """Coerce ``obj`` (Graph, ``edge_index`` [2, E], or torch sparse tensor) into a Graph.
 

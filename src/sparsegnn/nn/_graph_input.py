@@ -65,7 +65,7 @@ from torch import Tensor
 
 from .._checks import check, check_edge_values, check_same_device
 from ..formats import csr as csr_fmt
-from ..graph import Graph
+from ..graph import Graph, attached_graph
 from ..ops._library import not_traceable_graph
 
 __all__ = [
@@ -492,7 +492,11 @@ def graph_from_edge_index(edge_index: Tensor, edge_weight: Optional[Tensor], num
     num_nodes = int(num_nodes)
     src = None if num_src is None or int(num_src) == num_nodes else int(num_src)
 
+    attached = attached_graph(edge_index, num_nodes, num_nodes if src is None else src)
+
     def make_base(values: Optional[Tensor]) -> Graph:
+        if attached is not None:   # a sampled batch's edge_index: its Graph exists, in this edge order
+            return attached.with_values(values)
         return Graph.from_edge_index(edge_index, values, num_nodes, num_src=src)
 
     shape_key = (tuple(edge_index.shape), edge_index.dtype, edge_index.device, num_nodes,

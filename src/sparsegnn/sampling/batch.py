@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..graph import Graph
+from ..graph import Graph, attach_graph
 from ._core import SampleOutput
 
 
@@ -109,12 +109,16 @@ def make_batch(
     n_id, csr_eid = out.n_id, out.e_id
     e_id = csr_eid if edge_order == "csr" else graph.edge_perm.index_select(0, csr_eid)
     edge_val = graph.edge_val.index_select(0, csr_eid) if graph.edge_val is not None else None
-    sub = Graph(out.rowptr, out.src, edge_val, n_id.numel(), transient=True)    # one step: no plans, no tuning
+    # one step: no plans, no tuning; CSR order = edge_index order (identity edge_perm)
+    sub = Graph(out.rowptr, out.src, edge_val, n_id.numel(), transient=True,
+                edge_perm=torch.arange(out.src.numel(), device=out.src.device))
     # What the backward of an aggregation needs, built here (in the prefetch thread when there is
     # one) rather than inside the training step: the transpose's sort and its host sync, 1/deg.
     sub.cache["row"] = out.dst
     sub.transpose_parts()
     sub.mean_scale(torch.float32)
+    edge_index = torch.stack([out.src, out.dst])
+    attach_graph(edge_index, sub)     # layers given batch.edge_index use sub (no sort, no plan)
     batch_size = out.num_sampled_nodes[0]
     attrs: Dict[str, Any] = dict(extra or {})
     for key, value in (node_tensors or {}).items():
@@ -124,7 +128,7 @@ def make_batch(
     if edge_val is not None and "edge_weight" not in attrs:
         attrs["edge_weight"] = edge_val
     attrs.update(
-        edge_index=torch.stack([out.src, out.dst]),
+        edge_index=edge_index,
         n_id=n_id,
         e_id=e_id,
         num_nodes=n_id.numel(),
