@@ -87,18 +87,22 @@ def test_transient_survives_graph_transformations():
 
 
 def test_sampled_batches_are_transient_with_their_backward_parts_prebuilt():
-    from sparsegnn.formats.csr import rowptr_to_row, transpose_csr
+    from sparsegnn.formats.csr import rowptr_to_row
     from sparsegnn.sampling import NeighborLoader
 
     ei = torch.randint(0, 60, (2, 500), generator=torch.Generator().manual_seed(3))
-    g = Graph.from_edge_index(ei, num_nodes=60)
+    g = Graph.from_edge_index(ei, num_nodes=60).remove_duplicates()          # one id per (target, source) below
     loader = NeighborLoader(g, [4, 3], batch_size=8, x=torch.randn(60, 5), generator=torch.Generator().manual_seed(1))
     batch = next(iter(loader))
     sub = batch.graph
     assert sub.transient
     assert torch.equal(sub.row, rowptr_to_row(sub.rowptr, sub.num_edges))        # prebuilt by the sampler ...
-    for got, want in zip(sub.transpose_parts(), transpose_csr(sub.rowptr, sub.col, sub.num_src)):
-        assert torch.equal(got, want)                                          # ... and equal to a fresh build
+    rowptr_t, col_t, perm = sub.transpose_parts()                                # ... the transpose is A^T
+    dense = torch.zeros(sub.num_nodes, sub.num_src)
+    dense[sub.row, sub.col] = torch.arange(1.0, sub.num_edges + 1)             # edge ids (no duplicates here)
+    assert not bool(((sub.row[1:] == sub.row[:-1]) & (sub.col[1:] == sub.col[:-1])).any())
+    rows_t = rowptr_to_row(rowptr_t, sub.num_edges)
+    assert torch.equal(dense[col_t, rows_t], perm.float() + 1)                 # edge k of A^T is edge perm[k]
     out = sg.spmm(sub, batch.x.requires_grad_(), "mean")
     (gx,) = torch.autograd.grad(out.sum(), batch.x)
     dense = torch.zeros(sub.num_nodes, sub.num_src).index_put_((sub.row, sub.col), torch.ones(sub.num_edges),
@@ -131,3 +135,55 @@ def test_layers_given_a_sampled_edge_index_reuse_the_batch_graph():
     ours = SAGEConv(6, 3)
     ours.load_state_dict(pyg.state_dict())
     assert torch.allclose(ours(batch.x, batch.edge_index), pyg(batch.x, batch.edge_index), atol=1e-5)
+
+
+def test_every_layer_on_a_sampled_batch_plans_and_tunes_nothing(monkeypatch):
+    """Layers derive graphs from the batch's (self loops, edge graphs, ...): transient too."""
+    import sparsegnn.tune.autotune as autotune
+    from sparsegnn.nn import AGNNConv, GATConv, GATv2Conv, GCNConv, GINConv, GINEConv, SAGEConv
+    from sparsegnn.sampling import NeighborLoader
+
+    keys = []
+    real_key = autotune.decision_key
+    monkeypatch.setattr(autotune, "decision_key", lambda *a, **k: keys.append(a[0]) or real_key(*a, **k))
+    built = []                      # every Graph made while the layers run must be transient too
+    real_init = Graph.__init__
+
+    def recording_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(Graph, "__init__", recording_init)
+    ei = torch.randint(0, 90, (2, 800), generator=torch.Generator().manual_seed(6))
+    g = Graph.from_edge_index(ei, num_nodes=90)
+    loader = NeighborLoader(g, [5, 4], batch_size=12, x=torch.randn(90, 6), generator=torch.Generator().manual_seed(3))
+    batch = next(iter(loader))
+    built.clear()
+    edge_attr = torch.randn(batch.num_edges if hasattr(batch, "num_edges") else batch.edge_index.shape[1], 3)
+    layers = [(GCNConv(6, 4), {}), (SAGEConv(6, 4), {}), (GINConv(torch.nn.Linear(6, 4)), {}),
+              (GINEConv(torch.nn.Linear(6, 4), edge_dim=3), {"edge_attr": edge_attr}),
+              (GATConv(6, 2, heads=2), {}), (GATConv(6, 2, heads=2, edge_dim=3), {"edge_attr": edge_attr}),
+              (GATv2Conv(6, 2, heads=2), {}), (AGNNConv(), {})]
+    for conv, kwargs in layers:
+        for graph_arg in (batch.graph, batch.edge_index):
+            x = batch.x.clone().requires_grad_()
+            out = conv(x, graph_arg, **kwargs)
+            out.square().sum().backward()
+            assert keys == [], f"{type(conv).__name__} looked up tuning decisions: {keys}"
+            made = [h for h in built if not h.transient]
+            assert not made, f"{type(conv).__name__} built a non-transient graph: {made[0]}"
+            built.clear()
+    assert g.cache.get("plan") is None
+
+
+def test_one_prefetching_iteration_at_a_time():
+    from sparsegnn.sampling import NeighborLoader
+
+    g = Graph.from_edge_index(torch.randint(0, 40, (2, 200), generator=torch.Generator().manual_seed(1)), num_nodes=40)
+    loader = NeighborLoader(g, [3], batch_size=5, prefetch=1)
+    first = iter(loader)
+    next(first)
+    with pytest.raises(ValueError, match=r"NeighborLoader\(\): with prefetch, one iteration at a time"):
+        next(iter(loader))
+    first.close()                                  # finished (or broken out of): a new loop may start
+    assert sum(1 for _ in loader) == len(loader)

@@ -31,6 +31,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("train: --device cuda requested but no CUDA device is available", file=sys.stderr)
         return 2
+    if args.minibatch is None and args.batch_size != 1024:
+        print("train: --batch-size needs --minibatch (full-graph training has no batches)", file=sys.stderr)
+        return 2
     if args.minibatch is not None and args.compile != "none":
         print("train: --minibatch trains eagerly; drop --compile", file=sys.stderr)
         return 2
@@ -212,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparsegnn", description="Fast sparse GNN operations for PyTorch.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train a node classifier (full batch)")
+    train = sub.add_parser("train", help="train a node classifier (full graph, or sampled mini-batches with --minibatch)")
     train.add_argument("--dataset", default="cora", help="cora (bundled) or citeseer (with --root)")
     train.add_argument("--root", default=None, help="directory with raw Planetoid files")
     train.add_argument("--model", default="gcn", choices=["gcn", "agnn", "sage", "gin", "gat"])

@@ -131,7 +131,8 @@ def _normalize_sym(graph: Graph) -> Graph:
 def _concat_graph(graph: Graph, target: Tensor, source: Tensor, values: Optional[Tensor]) -> Graph:
     """A square Graph of ``graph``'s size from COO parts (sorted stably into CSR)."""
     rowptr, col, perm = csr_fmt.coo_to_csr(target, source, graph.num_nodes)
-    return Graph(rowptr, col, None if values is None else values[perm], graph.num_nodes, ptr=graph.ptr)
+    return Graph(rowptr, col, None if values is None else values[perm], graph.num_nodes, ptr=graph.ptr,
+                 transient=graph.transient)
 
 
 def _loops_remaining(fill: float) -> Callable[[Graph], Graph]:
@@ -244,6 +245,7 @@ def _pyg_looped(input_order: bool) -> Callable[[Graph], Graph]:
         edge_index = torch.stack([torch.cat([source[keep], loops]), torch.cat([target[keep], loops])])
         out = Graph.from_edge_index(edge_index, None, graph.num_nodes,
                                     num_src=graph.num_src if graph.is_bipartite else None)
+        out.transient = graph.transient       # a sampled batch's looped graph is used once too
         out.cache[LOOP_INFO] = LoopInfo(keep, target, num_loops)
         return out
     return structure

@@ -197,7 +197,8 @@ def edge_graph(graph: Graph) -> Graph:
     cached = graph.cache.get(key)
     if cached is None:
         col = torch.arange(graph.num_edges, device=graph.device)
-        cached = graph.cache[key] = Graph(graph.rowptr, col, None, graph.num_nodes, num_src=graph.num_edges)
+        cached = graph.cache[key] = Graph(graph.rowptr, col, None, graph.num_nodes, num_src=graph.num_edges,
+                                          transient=graph.transient)
     return cached
 
 

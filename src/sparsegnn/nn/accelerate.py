@@ -30,8 +30,6 @@ The calls are known for PyG's ``BasicGNN`` models (``GCN`` passes ``edge_weight=
 
 Not carried over: a ``cached=True`` layer's cached graph (ours caches again on its next
 call) and references to the PyG layer held outside the module tree (plain lists, closures).
-Known semantic difference: our ``GCNConv`` sums a node's *repeated* weighted self loops
-into its one self loop, where PyG keeps one of them.
 """
 from __future__ import annotations
 

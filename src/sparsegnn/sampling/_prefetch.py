@@ -27,7 +27,8 @@ class _Failure:
 
 
 def _tensors(batch) -> Iterator[Tensor]:
-    """Every tensor a batch holds, those of its ``graph`` included."""
+    """Every tensor a batch holds: those of its ``graph`` included, and of what the sampler
+    prebuilt in the graph's cache (its transpose, ``row``, ``1/deg``, degrees)."""
     for _, value in batch.items():
         if isinstance(value, Tensor):
             yield value
@@ -35,6 +36,10 @@ def _tensors(batch) -> Iterator[Tensor]:
             for t in (value.rowptr, value.col, value.edge_val, value.edge_perm, value.ptr):
                 if t is not None:
                     yield t
+            for cached in value.cache.values():
+                for t in (cached if isinstance(cached, tuple) else (cached,)):
+                    if isinstance(t, Tensor):
+                        yield t
 
 
 def prefetched(batches: Callable[[], Iterator[Any]], device: torch.device, depth: int) -> Iterator[Any]:

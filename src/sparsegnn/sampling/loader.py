@@ -73,6 +73,10 @@ class NeighborLoader:
     positions in ``data.edge_index`` (PyG's meaning).  ``input_id``: positions in
     ``input_nodes`` for an index tensor, node ids for a mask or ``None`` (as PyG).
 
+    Devices: sampling runs where the graph is, and each batch (``batch.graph`` included) lives
+    there: put the graph and the node tensors on the GPU before building the loader.  PyG's
+    ``batch.to(device)`` moves the batch's tensors but not ``batch.graph`` (not a tensor).
+
     Host syncs: 2 per hop and batch (the shuffle has none), in the producer thread with
     ``prefetch``.  The seeds are checked once, here.  One iteration at a time: the loader's
     sampler and generator are shared by its iterators.
@@ -170,8 +174,20 @@ class NeighborLoader:
 
     def __iter__(self) -> Iterator[Any]:
         if self.prefetch > 0:
-            return prefetched(self._batches, self.graph.device, self.prefetch)
+            return self._prefetching()
         return self._batches()
+
+    def _prefetching(self) -> Iterator[Any]:
+        """The prefetched batches; one such iteration at a time (its thread shares the sampler's
+        scratch array, whose GPU resets another thread's stream would not wait for)."""
+        if getattr(self, "_prefetch_active", False):
+            raise ValueError("NeighborLoader(): with prefetch, one iteration at a time: finish (or break out of) "
+                             "the previous loop over this loader first")
+        self._prefetch_active = True
+        try:
+            yield from prefetched(self._batches, self.graph.device, self.prefetch)
+        finally:
+            self._prefetch_active = False
 
     def _batches(self) -> Iterator[Any]:
         count = self.input_nodes.numel()
