@@ -1,0 +1,160 @@
+"""Sparse graph translation (TC-GNN, section 4.1): row windows condensed into dense tiles.
+
+The CSR rows are cut into *windows* of ``W`` consecutive rows.  Within a window, the distinct
+source columns its edges touch are *condensed*: listed in ascending order and renumbered
+``0, 1, ...``; every ``K`` condensed columns form one *block*, a dense ``[W, K]`` tile of edge
+values (duplicates summed).  A tensor-core SpMM then computes each window's output rows as
+``sum_b tile_b @ X[cols_b]``: one ``[W, K] x [K, F]`` matrix product per block, and a source row
+shared by several rows of the window is loaded once.
+
+Without translation, a window would need one block per distinct column *block* ``col // K``
+it touches (TC-GNN's Fig. 7a compares the two counts; ``TileStats``).
+
+Everything is tensor ops on the graph's device (sort / unique / scan, no Python loop over
+windows); two host syncs (the sizes of ``unique`` and of the block count).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Dict, Optional
+
+import torch
+from torch import Tensor
+
+from .csr import rowptr_to_row
+
+__all__ = ["TileGraph", "TileStats", "translate", "tile_memory_bytes"]
+
+
+@dataclass
+class TileStats:
+    """What translation did to one graph.
+
+    Attributes:
+        windows: row windows (``ceil(N / W)``).
+        blocks_plain: ``[W, K]`` blocks needed without condensing (distinct ``(window, col // K)``).
+        blocks: blocks after condensing the columns of each window.
+        fill: distinct ``(row, col)`` positions / tile area of the blocks (``blocks * W * K``).
+        ms: wall time of the translation (synchronised).
+    """
+
+    windows: int
+    blocks_plain: int
+    blocks: int
+    fill: float
+    ms: float
+
+    def as_dict(self) -> Dict[str, float]:
+        return asdict(self)
+
+
+@dataclass
+class TileGraph:
+    """A CSR graph translated into condensed ``[W, K]`` tiles.
+
+    Attributes:
+        window, block_k: ``W`` rows per window, ``K`` condensed columns per block.
+        num_rows, num_src: ``N`` targets, ``M`` sources.
+        window_ptr: ``[windows + 1]`` int64: the blocks of window ``w`` are ``window_ptr[w]:window_ptr[w+1]``.
+        block_window: ``[B]`` int64 window of each block.
+        block_cols: ``[B, K]`` int64 source node of each condensed column (0 past a window's
+            last column; its tile column is all zeros).
+        block_vals: ``[B, W, K]`` float32 tile values: ``A[w W + r, block_cols[b, k]]`` at ``[b, r, k]``
+            (edge values summed over duplicates; 1 per edge without values).
+        edge_index: ``[E]`` int64 flat position of every CSR edge in ``block_vals`` (``b W K + r K + k``):
+            new edge values (attention weights) become tiles with one ``index_put``.
+        stats: :class:`TileStats`.
+
+    Shapes:
+        B blocks: block_cols [B, K], block_vals [B, W, K].
+    """
+
+    window: int
+    block_k: int
+    num_rows: int
+    num_src: int
+    window_ptr: Tensor
+    block_window: Tensor
+    block_cols: Tensor
+    block_vals: Tensor
+    edge_index: Tensor
+    stats: TileStats
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self.block_cols.shape[0])
+
+    def tiles_of(self, values: Optional[Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
+        """Tile values ``[B, W, K]`` of ``dtype`` for per-edge ``values`` ``[E]`` in CSR order
+        (None: 1 per edge); duplicates summed.  Differentiable with respect to ``values``."""
+        num_edges = self.edge_index.numel()
+        if values is None:
+            values = torch.ones(num_edges, dtype=dtype, device=self.block_cols.device)
+        flat = torch.zeros(self.num_blocks * self.window * self.block_k, dtype=dtype, device=values.device)
+        flat = flat.index_put((self.edge_index,), values.to(dtype), accumulate=True)
+        return flat.view(self.num_blocks, self.window, self.block_k)
+
+
+def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tensor] = None,
+              window: int = 16, block_k: int = 16) -> TileGraph:
+    """Translate a CSR graph into condensed tiles (see the module doc).
+
+    Args:
+        rowptr: ``[N + 1]`` row offsets; col: ``[E]`` source of every edge (``< num_src``).
+        num_src: ``M``, the number of source nodes.
+        edge_val: ``[E]`` edge values or None (ones).
+        window: ``W`` rows per window (16: the MMA's M side).
+        block_k: ``K`` condensed columns per block (16 for fp32/tf32 and bf16 ``tl.dot``).
+
+    Returns:
+        :class:`TileGraph` with its :class:`TileStats`.
+
+    Raises:
+        ValueError: ``window`` or ``block_k`` not a positive power of two.
+    """
+    for name, value in (("window", window), ("block_k", block_k)):
+        if not (isinstance(value, int) and value > 0 and value & (value - 1) == 0):
+            raise ValueError(f"translate(): {name} must be a positive power of two, got {value!r}")
+    device = rowptr.device
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    num_rows, num_edges = rowptr.numel() - 1, col.numel()
+    num_windows = -(-num_rows // window)
+    row = rowptr_to_row(rowptr, num_edges)
+    col = col.to(torch.int64)
+    win = torch.div(row, window, rounding_mode="floor")
+    span = max(int(num_src), 1)
+    # distinct (window, column) pairs, sorted by window then column: the condensed columns
+    keys, inverse = torch.unique(win * span + col, sorted=True, return_inverse=True)
+    key_win, key_col = torch.div(keys, span, rounding_mode="floor"), keys % span
+    per_window = torch.bincount(key_win, minlength=num_windows)
+    first = torch.cumsum(per_window, 0) - per_window                    # first key of each window
+    rank = torch.arange(keys.numel(), device=device) - first[key_win]    # condensed column number
+    blocks_per_window = torch.div(per_window + block_k - 1, block_k, rounding_mode="floor")
+    window_ptr = torch.zeros(num_windows + 1, dtype=torch.int64, device=device)
+    torch.cumsum(blocks_per_window, 0, out=window_ptr[1:])
+    num_blocks = int(window_ptr[-1]) if num_windows else 0
+    key_block = window_ptr[key_win] + torch.div(rank, block_k, rounding_mode="floor")
+    key_slot = rank % block_k
+    block_cols = torch.zeros(num_blocks, block_k, dtype=torch.int64, device=device)
+    block_cols[key_block, key_slot] = key_col
+    block_window = torch.repeat_interleave(torch.arange(num_windows, device=device), blocks_per_window,
+                                           output_size=num_blocks)
+    edge_index = (key_block[inverse] * window + row % window) * block_k + key_slot[inverse]
+    col_blocks = -(-span // block_k)
+    blocks_plain = torch.unique(win * col_blocks + torch.div(col, block_k, rounding_mode="floor")).numel()
+    tiles = TileGraph(window, block_k, num_rows, int(num_src), window_ptr, block_window, block_cols,
+                      torch.empty(0), edge_index, TileStats(num_windows, blocks_plain, num_blocks, 0.0, 0.0))
+    tiles.block_vals = tiles.tiles_of(edge_val)
+    positions = torch.unique(row * span + col).numel()
+    sync()
+    tiles.stats.fill = positions / max(num_blocks * window * block_k, 1)
+    tiles.stats.ms = 1000.0 * (time.perf_counter() - start)
+    return tiles
+
+
+def tile_memory_bytes(stats: TileStats, window: int = 16, block_k: int = 16, value_bytes: int = 4) -> int:
+    """Bytes of the dense tile values (``blocks * W * K * value_bytes``) plus the column lists."""
+    return stats.blocks * (window * block_k * value_bytes + block_k * 8)

@@ -1,0 +1,92 @@
+"""Sparse graph translation (formats/tiles.py) against loops over the raw edge list."""
+import math
+
+import pytest
+import torch
+
+from sparsegnn import Graph
+from sparsegnn.formats.tiles import translate
+
+from conftest import dense_adjacency
+
+
+def _rebuild(tiles, vals, num_rows, num_src):
+    """Dense ``[N, M]`` from tiles: ``A[w W + r, cols[b, k]] += vals[b, r, k]``."""
+    dense = torch.zeros(tiles.stats.windows * tiles.window, num_src, dtype=torch.float64)
+    for b in range(tiles.num_blocks):
+        w = int(tiles.block_window[b])
+        for r in range(tiles.window):
+            for k in range(tiles.block_k):
+                v = float(vals[b, r, k])
+                if v != 0.0:
+                    dense[w * tiles.window + r, int(tiles.block_cols[b, k])] += v
+    return dense[:num_rows]
+
+
+@pytest.mark.parametrize("window,block_k", [(4, 4), (16, 16), (2, 8)])
+def test_translation_rebuilds_the_graph_and_condenses_each_window(graph_case, window, block_k):
+    _, n, ei, w = graph_case
+    g = Graph.from_edge_index(ei, w, num_nodes=n)
+    tiles = translate(g.rowptr, g.col, n, g.edge_val, window=window, block_k=block_k)
+    dense = dense_adjacency(ei, n, w)
+    assert torch.allclose(_rebuild(tiles, tiles.block_vals, n, n), dense, atol=1e-6)
+    # structure only (ones) and new per-edge values through edge_index
+    assert torch.allclose(_rebuild(tiles, tiles.tiles_of(None), n, n), dense_adjacency(ei, n), atol=1e-6)
+    # each window's condensed columns: its distinct sources, ascending, K per block
+    rows = g.row.tolist()
+    cols = g.col.tolist()
+    expected_blocks, plain = 0, 0
+    for win in range(tiles.stats.windows):
+        distinct = sorted({c for r, c in zip(rows, cols) if r // window == win})
+        expected_blocks += math.ceil(len(distinct) / block_k)
+        plain += len({c // block_k for c in distinct})
+        lo, hi = int(tiles.window_ptr[win]), int(tiles.window_ptr[win + 1])
+        listed = tiles.block_cols[lo:hi].flatten().tolist()[:len(distinct)]
+        assert listed == distinct
+        assert all(int(tiles.block_window[b]) == win for b in range(lo, hi))
+    assert tiles.stats.blocks == tiles.num_blocks == expected_blocks
+    assert tiles.stats.blocks_plain == plain and tiles.stats.blocks <= tiles.stats.blocks_plain
+    positions = len(set(zip(rows, cols)))
+    area = tiles.num_blocks * window * block_k
+    assert tiles.stats.fill == pytest.approx(positions / area if area else 0.0)
+
+
+def test_translation_of_a_bipartite_graph_and_bad_arguments():
+    ei = torch.tensor([[0, 7, 7, 3, 9, 0], [0, 0, 1, 4, 4, 2]])
+    g = Graph.from_edge_index(ei, num_nodes=5, num_src=10)
+    tiles = translate(g.rowptr, g.col, g.num_src, window=2, block_k=2)
+    dense = torch.zeros(5, 10, dtype=torch.float64).index_put_((ei[1], ei[0]), torch.ones(6, dtype=torch.float64),
+                                                               accumulate=True)
+    assert torch.equal(_rebuild(tiles, tiles.block_vals, 5, 10), dense)
+    for bad in (0, 3, -4):
+        with pytest.raises(ValueError, match=r"translate\(\): window must be a positive power of two"):
+            translate(g.rowptr, g.col, 10, window=bad)
+
+
+@pytest.mark.parametrize("dtype,precision,tol", [(torch.float32, "ieee", 1e-5), (torch.float32, "tf32", 5e-3),
+                                                 (torch.bfloat16, "ieee", 5e-3)])
+@pytest.mark.parametrize("width", [5, 40])
+def test_tile_spmm_matches_the_dense_product(graph_case, dtype, precision, tol, width):
+    from sparsegnn.kernels.spmm_tiles import spmm_tiles
+
+    from conftest import DEVICE
+    _, n, ei, w = graph_case
+    g = Graph.from_edge_index(ei, w, num_nodes=n).to(DEVICE)
+    tiles = translate(g.rowptr, g.col, n, g.edge_val, window=16, block_k=16)
+    x = torch.randn(n, width, generator=torch.Generator().manual_seed(2)).to(dtype).to(DEVICE)
+    out = spmm_tiles(tiles, x, precision=precision)
+    want = dense_adjacency(ei, n, w) @ x.double().cpu()
+    assert out.dtype == dtype and out.shape == (n, width)
+    assert float((out.double().cpu() - want).norm()) <= tol * max(float(want.norm()), 1.0)
+    # other edge values through the tile positions (e.g. attention weights): ones here
+    ones = spmm_tiles(tiles, x, values=tiles.tiles_of(None), precision=precision)
+    want_ones = dense_adjacency(ei, n) @ x.double().cpu()
+    assert float((ones.double().cpu() - want_ones).norm()) <= tol * max(float(want_ones.norm()), 1.0)
+
+
+def test_tile_spmm_rejects_an_unknown_precision():
+    from sparsegnn.kernels.spmm_tiles import spmm_tiles
+
+    g = Graph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=2)
+    with pytest.raises(ValueError, match=r"spmm_tiles\(\): precision must be one of"):
+        spmm_tiles(translate(g.rowptr, g.col, 2), torch.randn(2, 4), precision="fp8")
