@@ -77,3 +77,11 @@ def test_train_minibatch_bad_fanouts_and_compile(capsys):
             main(["train", "--minibatch", bad, "--epochs", "1", "--device", "cpu"])
     assert main(["train", "--minibatch", "--compile", "default", "--epochs", "1", "--device", "cpu"]) == 2
     assert "--minibatch trains eagerly" in capsys.readouterr().err
+
+
+def test_train_reorder_flag(capsys):
+    assert main(["train", "--model", "gcn", "--epochs", "2", "--device", "cpu", "--reorder", "rcm", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0.0 <= result["test_acc"] <= 1.0
+    assert main(["train", "--minibatch", "--reorder", "rcm", "--epochs", "1", "--device", "cpu"]) == 2
+    assert "--reorder applies to full-graph training" in capsys.readouterr().err

@@ -34,6 +34,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.minibatch is None and args.batch_size != 1024:
         print("train: --batch-size needs --minibatch (full-graph training has no batches)", file=sys.stderr)
         return 2
+    if args.minibatch is not None and args.reorder is not None:
+        print("train: --reorder applies to full-graph training; drop it with --minibatch", file=sys.stderr)
+        return 2
     if args.minibatch is not None and args.compile != "none":
         print("train: --minibatch trains eagerly; drop --compile", file=sys.stderr)
         return 2
@@ -48,7 +51,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             result = train_minibatch(data, args.model, fanouts=args.minibatch, batch_size=args.batch_size, **common)
         else:
             result = train_node_classifier(data, args.model, compile=args.compile,
-                                           compile_backend=args.compile_backend, **common)
+                                           compile_backend=args.compile_backend, reorder=args.reorder, **common)
         results.append(result)
         if not args.json:
             print(f"seed {result.seed}: val {100 * result.val_acc:.2f}%  test {100 * result.test_acc:.2f}%  "
@@ -240,6 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="train on neighbour-sampled mini-batches (sparsegnn.sampling.NeighborLoader); "
                             "fanouts per hop, comma-separated (default 15,10; -1 = all neighbours)")
     train.add_argument("--batch-size", type=int, default=1024, help="seed nodes per mini-batch (with --minibatch)")
+    train.add_argument("--reorder", default=None, choices=["rcm", "degree", "metis", "lpa"],
+                       help="renumber the nodes for locality before full-graph training (Graph.reorder)")
     train.add_argument("--json", action="store_true", help="print the final metrics as one JSON line")
     train.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
     train.set_defaults(func=_cmd_train)

@@ -427,6 +427,28 @@ class Graph:
         rowptr, col, vals = csr_fmt.merge_duplicates(rowptr, col, vals, reduce)
         return Graph(rowptr, col, vals, self.num_nodes, ptr=self.ptr, num_src=self.num_src, transient=self.transient)
 
+    def reorder(self, method: str = "rcm"):
+        """Renumber the nodes for locality: ``(graph, perm)``, new node ``i`` = old node ``perm[i]``.
+
+        ``method``: ``"rcm"`` (reverse Cuthill-McKee, scipy), ``"degree"`` or ``"lpa"``
+        (label-propagation communities on the device); see ``formats.reorder``.  Edge values
+        follow their edges; ``edge_perm`` still maps to the caller's original edge order.
+        Node tensors follow with ``t[perm]``, results go back with ``out[inverse]``
+        (``inverse[perm] = arange(N)``).
+
+        Shapes:
+            -> (Graph with the same N and E, perm [N] int64).
+        """
+        from .formats import reorder as reorder_fmt
+
+        check(not self.is_bipartite, "Graph.reorder", "needs a square graph (one node set to renumber)")
+        check(self.ptr is None, "Graph.reorder", "a batch of graphs keeps its graphs' node ranges; reorder each graph")
+        perm = reorder_fmt.order(self.rowptr, self.col, method)
+        rowptr, col, edge_perm = reorder_fmt.permute_csr(self.rowptr, self.col, perm)
+        vals = self.edge_val[edge_perm] if self.edge_val is not None else None
+        input_perm = self.edge_perm[edge_perm] if self.edge_perm is not None else None
+        return Graph(rowptr, col, vals, self.num_nodes, edge_perm=input_perm, transient=self.transient), perm
+
     def normalize(self, mode: str = "sym") -> "Graph":
         """Normalised edge values: ``"sym"`` = D^-1/2 A D^-1/2, ``"row"`` = D^-1 A (D = weighted in-degree).
 

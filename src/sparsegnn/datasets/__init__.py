@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -49,6 +49,14 @@ class NodeDataset:
         return replace(self, graph=self.graph.to(device), x=self.x.to(device), y=self.y.to(device),
                        train_mask=self.train_mask.to(device), val_mask=self.val_mask.to(device),
                        test_mask=self.test_mask.to(device))
+
+    def reorder(self, method: str = "rcm") -> Tuple["NodeDataset", Tensor]:
+        """The dataset with its nodes renumbered (``Graph.reorder``), features, labels and masks
+        permuted with them: ``(dataset, perm)``; per-node results come back with ``out[inverse]``,
+        ``inverse[perm] = arange(N)``."""
+        graph, perm = self.graph.reorder(method)
+        return replace(self, graph=graph, x=self.x[perm], y=self.y[perm], train_mask=self.train_mask[perm],
+                       val_mask=self.val_mask[perm], test_mask=self.test_mask[perm]), perm
 
     def __repr__(self) -> str:
         return (f"NodeDataset({self.name}: {self.graph.num_nodes} nodes, {self.graph.num_edges} edges, "
