@@ -90,3 +90,44 @@ def test_tile_spmm_rejects_an_unknown_precision():
     g = Graph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=2)
     with pytest.raises(ValueError, match=r"spmm_tiles\(\): precision must be one of"):
         spmm_tiles(translate(g.rowptr, g.col, 2), torch.randn(2, 4), precision="fp8")
+
+
+@pytest.mark.parametrize("precision,tol", [("ieee", 1e-5), ("tf32", 5e-3)])
+def test_spmm_tc_forward_and_backward_against_float64(graph_case, precision, tol):
+    from sparsegnn.ops.tiles import spmm_tc
+
+    from conftest import DEVICE
+    _, n, ei, w = graph_case
+    g = Graph.from_edge_index(ei, num_nodes=n).to(DEVICE)
+    gen = torch.Generator().manual_seed(4)
+    x64 = torch.randn(n, 20, generator=gen, dtype=torch.float64)
+    weight = g.to_graph_order(w.to(DEVICE)).float().requires_grad_()
+    x = x64.float().to(DEVICE).requires_grad_()
+    out = spmm_tc(g, x, weight, precision=precision)
+    xr, wr = x64.clone().requires_grad_(), w.double().clone().requires_grad_()
+    dense = torch.zeros(n, n, dtype=torch.float64).index_put((ei[1], ei[0]), wr, accumulate=True)
+    ref = dense @ xr
+    grad = torch.randn(n, 20, generator=gen, dtype=torch.float64)
+    gx, gw = torch.autograd.grad(out, (x, weight), grad.float().to(DEVICE))
+    rx, rw = torch.autograd.grad(ref, (xr, wr), grad)
+    scale = lambda t: max(float(t.norm()), 1.0)  # noqa: E731
+    assert float((out.double().cpu() - ref.detach()).norm()) <= tol * scale(ref)
+    assert float((gx.double().cpu() - rx).norm()) <= tol * scale(rx)
+    assert float((g.to_input_order(gw).double().cpu() - rw).norm()) <= max(tol, 1e-5) * scale(rw)
+
+
+def test_spmm_tc_on_a_bipartite_graph_and_its_errors():
+    from sparsegnn.ops.tiles import spmm_tc
+
+    ei = torch.tensor([[0, 7, 7, 3, 9, 0, 30], [0, 0, 1, 4, 4, 2, 2]])
+    g = Graph.from_edge_index(ei, num_nodes=5, num_src=33)
+    x = torch.randn(33, 8, requires_grad=True)
+    out = spmm_tc(g, x, precision="ieee")
+    dense = torch.zeros(5, 33).index_put_((ei[1], ei[0]), torch.ones(7), accumulate=True)
+    assert torch.allclose(out, dense @ x, atol=1e-5)
+    (gx,) = torch.autograd.grad(out.sum(), x)
+    assert torch.allclose(gx, dense.sum(0)[:, None].expand(33, 8), atol=1e-5)
+    with pytest.raises(ValueError, match=r"spmm_tc\(\): precision must be"):
+        spmm_tc(g, x, precision="fp16")
+    with pytest.raises(ValueError, match=r"spmm_tc\(\): x has 5 rows but the graph has 33 source nodes"):
+        spmm_tc(g, torch.randn(5, 8))
