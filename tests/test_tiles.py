@@ -131,3 +131,22 @@ def test_spmm_tc_on_a_bipartite_graph_and_its_errors():
         spmm_tc(g, x, precision="fp16")
     with pytest.raises(ValueError, match=r"spmm_tc\(\): x has 5 rows but the graph has 33 source nodes"):
         spmm_tc(g, torch.randn(5, 8))
+
+
+@pytest.mark.parametrize("precision,tol", [("ieee", 1e-5), ("tf32", 5e-3)])
+@pytest.mark.parametrize("width", [7, 48])
+def test_tile_sddmm_matches_per_edge_dot_products(graph_case, precision, tol, width):
+    from sparsegnn.kernels.spmm_tiles import sddmm_tiles
+
+    from conftest import DEVICE
+    _, n, ei, _ = graph_case
+    g = Graph.from_edge_index(ei, num_nodes=n).to(DEVICE)
+    tiles = translate(g.rowptr, g.col, n)
+    gen = torch.Generator().manual_seed(6)
+    a = torch.randn(n, width, generator=gen, dtype=torch.float64)
+    b = torch.randn(n, width, generator=gen, dtype=torch.float64)
+    out = sddmm_tiles(tiles, a.float().to(DEVICE), b.float().to(DEVICE), precision=precision)
+    rows, cols = g.row.cpu().tolist(), g.col.cpu().tolist()
+    want = torch.tensor([float(a[i] @ b[j]) for i, j in zip(rows, cols)], dtype=torch.float64)
+    assert out.shape == (g.num_edges,)
+    assert float((out.double().cpu() - want).norm()) <= tol * max(float(want.norm()), 1.0)
