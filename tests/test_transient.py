@@ -187,3 +187,13 @@ def test_one_prefetching_iteration_at_a_time():
         next(iter(loader))
     first.close()                                  # finished (or broken out of): a new loop may start
     assert sum(1 for _ in loader) == len(loader)
+
+
+def test_pyg_batch_to_moves_the_batch_graph():
+    from sparsegnn.sampling import NeighborLoader
+
+    g = Graph.from_edge_index(torch.randint(0, 30, (2, 120), generator=torch.Generator().manual_seed(2)), num_nodes=30)
+    batch = next(iter(NeighborLoader(g, [3, 2], batch_size=4, x=torch.randn(30, 3))))
+    moved = batch.to("meta")                 # PyG's Data.to: every attribute with a .to(device, non_blocking)
+    assert moved.x.device.type == "meta" and moved.graph.device.type == "meta"
+    assert moved.graph.transient and moved.graph.num_nodes == batch.graph.num_nodes

@@ -380,9 +380,10 @@ class Graph:
         values = self.edge_val.to(dtype) if self.edge_val is not None else torch.ones(self.num_edges, dtype=dtype, device=self.device)
         return dense.index_put_((self.row, self.col), values, accumulate=True)
 
-    def to(self, device) -> "Graph":
-        """Copy to ``device`` (caches are rebuilt there on demand)."""
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+    def to(self, device, non_blocking: bool = False) -> "Graph":
+        """Copy to ``device`` (caches are rebuilt there on demand).  Takes PyG's ``non_blocking``
+        too, so a PyG ``Data`` holding a Graph (a sampled batch's ``graph``) moves it in ``.to()``."""
+        move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
         return Graph(move(self.rowptr), move(self.col), move(self.edge_val), self.num_nodes,
                      edge_perm=move(self.edge_perm), ptr=move(self.ptr), num_src=self.num_src, transient=self.transient)
 

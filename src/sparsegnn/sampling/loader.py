@@ -75,7 +75,7 @@ class NeighborLoader:
 
     Devices: sampling runs where the graph is, and each batch (``batch.graph`` included) lives
     there: put the graph and the node tensors on the GPU before building the loader.  PyG's
-    ``batch.to(device)`` moves the batch's tensors but not ``batch.graph`` (not a tensor).
+    ``batch.to(device)`` moves ``batch.graph`` too (``Graph.to``), without its prebuilt transpose.
 
     Host syncs: 2 per hop and batch (the shuffle has none), in the producer thread with
     ``prefetch``.  The seeds are checked once, here.  One iteration at a time: the loader's
