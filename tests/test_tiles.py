@@ -150,3 +150,39 @@ def test_tile_sddmm_matches_per_edge_dot_products(graph_case, precision, tol, wi
     want = torch.tensor([float(a[i] @ b[j]) for i, j in zip(rows, cols)], dtype=torch.float64)
     assert out.shape == (g.num_edges,)
     assert float((out.double().cpu() - want).norm()) <= tol * max(float(want.norm()), 1.0)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("precision,tol", [("tf32", 5e-3), ("bf16", 1e-2)])
+def test_spmm_precision_runs_on_tiles_with_autograd(graph_case, reduce, precision, tol):
+    import sparsegnn as sg
+
+    from conftest import DEVICE
+    _, n, ei, w = graph_case
+    g = Graph.from_edge_index(ei, w, num_nodes=n).to(DEVICE)
+    x64 = torch.randn(n, 24, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    x = x64.float().to(DEVICE).requires_grad_()
+    out = sg.spmm(g, x, reduce, backend="triton", precision=precision)
+    dense = dense_adjacency(ei, n, w)
+    if reduce == "mean":
+        dense = dense / dense_adjacency(ei, n).sum(1, keepdim=True).clamp(min=1)
+    want = dense @ x64
+    assert out.dtype == torch.float32
+    assert float((out.detach().double().cpu() - want).norm()) <= tol * max(float(want.norm()), 1.0)
+    (gx,) = torch.autograd.grad(out.sum(), x)
+    want_gx = dense.sum(0)[:, None].expand(n, 24)
+    assert float((gx.double().cpu() - want_gx).norm()) <= tol * max(float(want_gx.norm()), 1.0)
+    assert "tiles" in {k[0] for k in g.cache if isinstance(k, tuple)}          # it did run on the tiles
+
+
+def test_spmm_precision_elsewhere_is_exact_and_checked():
+    import sparsegnn as sg
+
+    g = Graph.from_edge_index(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)
+    x = torch.randn(3, 4, dtype=torch.float64)
+    for backend in ("reference", "cpu"):       # no tensor cores there: the exact result
+        assert torch.allclose(sg.spmm(g, x, backend=backend, precision="tf32"), g.to_dense(torch.float64) @ x)
+    assert torch.allclose(sg.spmm(g, x, "max", backend="reference", precision="bf16"),
+                          sg.spmm(g, x, "max", backend="reference"))
+    with pytest.raises(ValueError, match=r"spmm\(\): precision must be one of"):
+        sg.spmm(g, x, precision="fp8")

@@ -23,6 +23,21 @@ from ._dispatch import BACKENDS, aggregate, aggregate_transposed, choose_backend
 from ._library import compiling, not_traceable_graph
 
 REDUCES = ("sum", "mean", "max")
+PRECISIONS = ("ieee", "tf32", "bf16")
+
+
+def _tensor_core_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, precision: str) -> Tensor:
+    """Sum / mean on the graph's tiles (``ops.tiles.spmm_tc``); mean as weights ``w / deg``."""
+    from ._dispatch import mean_scale, scaled
+    from .tiles import spmm_tc
+
+    if reduce == "mean":
+        weight = scaled(weight, mean_scale(graph, torch.float32))
+    elif weight is None:
+        weight = torch.ones(graph.num_edges, dtype=torch.float32, device=x.device)
+    features = x.to(torch.bfloat16) if precision == "bf16" else x
+    out = spmm_tc(graph, features, weight, precision="tf32" if precision == "tf32" else "ieee")
+    return out.to(x.dtype)
 
 
 class _SpMMLinear(torch.autograd.Function):
@@ -84,6 +99,7 @@ def spmm(
     reduce: str = "sum",
     edge_weight: Optional[Tensor] = None,
     backend: str = "auto",
+    precision: str = "ieee",
 ) -> Tensor:
     """Aggregate neighbour features: ``out[i] = reduce_{j -> i} w_ji * x[j]``.
 
@@ -97,6 +113,10 @@ def spmm(
             ``x`` of shape ``[N, H, C]`` (or ``[N, H * C]``) weights each head separately, all
             heads in one kernel launch (GAT).
         backend: ``"auto"`` (Triton on CUDA, reference elsewhere), ``"reference"``, ``"triton"``.
+        precision: ``"ieee"`` (default: exact fp32 arithmetic), ``"tf32"`` or ``"bf16"``: a sum or
+            mean with the Triton backend then runs on tensor cores over the graph's condensed
+            tiles (``ops.tiles.spmm_tc``; ``"bf16"`` rounds the features to bfloat16 first,
+            halving the bytes gathered).  Elsewhere (CPU, max, multi-head) the result is exact.
 
     Returns:
         Aggregated features of ``x``'s dtype (fp32 accumulation for half types).
@@ -147,6 +167,11 @@ def spmm(
         return torch.ops.sparsegnn.spmm(x, edge_weight, graph.key, reduce, backend)
     check_same_device(fn, graph=graph.rowptr, x=x, edge_weight=edge_weight)
     chosen = choose_backend(fn, backend, x)
+    if precision != "ieee":
+        if precision not in PRECISIONS:
+            raise ValueError(f"{fn}(): precision must be one of {PRECISIONS}, got {precision!r}")
+        if chosen == "triton" and reduce in ("sum", "mean") and (edge_weight is None or edge_weight.dim() == 1):
+            return _tensor_core_spmm(graph, x, edge_weight, reduce, precision)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad))
     if not needs_grad:  # no autograd node: less overhead per call (inference, small graphs)
         return aggregate(chosen, graph, x, edge_weight, reduce)
