@@ -446,3 +446,9 @@ def test_unsupported_raises_value_error(message, make):
     with pytest.raises(ValueError) as info:
         make()
     assert str(info.value).startswith(message), str(info.value)
+
+
+def test_node_dim_out_of_range_is_a_clear_error():
+    conv = sgnn.GCNConv(4, 3, node_dim=4)
+    with pytest.raises(ValueError, match=r"GCNConv\(\): node_dim=4 is out of range for features of shape \(5, 4\)"):
+        conv(torch.randn(5, 4), torch.tensor([[0, 1], [1, 2]]))

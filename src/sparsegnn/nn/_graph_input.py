@@ -226,12 +226,20 @@ class LoopInfo:
         keep: ``[E]`` bool, in the caller's edge order: the edges that are no self loop.
         target: ``[E]`` int64, in the caller's edge order: each edge's target node.
         num_loops: the loops ``0 .. num_loops - 1`` appended after the kept edges.
+        kept: ``[E_kept]`` int64 positions of ``keep`` (the mask as indices, found once: boolean
+            indexing would sync the host on every call).
+        into_loops: ``[E_in]`` int64 positions *among the kept edges* of those whose target gets
+            a loop (``target < num_loops``), and ``into_target`` their targets.
     """
 
-    __slots__ = ("keep", "target", "num_loops")
+    __slots__ = ("keep", "target", "num_loops", "kept", "into_loops", "into_target")
 
     def __init__(self, keep: Tensor, target: Tensor, num_loops: int) -> None:
         self.keep, self.target, self.num_loops = keep, target, num_loops
+        self.kept = keep.nonzero().flatten()
+        kept_target = target.index_select(0, self.kept)
+        self.into_loops = (kept_target < num_loops).nonzero().flatten()
+        self.into_target = kept_target.index_select(0, self.into_loops)
 
 
 def _pyg_looped(input_order: bool) -> Callable[[Graph], Graph]:

@@ -126,6 +126,8 @@ def node_counts(layer: str, graph: GraphArg, x_src: Tensor, x_dst: Optional[Tens
     Raises:
         ValueError: the counts disagree.
     """
+    if not -x_src.dim() <= node_dim < x_src.dim():
+        raise ValueError(f"{layer}(): node_dim={node_dim} is out of range for features of shape {tuple(x_src.shape)}")
     num_src = int(x_src.size(node_dim))
     num_dst = None if x_dst is None else int(x_dst.size(node_dim))
     if size is not None:
@@ -223,7 +225,7 @@ def loop_attributes(layer: str, graph: Graph, edge_attr: Tensor, fill_value: Uni
     if edge_attr.shape[0] != info.keep.shape[0]:
         raise ValueError(f"{layer}(): edge_attr has {edge_attr.shape[0]} rows but the graph has "
                          f"{info.keep.shape[0]} edges")
-    kept = edge_attr[info.keep]
+    kept = edge_attr.index_select(0, info.kept)              # index tensors found once: no host sync
     size = (info.num_loops,) + tuple(kept.shape[1:])
     if isinstance(fill_value, bool) or fill_value is None:
         raise unsupported(layer, "fill_value", fill_value, "use a number, a tensor or 'add', 'sum', 'mean', "
@@ -240,9 +242,7 @@ def loop_attributes(layer: str, graph: Graph, edge_attr: Tensor, fill_value: Uni
         if reduce is None:
             raise unsupported(layer, "fill_value", fill_value, "use 'add', 'sum', 'mean', 'min', 'max', 'mul', a "
                               "number or a tensor")
-        target = info.target[info.keep]
-        inside = target < info.num_loops               # edges into nodes that get a loop
-        target, source = target[inside], kept[inside]
+        target, source = info.into_target, kept.index_select(0, info.into_loops)   # edges into looped nodes
         index = target.view((-1,) + (1,) * (kept.dim() - 1)).expand_as(source)
         if reduce == "mean":
             total = kept.new_zeros(size).scatter_add_(0, index, source)
@@ -283,7 +283,7 @@ def attention_output(graph_arg: GraphArg, graph: Graph, alpha: Tensor, caller_or
         if looped:
             info: LoopInfo = graph.cache[LOOP_INFO]
             loops = torch.arange(info.num_loops, device=edge_index.device, dtype=edge_index.dtype)
-            edge_index = torch.cat([edge_index[:, info.keep], loops.view(1, -1).expand(2, -1)], dim=1)
+            edge_index = torch.cat([edge_index.index_select(1, info.kept), loops.view(1, -1).expand(2, -1)], dim=1)
         if kind == "edge_index_class":
             edge_index = type(graph_arg)(edge_index, sparse_size=graph_arg.sparse_size())
         elif not looped:
