@@ -16,7 +16,6 @@ from sparsegnn.tune.features import GraphStats, graph_stats, graph_stats_cached,
 from sparsegnn.tune.model import CostModel, build_inputs, load_model
 from sparsegnn.tune.store import reset_stores, store_for_device
 
-from conftest import DEVICE
 
 
 @pytest.fixture

@@ -69,7 +69,7 @@ def tuning_report(graphs: List[str], dims: List[int], dtypes: List[torch.dtype],
                                      "vs_exhaustive": timed[policy] / timed["exhaustive"], "tune_s": first_s,
                                      "candidates": len(cands),
                                      "model_rank_of_best": order.index(cands.index(best_cfg)) + 1})
-            del g, base
+            g = base = None  # noqa: F841 - free the graph before the next one
     finally:
         for k, v in saved.items():
             if v is None:
