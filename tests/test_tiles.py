@@ -84,6 +84,58 @@ def test_tile_spmm_matches_the_dense_product(graph_case, dtype, precision, tol, 
     assert float((ones.double().cpu() - want_ones).norm()) <= tol * max(float(want_ones.norm()), 1.0)
 
 
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("block_f,chunk", [(16, 16), (32, 1)])
+@pytest.mark.parametrize("dtype,tiles_half,precision,tol", [
+    (torch.float32, False, "ieee", 1e-5), (torch.float32, False, "tf32", 5e-3),
+    (torch.bfloat16, True, "ieee", 1e-2), (torch.float16, True, "ieee", 5e-3)])
+def test_tile_spmm_every_kernel_config(graph_case, swap, block_f, chunk, dtype, tiles_half, precision, tol):
+    """Each launch shape the timing sweep and the dispatcher can pick: both MMA orientations,
+    feature blocks narrower than F (two programs per window, the second masked), fp32 tiles and
+    native half tiles with half features, windows whole or spread over one item per block
+    (``chunk=1``: atomics into zeroed rows, through an fp32 buffer for half outputs)."""
+    from sparsegnn.kernels.spmm_tiles import spmm_tiles
+
+    from conftest import DEVICE
+    _, n, ei, w = graph_case
+    g = Graph.from_edge_index(ei, w, num_nodes=n).to(DEVICE)
+    tiles = translate(g.rowptr, g.col, n, g.edge_val)
+    x = torch.randn(n, 40, generator=torch.Generator().manual_seed(3)).to(dtype).to(DEVICE)
+    vals = tiles.tiles_of(g.edge_val, dtype if tiles_half else torch.float32)
+    out = spmm_tiles(tiles, x, vals, precision=precision, block_f=block_f, swap=swap, chunk=chunk)
+    want = dense_adjacency(ei, n, w) @ x.double().cpu()
+    if chunk == 1 and tiles.num_blocks > tiles.stats.windows:
+        assert tiles.schedule(1).split_rows.numel() > 0     # the atomic path did run
+    assert out.dtype == dtype and out.shape == (n, 40)
+    assert float((out.double().cpu() - want).norm()) <= tol * max(float(want.norm()), 1.0)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 16])
+def test_tile_schedule_covers_every_block_once(graph_case, chunk):
+    _, n, ei, _ = graph_case
+    g = Graph.from_edge_index(ei, num_nodes=n)
+    tiles = translate(g.rowptr, g.col, n, window=4, block_k=4)
+    sched = tiles.schedule(chunk)
+    assert tiles.schedule(chunk) is sched                       # cached per chunk
+    covered = {}
+    for w, s, e, split in zip(sched.item_window.tolist(), sched.item_start.tolist(), sched.item_end.tolist(),
+                              sched.item_split.tolist()):
+        assert 0 <= e - s <= chunk
+        lo, hi = int(tiles.window_ptr[w]), int(tiles.window_ptr[w + 1])
+        assert lo <= s <= e <= hi
+        covered.setdefault(w, []).extend(range(s, e))
+        assert split == int(-(-(hi - lo) // chunk) > 1)
+    for w in range(tiles.stats.windows):                       # every window, empty ones too
+        lo, hi = int(tiles.window_ptr[w]), int(tiles.window_ptr[w + 1])
+        assert sorted(covered[w]) == list(range(lo, hi))
+    want_rows = [r for w in range(tiles.stats.windows)
+                 if int(tiles.window_ptr[w + 1] - tiles.window_ptr[w]) > chunk
+                 for r in range(4 * w, min(4 * w + 4, n))]
+    assert sched.split_rows.tolist() == want_rows
+    with pytest.raises(ValueError, match=r"TileGraph.schedule\(\): chunk must be a positive int"):
+        tiles.schedule(0)
+
+
 def test_tile_spmm_rejects_an_unknown_precision():
     from sparsegnn.kernels.spmm_tiles import spmm_tiles
 
@@ -119,14 +171,16 @@ def test_spmm_tc_forward_and_backward_against_float64(graph_case, precision, tol
 def test_spmm_tc_on_a_bipartite_graph_and_its_errors():
     from sparsegnn.ops.tiles import spmm_tc
 
+    from conftest import DEVICE
     ei = torch.tensor([[0, 7, 7, 3, 9, 0, 30], [0, 0, 1, 4, 4, 2, 2]])
-    g = Graph.from_edge_index(ei, num_nodes=5, num_src=33)
-    x = torch.randn(33, 8, requires_grad=True)
+    g = Graph.from_edge_index(ei, num_nodes=5, num_src=33).to(DEVICE)
+    x = torch.randn(33, 8).to(DEVICE).requires_grad_()
     out = spmm_tc(g, x, precision="ieee")
-    dense = torch.zeros(5, 33).index_put_((ei[1], ei[0]), torch.ones(7), accumulate=True)
+    dense = torch.zeros(5, 33).index_put_((ei[1], ei[0]), torch.ones(7), accumulate=True).to(DEVICE)
     assert torch.allclose(out, dense @ x, atol=1e-5)
     (gx,) = torch.autograd.grad(out.sum(), x)
     assert torch.allclose(gx, dense.sum(0)[:, None].expand(33, 8), atol=1e-5)
+    g, x = g.to("cpu"), x.detach().cpu()
     with pytest.raises(ValueError, match=r"spmm_tc\(\): precision must be"):
         spmm_tc(g, x, precision="fp16")
     with pytest.raises(ValueError, match=r"spmm_tc\(\): x has 5 rows but the graph has 33 source nodes"):
@@ -186,3 +240,43 @@ def test_spmm_precision_elsewhere_is_exact_and_checked():
                           sg.spmm(g, x, "max", backend="reference"))
     with pytest.raises(ValueError, match=r"spmm\(\): precision must be one of"):
         sg.spmm(g, x, precision="fp8")
+
+
+@pytest.mark.parametrize("width,half", [(24, False), (64, False), (160, False), (24, True), (64, True), (160, True)])
+def test_every_precise_spmm_candidate_matches_float64(graph_case, width, half):
+    """Each config the ``spmm_tc`` tuner can pick (rows, both tile configs, cuSPARSE) on its own."""
+    from sparsegnn.ops.tiles import TC_SPACE, _run_sum, tc_candidates
+
+    from conftest import DEVICE
+    _, n, ei, w = graph_case
+    g = Graph.from_edge_index(ei, w, num_nodes=n).to(DEVICE)
+    x64 = torch.randn(n, width, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    x = x64.to(torch.bfloat16 if half else torch.float32).to(DEVICE)
+    want = dense_adjacency(ei, n, w) @ x.double().cpu()
+    cusparse = g.num_edges <= g.num_nodes * g.num_src     # cuSPARSE rejects E > N M (duplicate edges)
+    candidates = tc_candidates(width, half, cusparse)
+    assert {c["path"] for c in candidates} == ({0, 1} if half or not cusparse else {0, 1, 2})
+    for config in candidates:
+        assert all(v in TC_SPACE[k] for k, v in config.items())
+        for weight in (g.edge_val, None):
+            out = _run_sum(g, x, weight, "bf16" if half else "tf32", config)
+            ref = want if weight is not None else dense_adjacency(ei, n) @ x.double().cpu()
+            tol = 1e-2 if half else 5e-3
+            assert out.shape == (n, width)
+            assert float((out.double().cpu() - ref).norm()) <= tol * max(float(ref.norm()), 1.0), config
+
+
+def test_precise_spmm_rebuilds_cached_values_after_an_in_place_update():
+    import sparsegnn as sg
+
+    from conftest import DEVICE
+    ei = torch.tensor([[0, 1, 2, 2, 3], [1, 2, 0, 3, 0]])
+    weight = torch.rand(5) + 0.5
+    g = Graph.from_edge_index(ei, weight, num_nodes=4).to(DEVICE)
+    x = torch.randn(4, 16).to(DEVICE)
+    first = sg.spmm(g, x, backend="triton", precision="tf32")
+    assert torch.allclose(first.cpu(), g.to_dense().cpu() @ x.cpu(), atol=5e-3)
+    with torch.no_grad():
+        g.edge_val.mul_(2.0)                 # an optimiser step on a learnable edge weight
+    second = sg.spmm(g, x, backend="triton", precision="tf32")
+    assert torch.allclose(second.cpu(), 2 * first.cpu(), atol=1e-2)

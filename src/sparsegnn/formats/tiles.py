@@ -16,7 +16,7 @@ windows); two host syncs (the sizes of ``unique`` and of the block count).
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Dict, Optional
 
 import torch
@@ -24,7 +24,7 @@ from torch import Tensor
 
 from .csr import rowptr_to_row
 
-__all__ = ["TileGraph", "TileStats", "translate", "tile_memory_bytes"]
+__all__ = ["TileGraph", "TileSchedule", "TileStats", "translate", "tile_memory_bytes"]
 
 
 @dataclass
@@ -80,10 +80,25 @@ class TileGraph:
     block_vals: Tensor
     edge_index: Tensor
     stats: TileStats
+    _schedules: Dict[int, "TileSchedule"] = field(default_factory=dict, repr=False)
 
     @property
     def num_blocks(self) -> int:
         return int(self.block_cols.shape[0])
+
+    def schedule(self, chunk: int = 16) -> "TileSchedule":
+        """The work items of the tile SpMM with at most ``chunk`` blocks each (cached per chunk).
+
+        A window of ``b`` blocks becomes ``ceil(b / chunk)`` items (an empty window one empty
+        item, which writes its zero rows): a window holding a hub row of thousands of edges is
+        spread over many programs instead of one program looping over all its blocks.
+        """
+        if not (isinstance(chunk, int) and chunk > 0):
+            raise ValueError(f"TileGraph.schedule(): chunk must be a positive int, got {chunk!r}")
+        cached = self._schedules.get(chunk)
+        if cached is None:
+            cached = self._schedules[chunk] = _schedule(self, chunk)
+        return cached
 
     def tiles_of(self, values: Optional[Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
         """Tile values ``[B, W, K]`` of ``dtype`` for per-edge ``values`` ``[E]`` in CSR order
@@ -94,6 +109,49 @@ class TileGraph:
         flat = torch.zeros(self.num_blocks * self.window * self.block_k, dtype=dtype, device=values.device)
         flat = flat.index_put((self.edge_index,), values.to(dtype), accumulate=True)
         return flat.view(self.num_blocks, self.window, self.block_k)
+
+
+@dataclass
+class TileSchedule:
+    """Work items of the tile SpMM (see :meth:`TileGraph.schedule`).
+
+    Attributes:
+        chunk: at most this many blocks per item.
+        item_window, item_start, item_end: ``[I]`` int64 window and block range of each item.
+        item_split: ``[I]`` int32, 1 where the item's window is spread over several items (its
+            rows are accumulated with atomics into a zeroed output).
+        split_rows: ``[R]`` int64 rows (``< N``) of the windows spread over several items.
+    """
+
+    chunk: int
+    item_window: Tensor
+    item_start: Tensor
+    item_end: Tensor
+    item_split: Tensor
+    split_rows: Tensor
+
+    @property
+    def num_items(self) -> int:
+        return int(self.item_window.numel())
+
+
+def _schedule(tiles: "TileGraph", chunk: int) -> TileSchedule:
+    device = tiles.window_ptr.device
+    num_windows = tiles.window_ptr.numel() - 1
+    per_window = tiles.window_ptr[1:] - tiles.window_ptr[:-1]
+    items = torch.div(per_window + chunk - 1, chunk, rounding_mode="floor").clamp(min=1)
+    num_items = int(items.sum()) if num_windows else 0
+    windows = torch.arange(num_windows, device=device)
+    item_window = torch.repeat_interleave(windows, items, output_size=num_items)
+    first = torch.cumsum(items, 0) - items
+    nth = torch.arange(num_items, device=device) - first[item_window]
+    item_start = tiles.window_ptr[item_window] + nth * chunk
+    item_end = torch.minimum(item_start + chunk, tiles.window_ptr[item_window + 1])
+    split = items > 1
+    item_split = split[item_window].to(torch.int32)
+    split_windows = windows[split]
+    rows = (split_windows[:, None] * tiles.window + torch.arange(tiles.window, device=device)).flatten()
+    return TileSchedule(chunk, item_window, item_start, item_end, item_split, rows[rows < tiles.num_rows])
 
 
 def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tensor] = None,

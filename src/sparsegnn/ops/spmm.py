@@ -27,17 +27,14 @@ PRECISIONS = ("ieee", "tf32", "bf16")
 
 
 def _tensor_core_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, precision: str) -> Tensor:
-    """Sum / mean on the graph's tiles (``ops.tiles.spmm_tc``); mean as weights ``w / deg``."""
+    """Sum / mean at ``precision`` (``ops.tiles.spmm_precise``: rows, tiles or cuSPARSE, tuned);
+    mean as weights ``w / deg``."""
     from ._dispatch import mean_scale, scaled
-    from .tiles import spmm_tc
+    from .tiles import spmm_precise
 
     if reduce == "mean":
         weight = scaled(weight, mean_scale(graph, torch.float32))
-    elif weight is None:
-        weight = torch.ones(graph.num_edges, dtype=torch.float32, device=x.device)
-    features = x.to(torch.bfloat16) if precision == "bf16" else x
-    out = spmm_tc(graph, features, weight, precision="tf32" if precision == "tf32" else "ieee")
-    return out.to(x.dtype)
+    return spmm_precise(graph, x, weight, precision)
 
 
 class _SpMMLinear(torch.autograd.Function):

@@ -6,8 +6,11 @@ Backward: ``dX = A^T dY`` on the transpose's tiles, ``dw_e = <dY_i, X_j>`` with 
 SDDMM.  The tiles of a graph's structure are built once and kept in ``graph.cache`` (like its
 row plan); edge values become tile values with one ``index_put`` per call.
 
-A first version on the way to issue 9's dispatch: called explicitly, never by ``backend="auto"``
-until the H100 measurements say where it wins.
+``spmm(..., precision="tf32" | "bf16")`` goes through :func:`spmm_precise`: per graph structure,
+feature width and dtype the tuner (``tune.decide``, family ``"spmm_tc"``, persisted like every
+decision) picks the fastest of the CUDA-core row kernel, two tile launch configs and cuSPARSE
+(``torch.sparse.mm``), all timed once on first use; see :func:`tc_candidates` for the rule a
+transient graph or ``SPARSEGNN_TUNE=off`` gets without timing.
 """
 from __future__ import annotations
 
@@ -19,9 +22,10 @@ from torch.autograd.function import once_differentiable
 
 from .._checks import check, check_edge_values, check_node_features, check_same_device
 from ..graph import Graph
+from ..kernels import interpreting
 from ._dispatch import edge_values
 
-__all__ = ["spmm_tc", "tiles_of_graph"]
+__all__ = ["spmm_tc", "spmm_precise", "tiles_of_graph", "tc_candidates", "TC_SPACE"]
 
 
 def tiles_of_graph(graph: Graph, transpose: bool = False, window: int = 16, block_k: int = 16):
@@ -100,4 +104,158 @@ def spmm_tc(graph: Graph, x: Tensor, edge_weight: Optional[Tensor] = None, preci
     if weight is not None:
         check_edge_values(weight, graph.num_edges, fn, "edge_weight", max_dim=1)
     check_same_device(fn, graph=graph.rowptr, x=x)
+    check(x.is_cuda or interpreting(), fn, f"runs Triton kernels: needs CUDA tensors (or TRITON_INTERPRET=1), got {x.device}")
     return _SpMMTiles.apply(graph, x, weight, precision, window, block_k)
+
+
+# ---------------------------------------------------------------------------------------------
+# precision="tf32" / "bf16": the tuner picks rows, tiles or cuSPARSE per graph, width and dtype
+
+#: Search space of the ``"spmm_tc"`` decisions: ``path`` 0 = CUDA-core row kernel (exact),
+#: 1 = tiles (``swap``, ``bf`` features per program, ``warps``, ``chunk`` blocks per item),
+#: 2 = cuSPARSE on CSR.
+TC_SPACE = {"path": (0, 1, 2), "swap": (0, 1), "bf": (32, 64, 128, 256), "warps": (4, 8), "chunk": (4, 8, 16, 32)}
+
+
+def _tile(swap: int, bf: int, warps: int, chunk: int) -> dict:
+    return {"path": 1, "swap": swap, "bf": bf, "warps": warps, "chunk": chunk}
+
+
+def tc_candidates(num_feats: int, half: bool, cusparse: bool = True) -> list:
+    """Configs timed for one ``"spmm_tc"`` decision, the untimed default first.
+
+    The rule (H100 sweep of ``scripts/time_tiles.py`` over the real suite and the paper
+    stand-ins, ``notes/tensor-cores.md``): tiles first; features per program 32 up to
+    ``F <= 32``, else 64 (fp32) or 128 (half); with half features and ``F >= 64`` the swapped
+    orientation (features on the MMA's M side).  Then the second-best tile config, the exact
+    CUDA-core row kernel (it wins on large, low-reuse graphs with fp32 features) and, for fp32
+    features and ``cusparse`` (False where duplicate edges make ``E > N M``, which cuSPARSE
+    rejects), cuSPARSE.
+    """
+    if num_feats <= 32:
+        tiles = [_tile(0, 32, 4, 8), _tile(0, 64, 4, 4)]
+    elif half:
+        tiles = [_tile(1, 128, 4, 32), _tile(1, 64, 4, 16)] if num_feats > 64 else [_tile(1, 64, 4, 16), _tile(0, 64, 4, 4)]
+    else:
+        tiles = [_tile(0, 64, 4, 16), _tile(0, 128, 8, 16)] if num_feats > 64 else [_tile(0, 64, 4, 4), _tile(0, 64, 4, 16)]
+    # cuSPARSE only for fp32 features: its bf16 CSR product rejects some structures
+    # (cusparseCreateCsr "invalid value" on small test graphs, H100) and never won in the sweep
+    return tiles + [{"path": 0}] + ([{"path": 2}] if cusparse and not half else [])
+
+
+class _OwnedValues:
+    """Per-graph cache of values derived from an edge-value tensor (tile values, CSR values):
+    one slot per purpose, hit while the same tensor at the same version is passed again."""
+
+    @staticmethod
+    def get(graph: Graph, slot: tuple, weight: Optional[Tensor], build):
+        entry = graph.cache.get(("derived",) + slot)
+        version = None if weight is None else weight._version
+        if entry is not None and entry[0] is weight and entry[1] == version:
+            return entry[2]
+        value = build()
+        graph.cache[("derived",) + slot] = (weight, version, value)
+        return value
+
+
+def _tile_vals(graph: Graph, tiles, weight: Optional[Tensor], dtype: torch.dtype) -> Tensor:
+    if weight is None and dtype == torch.float32:
+        return tiles.block_vals
+    w = None if weight is None else weight.detach()
+    return _OwnedValues.get(graph, ("tile_vals", dtype), weight, lambda: tiles.tiles_of(w, dtype))
+
+
+def _csr(graph: Graph, weight: Optional[Tensor], dtype: torch.dtype) -> Tensor:
+    def build():
+        vals = torch.ones(graph.num_edges, dtype=dtype, device=graph.device) if weight is None else weight.detach().to(dtype)
+        return torch.sparse_csr_tensor(graph.rowptr, graph.col, vals, (graph.num_nodes, graph.num_src))
+    return _OwnedValues.get(graph, ("csr", dtype), weight, build)
+
+
+def _run_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, config: dict) -> Tensor:
+    """``A x`` (weights ``weight`` in ``graph``'s CSR order, None = ones) with one config."""
+    from ._dispatch import aggregate
+
+    path = config["path"]
+    if path == 0:
+        return aggregate("triton", graph, x, weight, "sum")
+    half = x.dtype in (torch.float16, torch.bfloat16)
+    if path == 2:
+        if half and not x.is_cuda:   # MKL has no half CSR product (the interpreter runs on the CPU)
+            return torch.sparse.mm(_csr(graph, weight, torch.float32), x.float()).to(x.dtype)
+        return torch.sparse.mm(_csr(graph, weight, x.dtype), x)
+    slot = ("tile_launch", x.dtype, x.shape[1], precision, tuple(sorted(config.items())))
+    return _OwnedValues.get(graph, slot, weight, lambda: _tile_launch(graph, x, weight, precision, config))(x)
+
+
+def _tile_launch(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, config: dict):
+    """The prepared tile SpMM (``kernels.spmm_tiles.TileLaunch``) of one config: cached with
+    the values it was built from, so a call costs one allocation and one launch."""
+    from ..kernels.spmm_tiles import TileLaunch
+
+    half = x.dtype in (torch.float16, torch.bfloat16)
+    tiles = tiles_of_graph(graph)
+    vals = _tile_vals(graph, tiles, weight, x.dtype if half else torch.float32)
+    return TileLaunch(tiles, vals, x.dtype, x.shape[1], "tf32" if precision == "tf32" else "ieee",
+                      block_f=config["bf"], swap=bool(config["swap"]), num_warps=config["warps"],
+                      chunk=config["chunk"])
+
+
+def _precise_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:
+    from ..tune import decide
+
+    half = x.dtype in (torch.float16, torch.bfloat16)
+    candidates = lambda: tc_candidates(x.shape[1], half, graph.num_edges <= graph.num_nodes * graph.num_src)  # noqa: E731
+    run = lambda cfg: _run_sum(graph, x, weight, precision, cfg)  # noqa: E731
+    config = decide("spmm_tc", graph, precision, x.shape[1], x.dtype, x.device, candidates, run,
+                    space=TC_SPACE, ranked=False)
+    return run(config)
+
+
+def _transposed_weight(graph: Graph, weight: Optional[Tensor]) -> Optional[Tensor]:
+    if weight is None:
+        return None
+    if weight is graph.edge_val:
+        return graph.t().edge_val           # permuted once and cached with the transpose
+    return weight.index_select(0, graph.transpose_parts()[2])
+
+
+class _SpMMPrecise(torch.autograd.Function):
+    """``Y = A X`` at reduced precision; ``dX = A^T dY`` the same way on the cached transpose,
+    ``dw_e = <dY_i, X_j>`` with the exact row-wise SDDMM."""
+
+    @staticmethod
+    def forward(ctx, graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:
+        ctx.graph, ctx.precision = graph, precision
+        ctx.save_for_backward(x, weight)
+        features = x.to(torch.bfloat16) if precision == "bf16" else x
+        return _precise_sum(graph, features, weight, precision).to(x.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        x, weight = ctx.saved_tensors
+        graph, precision = ctx.graph, ctx.precision
+        grad_x = grad_w = None
+        grad_out = grad_out.contiguous()
+        if ctx.needs_input_grad[1]:
+            g = grad_out.to(torch.bfloat16) if precision == "bf16" else grad_out
+            grad_x = _precise_sum(graph.t(), g, _transposed_weight(graph, weight), precision).to(x.dtype)
+        if weight is not None and ctx.needs_input_grad[2]:
+            grad_w = edge_values("triton", graph, grad_out.float(), x.float(), "dot").to(weight.dtype)
+        return None, grad_x, grad_w, None
+
+
+def spmm_precise(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:
+    """``out = A x`` with ``A``'s values ``weight`` (CSR order; None = ones) at ``precision``
+    ``"tf32"`` (fp32 features, tf32 products where tensor cores run) or ``"bf16"`` (features
+    rounded to bf16, fp32 accumulation), on the fastest of rows / tiles / cuSPARSE (module doc).
+    Result in ``x``'s dtype; differentiable in ``x`` and ``weight``.
+
+    Shapes:
+        x: [M, F] (CUDA); weight: [E] or None -> [N, F].
+    """
+    if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
+        return _SpMMPrecise.apply(graph, x, weight, precision)
+    features = x.to(torch.bfloat16) if precision == "bf16" else x     # no autograd node: less host work
+    return _precise_sum(graph, features, weight, precision).to(x.dtype)

@@ -38,7 +38,7 @@ from .model import load_model
 from .store import store_for_device
 
 #: Kernels predicted faster than this (ms) take the model's pick without timing.
-TINY_MS = 0.05
+TINY_MS = 0.02
 #: Candidates the autotuner times when the model shortlists.
 SHORTLIST = 3
 MODES = ("auto", "model", "shortlist", "exhaustive", "off")
