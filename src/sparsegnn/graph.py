@@ -393,7 +393,8 @@ class Graph:
             check_edge_values(edge_val, self.num_edges, "Graph.with_values", "edge_val", max_dim=1)
         g = Graph(self.rowptr, self.col, edge_val, self.num_nodes, edge_perm=self.edge_perm, ptr=self.ptr,
                   num_src=self.num_src, transient=self.transient)
-        g._cache = {k: v for k, v in self._cache.items() if k not in ("t", "permuted_own_values")}   # value-dependent
+        g._cache = {k: v for k, v in self._cache.items()   # without what depends on the values
+                    if k != "t" and not (isinstance(k, tuple) and k[:1] == ("derived",))}
         return g
 
     # ------------------------------------------------------------------ transformations

@@ -163,15 +163,22 @@ def scaled(weight: Optional[Tensor], scale: Tensor) -> Tensor:
     return weight * (scale if weight.dim() == 1 else scale.unsqueeze(1))
 
 
+def derived_values(graph: Graph, slot: tuple, values: Optional[Tensor], build):
+    """``build()``'s result for edge values ``values`` (or None), cached on the graph in
+    ``slot`` while the same tensor at the same version comes back: an in-place update (a
+    learnable edge weight stepped by the optimiser) bumps the version and rebuilds.  One entry
+    per slot, so values that change every call replace each other instead of piling up."""
+    entry = graph.cache.get(("derived",) + slot)
+    version = None if values is None else values._version
+    if entry is None or entry[0] is not values or entry[1] != version:
+        entry = graph.cache[("derived",) + slot] = (values, version, build())
+    return entry[2]
+
+
 def _permuted_own_values(graph: Graph, values: Tensor, perm: Tensor) -> Tensor:
     """``values[perm]`` for values the graph owns (its ``edge_val``, its cached ``1/deg``),
-    permuted once per tensor and version and cached on the graph: an in-place update (a
-    learnable edge weight stepped by the optimiser) bumps the version and re-permutes."""
-    cache = graph.cache.setdefault("permuted_own_values", {})
-    entry = cache.get(id(values))
-    if entry is None or entry[0] is not values or entry[1] != values._version:
-        entry = cache[id(values)] = (values, values._version, values.detach().index_select(0, perm))
-    return entry[2]
+    permuted once per tensor and version (``derived_values``, one slot per owned tensor)."""
+    return derived_values(graph, ("permuted", id(values)), values, lambda: values.detach().index_select(0, perm))
 
 
 def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor],

@@ -23,31 +23,21 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_edge_values, check_node_features, check_same_device
 from ..graph import Graph
 from ..kernels import interpreting
-from ._dispatch import edge_values
+from ._dispatch import derived_values, edge_values
 
 __all__ = ["spmm_tc", "spmm_precise", "tiles_of_graph", "tc_candidates", "TC_SPACE"]
 
 
-def tiles_of_graph(graph: Graph, transpose: bool = False, window: int = 16, block_k: int = 16):
-    """The graph's (or its transpose's) :class:`~sparsegnn.formats.tiles.TileGraph`, cached per shape."""
+def tiles_of_graph(graph: Graph, window: int = 16, block_k: int = 16):
+    """The graph's :class:`~sparsegnn.formats.tiles.TileGraph`, cached per shape (the
+    transpose's tiles live on ``graph.t()``)."""
     from ..formats.tiles import translate
 
-    key = ("tiles", transpose, window, block_k)
+    key = ("tiles", window, block_k)
     tiles = graph.cache.get(key)
     if tiles is None:
-        if transpose:
-            rowptr, col, _ = graph.transpose_parts()
-            tiles = translate(rowptr, col, graph.num_nodes, window=window, block_k=block_k)
-        else:
-            tiles = translate(graph.rowptr, graph.col, graph.num_src, window=window, block_k=block_k)
-        graph.cache[key] = tiles
+        tiles = graph.cache[key] = translate(graph.rowptr, graph.col, graph.num_src, window=window, block_k=block_k)
     return tiles
-
-
-def _tile_values(tiles, graph: Graph, weight: Optional[Tensor], transpose: bool) -> Tensor:
-    if weight is not None and transpose:
-        weight = weight.index_select(0, graph.transpose_parts()[2])
-    return tiles.tiles_of(None if weight is None else weight.detach())
 
 
 class _SpMMTiles(torch.autograd.Function):
@@ -56,10 +46,10 @@ class _SpMMTiles(torch.autograd.Function):
                 block_k: int) -> Tensor:
         from ..kernels.spmm_tiles import spmm_tiles
 
-        tiles = tiles_of_graph(graph, False, window, block_k)
+        tiles = tiles_of_graph(graph, window, block_k)
         ctx.graph, ctx.precision, ctx.shape = graph, precision, (window, block_k)
         ctx.save_for_backward(x, weight)
-        return spmm_tiles(tiles, x, _tile_values(tiles, graph, weight, False), precision)
+        return spmm_tiles(tiles, x, _tile_vals(graph, tiles, weight, torch.float32), precision)
 
     @staticmethod
     @once_differentiable
@@ -70,9 +60,10 @@ class _SpMMTiles(torch.autograd.Function):
         graph = ctx.graph
         grad_x = grad_w = None
         if ctx.needs_input_grad[1]:
-            tiles_t = tiles_of_graph(graph, True, *ctx.shape)
-            grad_x = spmm_tiles(tiles_t, grad_out.contiguous(), _tile_values(tiles_t, graph, weight, True),
-                                ctx.precision).to(x.dtype)
+            transposed = graph.t()
+            tiles_t = tiles_of_graph(transposed, *ctx.shape)
+            vals_t = _tile_vals(transposed, tiles_t, _transposed_weight(graph, weight), torch.float32)
+            grad_x = spmm_tiles(tiles_t, grad_out.contiguous(), vals_t, ctx.precision).to(x.dtype)
         if weight is not None and ctx.needs_input_grad[2]:
             backend = "triton" if grad_out.is_cuda else "reference"
             grad_w = edge_values(backend, graph, grad_out.float(), x.float(), "dot").to(weight.dtype)
@@ -143,33 +134,18 @@ def tc_candidates(num_feats: int, half: bool, cusparse: bool = True) -> list:
     return tiles + [{"path": 0}] + ([{"path": 2}] if cusparse and not half else [])
 
 
-class _OwnedValues:
-    """Per-graph cache of values derived from an edge-value tensor (tile values, CSR values):
-    one slot per purpose, hit while the same tensor at the same version is passed again."""
-
-    @staticmethod
-    def get(graph: Graph, slot: tuple, weight: Optional[Tensor], build):
-        entry = graph.cache.get(("derived",) + slot)
-        version = None if weight is None else weight._version
-        if entry is not None and entry[0] is weight and entry[1] == version:
-            return entry[2]
-        value = build()
-        graph.cache[("derived",) + slot] = (weight, version, value)
-        return value
-
-
 def _tile_vals(graph: Graph, tiles, weight: Optional[Tensor], dtype: torch.dtype) -> Tensor:
     if weight is None and dtype == torch.float32:
         return tiles.block_vals
-    w = None if weight is None else weight.detach()
-    return _OwnedValues.get(graph, ("tile_vals", dtype), weight, lambda: tiles.tiles_of(w, dtype))
+    build = lambda: tiles.tiles_of(None if weight is None else weight.detach(), dtype)  # noqa: E731
+    return derived_values(graph, ("tile_vals", tiles.window, tiles.block_k, dtype), weight, build)
 
 
 def _csr(graph: Graph, weight: Optional[Tensor], dtype: torch.dtype) -> Tensor:
     def build():
         vals = torch.ones(graph.num_edges, dtype=dtype, device=graph.device) if weight is None else weight.detach().to(dtype)
         return torch.sparse_csr_tensor(graph.rowptr, graph.col, vals, (graph.num_nodes, graph.num_src))
-    return _OwnedValues.get(graph, ("csr", dtype), weight, build)
+    return derived_values(graph, ("csr", dtype), weight, build)
 
 
 def _run_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, config: dict) -> Tensor:
@@ -185,7 +161,7 @@ def _run_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, 
             return torch.sparse.mm(_csr(graph, weight, torch.float32), x.float()).to(x.dtype)
         return torch.sparse.mm(_csr(graph, weight, x.dtype), x)
     slot = ("tile_launch", x.dtype, x.shape[1], precision, tuple(sorted(config.items())))
-    return _OwnedValues.get(graph, slot, weight, lambda: _tile_launch(graph, x, weight, precision, config))(x)
+    return derived_values(graph, slot, weight, lambda: _tile_launch(graph, x, weight, precision, config))(x)
 
 
 def _tile_launch(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, config: dict):
