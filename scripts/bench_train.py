@@ -136,18 +136,20 @@ def bench_inputs(name: str, kind: str, graph: Graph, features: Optional[int], cl
 
 # ---------------------------------------------------------------------------- models
 def ours_model(model: str, f_in: int, classes: int, dropout: Optional[float], gat_hidden: int,
-               gat_heads: int) -> nn.Module:
-    """Our model with its default architecture (``dropout`` None: the model's default)."""
+               gat_heads: int, precision: str = "ieee") -> nn.Module:
+    """Our model with its default architecture (``dropout`` None: the model's default;
+    ``precision`` of the aggregations, GAT exact only)."""
     d = DEFAULT_DROPOUT[model] if dropout is None else dropout
+    p = {} if precision == "ieee" else {"precision": precision}
     if model == "gcn":
-        return sgnn.GCN(f_in, classes, dropout=d)
+        return sgnn.GCN(f_in, classes, dropout=d, **p)
     if model == "sage":
-        return sgnn.GraphSAGE(f_in, classes, dropout=d)
+        return sgnn.GraphSAGE(f_in, classes, dropout=d, **p)
     if model == "gin":
-        return sgnn.GIN(f_in, classes, dropout=d)
+        return sgnn.GIN(f_in, classes, dropout=d, **p)
     if model == "gat":
         return sgnn.GAT(f_in, classes, hidden=gat_hidden, heads=gat_heads, dropout=d)
-    return sgnn.AGNN(f_in, classes, dropout=d)
+    return sgnn.AGNN(f_in, classes, dropout=d, **p)
 
 
 class PygGCN(nn.Module):
@@ -341,7 +343,8 @@ def run_case(provider: str, variant: str, model: str, graph: Graph, inputs: Dict
     def build() -> Callable[[], Tensor]:
         torch.manual_seed(args.seed)
         if provider.startswith("ours"):
-            net = ours_model(model, f_in, classes, args.dropout, args.gat_hidden, args.gat_heads).to(device)
+            net = ours_model(model, f_in, classes, args.dropout, args.gat_hidden, args.gat_heads,
+                             args.precision).to(device)
             graph_arg = layers.bare(graph)           # a fresh Graph: its caches are built (and counted) here
         else:
             net = pyg_model(pyg_nn, model, f_in, classes, args.dropout, args.gat_hidden, args.gat_heads).to(device)
@@ -534,7 +537,7 @@ def markdown(rows: List[dict], meta: Dict[str, object]) -> str:
               f"{meta.get('date')}. Median of {meta.get('epochs')} epochs after {meta.get('warmup')}; "
               f"x = PyG eager ms / provider ms (PyG: the faster of edge_index and torch.sparse adj_t); "
               f"compile backend {meta.get('compile_backend')}; peak MB = torch.cuda.max_memory_allocated "
-              f"(inputs included).")
+              f"(inputs included); our aggregation precision {meta.get('precision', 'ieee')} (PyG: fp32).")
     checks = "\n".join(acceptance(rows))
     return (f"{header}\n\n{markdown_details(rows)}\n\n## Acceptance (issues 8 and 15)\n\n{checks}\n\n"
             f"## Summary\n\n{markdown_summary(rows)}\n")
@@ -614,6 +617,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--classes", type=int, default=16, help="classes of random labels (real graphs without labels)")
     parser.add_argument("--train-fraction", type=float, default=0.1, help="training nodes (random) where no split")
     parser.add_argument("--dropout", type=float, default=None, help="dropout of every model (default: the models')")
+    parser.add_argument("--precision", default="ieee", choices=["ieee", "tf32", "bf16"],
+                        help="aggregation precision of our GCN / SAGE / GIN / AGNN (GAT stays exact; PyG is fp32)")
     parser.add_argument("--gat-hidden", type=int, default=8, help="GAT hidden channels per head (default 8)")
     parser.add_argument("--gat-heads", type=int, default=8, help="GAT heads of the first layer (default 8)")
     parser.add_argument("--compile-backend", default=None,
@@ -680,6 +685,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "argv": sys.argv[1:],
             "python": platform.python_version(), "epochs": args.epochs, "warmup": args.warmup,
             "compile_backend": args.compile_backend, "compile_graphs": sorted(compile_graphs),
+            "precision": args.precision,
             "dropout": "model defaults" if args.dropout is None else args.dropout,
             "gat": f"{args.gat_hidden} x {args.gat_heads} heads", "seed": args.seed}
     out = Path(args.out)

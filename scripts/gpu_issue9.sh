@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
 # The GPU evidence for issue 9 (tensor cores), by stage (device machine, repo root, OUT set):
-#   bash scripts/gpu_issue9.sh tests tiles
-# tests: translation, reordering and the tile kernels on the GPU; tiles: block statistics, translation
-# cost, tile SpMM (tf32 / ieee) and SDDMM against cuSPARSE and our CUDA-core kernels on real graphs.
+#   bash scripts/gpu_issue9.sh tests tiles accuracy train
+# tests: translation, reordering, the tile kernels and the layers' precision= on the GPU; tiles: block
+# statistics, translation cost, tile SpMM (tf32 / ieee) and SDDMM against cuSPARSE and our CUDA-core
+# kernels on real graphs; accuracy: GCN / AGNN test accuracy on Cora and Citeseer, 5 seeds, per
+# precision (JSON lines in $OUT/accuracy.jsonl); train: GCN / AGNN epochs vs PyG per precision.
 set -o pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1 SPARSEGNN_DATA=${SPARSEGNN_DATA:-.data}
 OUT=${OUT:-/tmp/sparsegnn-out}; mkdir -p "$OUT"
 for stage in "$@"; do
   echo "== $stage"
   case $stage in
-    tests) python3 -m pytest -q -p no:cacheprovider -p no:logging tests/test_tiles.py tests/test_reorder.py 2>&1 | tail -3 ;;
+    tests) python3 -m pytest -q -p no:cacheprovider -p no:logging tests/test_tiles.py tests/test_reorder.py \
+             tests/test_precision_layers.py tests/test_compile.py -k "${TEST_K:-not nothing}" 2>&1 | tail -4 ;;
+    accuracy) for ds in cora citeseer; do for model in gcn agnn; do for p in ${PRECISIONS:-ieee tf32 bf16}; do
+                python3 -m sparsegnn train --dataset $ds --root .data/planetoid --model $model --runs 5 --epochs 200 \
+                  --precision $p --json 2>/dev/null | tail -1 | sed "s/^{/{\"tune\": \"${SPARSEGNN_TUNE:-on}\", /" \
+                  | tee -a "$OUT/accuracy.jsonl" | cut -c1-160
+              done; done; done ;;
+    train) for p in ${PRECISIONS:-ieee tf32}; do
+             timeout ${TRAIN_TIMEOUT:-400} python3 scripts/bench_train.py --models gcn,agnn --providers ours,ours_capture,pyg \
+               --graphs ${TRAIN_GRAPHS:-all} --precision $p --out "$OUT/train_$p.json" --md "$OUT/train_$p.md" 2>&1 | tail -6
+           done ;;
     tiles) timeout 300 python3 scripts/time_tiles.py --graphs ${GRAPHS:-cora,citeseer,wikipedia,deezer,twitch,reddit-threads-10k} \
              --dims ${DIMS:-32,64,128,256} 2>&1 | tee "$OUT/tiles.md" | tail -30 ;;
   esac

@@ -133,6 +133,28 @@ def test_opcheck_triton_backend_in_interpreter():
                                              "triton"))
 
 
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_opcheck_spmm_precise_in_interpreter(reduce):
+    """The reduced-precision SpMM op (rows / tiles / cuSPARSE picked by the tuner), both directions."""
+    if not torch.cuda.is_available() and not interpreting():
+        pytest.skip("needs CUDA or TRITON_INTERPRET=1")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = _graph(dtype=torch.float32, n=6, edges=12).to(device)
+    w = g.edge_val.clone().requires_grad_(True)
+    for transposed in (False, True):
+        x = torch.randn(6, 8, device=device, requires_grad=True)
+        for precision in ("tf32", "bf16"):
+            torch.library.opcheck(OPS.spmm_precise, (x, w, g.key, reduce, precision, transposed, "triton"),
+                                  atol=2e-2, rtol=2e-2)
+    x = torch.randn(6, 8, device=device, dtype=torch.float64)
+    for weight in (None, g.edge_val):       # against the exact ops in float64
+        w64 = None if weight is None else weight.double()
+        for transposed, exact in ((False, OPS.spmm), (True, OPS.spmm_transposed)):
+            got = OPS.spmm_precise(x.float(), weight, g.key, reduce, "tf32", transposed, "triton")
+            want = exact(x, w64, g.key, reduce, "reference")
+            torch.testing.assert_close(got.double(), want, atol=1e-2, rtol=1e-2)
+
+
 # ---------------------------------------------------------------- models and layers under torch.compile
 def _models():
     return {
@@ -201,6 +223,34 @@ def test_compiled_triton_backend_matches_eager(name):
     torch.testing.assert_close(out, out_eager, rtol=1e-5, atol=1e-6)
     for key in grads_eager:
         torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+@pytest.mark.parametrize("name", ["GCN", "AGNN"])
+def test_compiled_reduced_precision_matches_eager(name, monkeypatch):
+    """``precision="tf32"`` under torch.compile: the spmm_precise op, same kernels as eager.
+    AGNN compiles its three-pass form; eager is held to it (its tuner may pick the fused one)."""
+    if not torch.cuda.is_available() and not interpreting():
+        pytest.skip("needs CUDA or TRITON_INTERPRET=1")
+    from sparsegnn.ops import attention
+
+    monkeypatch.setattr(attention, "_agnn_path", lambda *a: 1)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    make = {"GCN": sgnn.GCN, "AGNN": sgnn.AGNN}[name]
+    model = make(8, 3, hidden=16, dropout=0.0, backend="triton", precision="tf32").to(device)
+    graph, x = _data(12)
+    graph, x = graph.to(device), x.to(device)
+    sgnn.prepare(model, x, graph)
+    out_eager, grads_eager = _step(model, x, graph)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    out, grads = _step(model, x, graph, compiled)
+    torch.testing.assert_close(out, out_eager, rtol=1e-5, atol=1e-6)
+    for key in grads_eager:
+        torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-5, atol=1e-6, msg=key)
+    if name == "GCN":      # the traced program holds the reduced-precision op
+        explanation = torch._dynamo.explain(model)(x, graph)
+        code = "\n".join(str(gm.graph) for gm in explanation.graphs)
+        assert "spmm_precise" in code and explanation.graph_break_count == 0
 
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="inductor on the CPU needs a C++ compiler")

@@ -208,10 +208,14 @@ def test_tile_sddmm_matches_per_edge_dot_products(graph_case, precision, tol, wi
 
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 @pytest.mark.parametrize("precision,tol", [("tf32", 5e-3), ("bf16", 1e-2)])
-def test_spmm_precision_runs_on_tiles_with_autograd(graph_case, reduce, precision, tol):
+def test_spmm_precision_runs_on_tiles_with_autograd(graph_case, reduce, precision, tol, monkeypatch):
     import sparsegnn as sg
+    from sparsegnn.ops import tiles as tile_ops
 
     from conftest import DEVICE
+    calls = []
+    real = tile_ops._precise_sum
+    monkeypatch.setattr(tile_ops, "_precise_sum", lambda *a: calls.append(a[3]) or real(*a))
     _, n, ei, w = graph_case
     g = Graph.from_edge_index(ei, w, num_nodes=n).to(DEVICE)
     x64 = torch.randn(n, 24, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
@@ -226,7 +230,9 @@ def test_spmm_precision_runs_on_tiles_with_autograd(graph_case, reduce, precisio
     (gx,) = torch.autograd.grad(out.sum(), x)
     want_gx = dense.sum(0)[:, None].expand(n, 24)
     assert float((gx.double().cpu() - want_gx).norm()) <= tol * max(float(want_gx.norm()), 1.0)
-    assert "tiles" in {k[0] for k in g.cache if isinstance(k, tuple)}          # it did run on the tiles
+    # forward and backward took the tuned reduced-precision path (rows / tiles / cuSPARSE: the
+    # pick of this structure may come from an earlier test; every candidate is tested below)
+    assert calls == [precision, precision]
 
 
 def test_spmm_precision_elsewhere_is_exact_and_checked():

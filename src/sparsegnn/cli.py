@@ -37,6 +37,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.minibatch is not None and args.reorder is not None:
         print("train: --reorder applies to full-graph training; drop it with --minibatch", file=sys.stderr)
         return 2
+    if args.minibatch is not None and args.precision != "ieee":
+        print("train: --precision applies to full-graph training; drop it with --minibatch", file=sys.stderr)
+        return 2
     if args.minibatch is not None and args.compile != "none":
         print("train: --minibatch trains eagerly; drop --compile", file=sys.stderr)
         return 2
@@ -51,7 +54,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             result = train_minibatch(data, args.model, fanouts=args.minibatch, batch_size=args.batch_size, **common)
         else:
             result = train_node_classifier(data, args.model, compile=args.compile,
-                                           compile_backend=args.compile_backend, reorder=args.reorder, **common)
+                                           compile_backend=args.compile_backend, reorder=args.reorder,
+                                           precision=args.precision, **common)
         results.append(result)
         if not args.json:
             print(f"seed {result.seed}: val {100 * result.val_acc:.2f}%  test {100 * result.test_acc:.2f}%  "
@@ -60,7 +64,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     mean = lambda key: sum(getattr(r, key) for r in results) / len(results)  # noqa: E731
     summary = {
         "model": args.model, "dataset": args.dataset, "device": args.device, "backend": args.backend,
-        "compile": args.compile, "minibatch": args.minibatch, "batch_size": args.batch_size if args.minibatch else None,
+        "compile": args.compile, "precision": args.precision, "minibatch": args.minibatch,
+        "batch_size": args.batch_size if args.minibatch else None,
         "epochs": args.epochs, "runs": args.runs, "seeds": [r.seed for r in results],
         "val_acc": mean("val_acc"), "test_acc": mean("test_acc"),
         "test_acc_at_best_val": mean("test_acc_at_best_val"), "mean_epoch_ms": mean("mean_epoch_ms"),
@@ -245,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--batch-size", type=int, default=1024, help="seed nodes per mini-batch (with --minibatch)")
     train.add_argument("--reorder", default=None, choices=["rcm", "degree", "metis", "lpa"],
                        help="renumber the nodes for locality before full-graph training (Graph.reorder)")
+    train.add_argument("--precision", default="ieee", choices=["ieee", "tf32", "bf16"],
+                       help="aggregation precision: ieee (exact fp32, default), tf32 or bf16 (tensor cores)")
     train.add_argument("--json", action="store_true", help="print the final metrics as one JSON line")
     train.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
     train.set_defaults(func=_cmd_train)

@@ -167,13 +167,23 @@ def _flat(x: Tensor, node_dim: int) -> Tuple[Tensor, Tuple[int, ...], int]:
     return moved.reshape(moved.shape[0], -1), tuple(moved.shape[1:]), dim
 
 
+def check_precision(layer: str, precision: Any) -> str:
+    """``precision`` of a layer: ``"ieee"`` (exact), ``"tf32"`` or ``"bf16"`` (see :func:`sparsegnn.spmm`)."""
+    from ..ops.spmm import PRECISIONS
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"{layer}(): precision must be one of {PRECISIONS}, got {precision!r}")
+    return precision
+
+
 def propagate(graph: Graph, x: Tensor, reduce: str = "sum", node_dim: int = -2,
-              edge_weight: Optional[Tensor] = None, backend: str = "auto") -> Tensor:
+              edge_weight: Optional[Tensor] = None, backend: str = "auto", precision: str = "ieee") -> Tensor:
     r"""``out[i] = reduce_{j -> i} w_ji x_j`` over the nodes of ``x``'s ``node_dim``, in one SpMM.
 
     ``x`` of shape ``[B, N, F]`` (or any shape with nodes on ``node_dim``) is aggregated as one
     ``[N, B * F]`` matrix: a permute and reshape around a single SpMM.  ``reduce="min"`` runs
-    :math:`-\max(-w x)`.
+    :math:`-\max(-w x)`.  ``precision`` as in :func:`sparsegnn.spmm` (sums and means on tensor
+    cores with ``"tf32"`` / ``"bf16"``; max and min stay exact).
 
     Shapes:
         x: [..., M, ..., F] (``M`` = sources on ``node_dim``) -> the same with ``N`` targets.
@@ -182,7 +192,7 @@ def propagate(graph: Graph, x: Tensor, reduce: str = "sum", node_dim: int = -2,
     if reduce == "min":
         out = -spmm(graph, -flat, reduce="max", edge_weight=edge_weight, backend=backend)
     else:
-        out = spmm(graph, flat, reduce=reduce, edge_weight=edge_weight, backend=backend)
+        out = spmm(graph, flat, reduce=reduce, edge_weight=edge_weight, backend=backend, precision=precision)
     if x.dim() == 2 and dim == 0:
         return out
     return out.view((graph.num_nodes,) + rest).movedim(0, dim)

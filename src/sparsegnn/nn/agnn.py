@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from ..ops.attention import agnn_attention
 from ._graph_input import GraphInputMixin, identity, self_looped
-from ._inputs import GraphArg, message_passing_options, node_counts, split_features, unsupported
+from ._inputs import GraphArg, check_precision, message_passing_options, node_counts, split_features, unsupported
 
 __all__ = ["AGNNConv"]
 
@@ -30,6 +30,9 @@ class AGNNConv(GraphInputMixin, nn.Module):
         node_dim: -2 or 0 (the node dimension of 2-D features).
         cached: keep the self-looped graph of the first call (sparsegnn's; PyG has no such option).
         backend: sparse backend.
+        precision: ``"ieee"`` (default: exact, fused scores + softmax + sum), ``"tf32"`` or
+            ``"bf16"``: the weighted sum through ``spmm(..., precision=)`` after exact scores and
+            softmax (:func:`sparsegnn.ops.attention.agnn_attention`).
 
     Shapes:
         x: [N, F]; edge_index: Graph, [2, E], EdgeIndex, sparse adj_t [N, N] or SparseTensor -> [N, F].
@@ -37,7 +40,8 @@ class AGNNConv(GraphInputMixin, nn.Module):
 
     def __init__(self, requires_grad: bool = True, add_self_loops: bool = True, *, aggr="add",
                  aggr_kwargs: Optional[dict] = None, flow: str = "source_to_target", node_dim: int = -2,
-                 decomposed_layers: int = 1, cached: bool = False, backend: str = "auto") -> None:
+                 decomposed_layers: int = 1, cached: bool = False, backend: str = "auto",
+                 precision: str = "ieee") -> None:
         super().__init__()
         message_passing_options("AGNNConv", aggr, aggr_kwargs, flow, decomposed_layers, aggrs=("add", "sum"))
         if node_dim not in (-2, 0):
@@ -45,6 +49,7 @@ class AGNNConv(GraphInputMixin, nn.Module):
         self.requires_grad, self.add_self_loops = requires_grad, add_self_loops
         self.aggr, self.flow, self.node_dim = aggr, flow, node_dim
         self.cached, self.backend = cached, backend
+        self.precision = check_precision("AGNNConv", precision)
         if requires_grad:
             self.beta = nn.Parameter(torch.empty(1))
         else:
@@ -62,7 +67,7 @@ class AGNNConv(GraphInputMixin, nn.Module):
         num_nodes, _ = node_counts(fn, edge_index, x, x, None, 0, square=True)
         graph = self._graph(fn, edge_index, None, num_nodes, self_looped if self.add_self_loops else identity,
                             sparse_values=False)
-        return agnn_attention(graph, x, self.beta, backend=self.backend)   # scores, softmax, sum: fused
+        return agnn_attention(graph, x, self.beta, backend=self.backend, precision=self.precision)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}()"

@@ -7,7 +7,8 @@ import torch
 from torch import Tensor, nn
 
 from ._graph_input import GraphInputMixin, gcn_transform, graph_kind, identity
-from ._inputs import GraphArg, message_passing_options, node_counts, propagate, split_features, unsupported
+from ._inputs import (GraphArg, check_precision, message_passing_options, node_counts, propagate, split_features,
+                      unsupported)
 from ._linear import Linear
 
 __all__ = ["GCNConv"]
@@ -48,6 +49,9 @@ class GCNConv(GraphInputMixin, nn.Module):
             defaults are supported (anything else raises ``ValueError``).
         node_dim: the node dimension of ``x`` (PyG's, default -2: ``x`` of ``[..., N, F]``).
         backend: sparse backend of the aggregation (``"auto"``, ``"cpu"``, ``"triton"``, ``"reference"``).
+        precision: ``"ieee"`` (default: exact), ``"tf32"`` or ``"bf16"``: the sum / mean
+            aggregation on tensor cores where the tuner finds it faster (see
+            :func:`sparsegnn.spmm`; max / min stay exact).
 
     Shapes:
         x: [N, in_channels] or [B, N, in_channels]; edge_index: Graph, [2, E], EdgeIndex, sparse
@@ -57,7 +61,8 @@ class GCNConv(GraphInputMixin, nn.Module):
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False, cached: bool = False,
                  add_self_loops: Optional[bool] = None, normalize: bool = True, bias: bool = True, *,
                  aggr: str = "add", aggr_kwargs: Optional[dict] = None, flow: str = "source_to_target",
-                 node_dim: int = -2, decomposed_layers: int = 1, backend: str = "auto") -> None:
+                 node_dim: int = -2, decomposed_layers: int = 1, backend: str = "auto",
+                 precision: str = "ieee") -> None:
         super().__init__()
         self.reduce = message_passing_options("GCNConv", aggr, aggr_kwargs, flow, decomposed_layers, node_dim=node_dim)
         if add_self_loops is None:
@@ -70,6 +75,7 @@ class GCNConv(GraphInputMixin, nn.Module):
         self.improved, self.cached = improved, cached
         self.add_self_loops, self.normalize = add_self_loops, normalize
         self.aggr, self.flow, self.node_dim, self.backend = aggr, flow, node_dim, backend
+        self.precision = check_precision("GCNConv", precision)
         self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
         if bias:
             self.bias = nn.Parameter(torch.empty(out_channels))
@@ -100,9 +106,10 @@ class GCNConv(GraphInputMixin, nn.Module):
         width = x.size(-1)
         self.lin.initialize(width)
         if self.reduce in ("sum", "mean") and self.out_channels > width:     # A (X W) == (A X) W
-            out = self.lin(propagate(graph, x, self.reduce, self.node_dim, backend=self.backend))
+            out = self.lin(propagate(graph, x, self.reduce, self.node_dim, backend=self.backend, precision=self.precision))
         else:
-            out = propagate(graph, self.lin(x), self.reduce, self.node_dim, backend=self.backend)
+            out = propagate(graph, self.lin(x), self.reduce, self.node_dim, backend=self.backend,
+                            precision=self.precision)
         return out + self.bias if self.bias is not None else out
 
     def __repr__(self) -> str:

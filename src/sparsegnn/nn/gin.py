@@ -8,7 +8,8 @@ from torch import Tensor
 
 from ._graph_input import GraphInputMixin, graph_kind, identity
 from ._inputs import (
-    Features, GraphArg, edge_graph, message_passing_options, node_counts, propagate, split_features, to_graph_order,
+    Features, GraphArg, check_precision, edge_graph, message_passing_options, node_counts, propagate, split_features,
+    to_graph_order,
 )
 from ._linear import Linear
 
@@ -37,6 +38,7 @@ class _GINBase(GraphInputMixin, torch.nn.Module):
         self.initial_eps = eps
         self.aggr, self.flow, self.node_dim, self.backend = aggr, flow, node_dim, backend
         self.cached = False
+        self.precision = "ieee"
         if train_eps:
             self.eps = torch.nn.Parameter(torch.empty(1))
         else:
@@ -75,6 +77,9 @@ class GINConv(_GINBase):
         aggr_kwargs, flow, decomposed_layers: PyG's ``MessagePassing`` arguments; defaults only.
         node_dim: node dimension of the features (default -2: ``[..., N, F]``).
         backend: sparse backend of the aggregation.
+        precision: ``"ieee"`` (default: exact), ``"tf32"`` or ``"bf16"``: the sum / mean
+            aggregation on tensor cores where the tuner finds it faster (see
+            :func:`sparsegnn.spmm`; max / min stay exact).
 
     Shapes:
         x: [N, F] or ([M, F], [N, F] or None), optionally with leading batch dimensions;
@@ -83,8 +88,9 @@ class GINConv(_GINBase):
 
     def __init__(self, nn: Callable[[Tensor], Tensor], eps: float = 0.0, train_eps: bool = False, *, aggr="add",
                  aggr_kwargs: Optional[dict] = None, flow: str = "source_to_target", node_dim: int = -2,
-                 decomposed_layers: int = 1, backend: str = "auto") -> None:
+                 decomposed_layers: int = 1, backend: str = "auto", precision: str = "ieee") -> None:
         super().__init__(nn, eps, train_eps, aggr, aggr_kwargs, flow, node_dim, decomposed_layers, backend)
+        self.precision = check_precision(self._name, precision)
         self.reset_parameters()
 
     def forward(self, x: Features, edge_index: GraphArg, size: Optional[Tuple[int, int]] = None, *,
@@ -94,7 +100,8 @@ class GINConv(_GINBase):
         x_src, x_dst, num_src, num_dst = self._inputs(x, edge_index, size)
         graph = self._graph(self._name, edge_index, edge_weight, num_dst, identity, num_src=num_src,
                             sparse_values=graph_kind(edge_index) != "sparse_tensor")
-        return self._update(propagate(graph, x_src, self.reduce, self.node_dim, backend=self.backend), x_dst)
+        aggregated = propagate(graph, x_src, self.reduce, self.node_dim, backend=self.backend, precision=self.precision)
+        return self._update(aggregated, x_dst)
 
 
 class GINEConv(_GINBase):

@@ -5,6 +5,9 @@
   output projection (TC-GNN's setting; the AGNN paper's architecture).
 - ``GraphSAGE`` / ``GIN`` / ``GAT``: full-batch models as in MaxK-GNN (hidden 256, LayerNorm
   after every hidden layer, dropout).
+
+``precision`` (GCN, AGNN, GraphSAGE, GIN): ``"ieee"`` (default, exact), ``"tf32"`` or ``"bf16"``
+for every layer's sum / mean aggregation (see :func:`sparsegnn.spmm`).
 """
 from __future__ import annotations
 
@@ -25,11 +28,11 @@ class GCN(nn.Module):
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden: int = 16, dropout: float = 0.5,
-                 backend: str = "auto") -> None:
+                 backend: str = "auto", precision: str = "ieee") -> None:
         super().__init__()
         self.dropout = dropout
-        self.conv1 = GCNConv(in_channels, hidden, cached=True, backend=backend)
-        self.conv2 = GCNConv(hidden, out_channels, cached=True, backend=backend)
+        self.conv1 = GCNConv(in_channels, hidden, cached=True, backend=backend, precision=precision)
+        self.conv2 = GCNConv(hidden, out_channels, cached=True, backend=backend, precision=precision)
 
     def forward(self, x: Tensor, graph) -> Tensor:
         x = dropout(x, self.dropout, self.training)
@@ -48,14 +51,15 @@ class AGNN(nn.Module):
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden: int = 32, num_layers: int = 4,
-                 dropout: float = 0.5, backend: str = "auto") -> None:
+                 dropout: float = 0.5, backend: str = "auto", precision: str = "ieee") -> None:
         super().__init__()
         if num_layers < 3:
             raise ValueError(f"AGNN(): num_layers must be >= 3 (input, propagation, output), got {num_layers}")
         self.dropout = dropout
         self.lin_in = nn.Linear(in_channels, hidden)
         self.props = nn.ModuleList(
-            [AGNNConv(requires_grad=i > 0, cached=True, backend=backend) for i in range(num_layers - 2)]
+            [AGNNConv(requires_grad=i > 0, cached=True, backend=backend, precision=precision)
+             for i in range(num_layers - 2)]
         )
         self.lin_out = nn.Linear(hidden, out_channels)
 
@@ -97,9 +101,9 @@ class GraphSAGE(_NormedStack):
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden: int = 256, num_layers: int = 3,
-                 dropout: float = 0.5, norm: bool = True, backend: str = "auto") -> None:
+                 dropout: float = 0.5, norm: bool = True, backend: str = "auto", precision: str = "ieee") -> None:
         w = _widths(in_channels, hidden, out_channels, num_layers)
-        convs = [SAGEConv(w[i], w[i + 1], backend=backend) for i in range(num_layers)]
+        convs = [SAGEConv(w[i], w[i + 1], backend=backend, precision=precision) for i in range(num_layers)]
         super().__init__(convs, hidden, dropout, norm)
 
 
@@ -111,10 +115,11 @@ class GIN(_NormedStack):
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden: int = 256, num_layers: int = 3,
-                 dropout: float = 0.5, norm: bool = True, backend: str = "auto") -> None:
+                 dropout: float = 0.5, norm: bool = True, backend: str = "auto", precision: str = "ieee") -> None:
         w = _widths(in_channels, hidden, out_channels, num_layers)
         convs = [
-            GINConv(nn.Sequential(nn.Linear(w[i], w[i + 1]), nn.ReLU(), nn.Linear(w[i + 1], w[i + 1])), backend=backend)
+            GINConv(nn.Sequential(nn.Linear(w[i], w[i + 1]), nn.ReLU(), nn.Linear(w[i + 1], w[i + 1])), backend=backend,
+                    precision=precision)
             for i in range(num_layers)
         ]
         super().__init__(convs, hidden, dropout, norm)

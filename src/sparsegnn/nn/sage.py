@@ -7,7 +7,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._graph_input import GraphInputMixin, graph_kind, identity
-from ._inputs import Features, GraphArg, message_passing_options, node_counts, propagate, split_features, unsupported
+from ._inputs import (Features, GraphArg, check_precision, message_passing_options, node_counts, propagate,
+                      split_features, unsupported)
 from ._linear import Linear
 
 __all__ = ["SAGEConv"]
@@ -38,6 +39,9 @@ class SAGEConv(GraphInputMixin, nn.Module):
             defaults are supported.
         node_dim: node dimension of the features (default -2: ``[..., N, F]``).
         backend: sparse backend of the aggregation.
+        precision: ``"ieee"`` (default: exact), ``"tf32"`` or ``"bf16"``: the sum / mean
+            aggregation on tensor cores where the tuner finds it faster (see
+            :func:`sparsegnn.spmm`; max / min stay exact).
 
     Shapes:
         x: [N, F] or ([M, F_s], [N, F_t] or None), optionally with leading batch dimensions;
@@ -47,12 +51,13 @@ class SAGEConv(GraphInputMixin, nn.Module):
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, aggr="mean",
                  normalize: bool = False, root_weight: bool = True, project: bool = False, bias: bool = True, *,
                  aggr_kwargs: Optional[dict] = None, flow: str = "source_to_target", node_dim: int = -2,
-                 decomposed_layers: int = 1, backend: str = "auto") -> None:
+                 decomposed_layers: int = 1, backend: str = "auto", precision: str = "ieee") -> None:
         super().__init__()
         self.reduce = message_passing_options("SAGEConv", aggr, aggr_kwargs, flow, decomposed_layers, node_dim=node_dim)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.aggr, self.normalize, self.root_weight, self.project = aggr, normalize, root_weight, project
         self.flow, self.node_dim, self.backend = flow, node_dim, backend
+        self.precision = check_precision("SAGEConv", precision)
         self.cached = False
         widths = (in_channels, in_channels) if isinstance(in_channels, int) else tuple(in_channels)
         if project:
@@ -87,11 +92,12 @@ class SAGEConv(GraphInputMixin, nn.Module):
         if self.reduce in ("sum", "mean") and self.out_channels < width:
             # linear aggregations commute with the projection: aggregate the narrower features
             out = propagate(graph, F.linear(x_src, self.lin_l.weight), self.reduce, self.node_dim,
-                            backend=self.backend)
+                            backend=self.backend, precision=self.precision)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
         else:
-            out = self.lin_l(propagate(graph, x_src, self.reduce, self.node_dim, backend=self.backend))
+            out = self.lin_l(propagate(graph, x_src, self.reduce, self.node_dim, backend=self.backend,
+                                        precision=self.precision))
         if self.lin_r is not None and x_dst is not None:
             out = out + self.lin_r(x_dst)
         return F.normalize(out, p=2.0, dim=-1) if self.normalize else out

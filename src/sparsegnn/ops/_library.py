@@ -12,6 +12,9 @@ Schemas (namespace ``sparsegnn``; ``graph`` is a Graph's key; ``backend`` is the
 
 - ``spmm(Tensor x, Tensor? weight, int graph, str reduce, str backend) -> Tensor``:
   ``reduce_{e: j -> i} w_e x_j`` (sum, mean, max; weight [E], [E, H] multi-head or None).
+- ``spmm_precise(Tensor x, Tensor? weight, int graph, str reduce, str precision, bool transposed, str backend) -> Tensor``:
+  sum / mean (``transposed``: ``A'^T x``) at ``precision`` "tf32" / "bf16" on the tuned rows /
+  tiles / cuSPARSE of ``ops.tiles``; exact where the backend is not Triton (as eager ``spmm``).
 - ``spmm_transposed(Tensor x, Tensor? weight, int graph, str reduce, str backend) -> Tensor``:
   ``A'^T x`` with ``A' = A`` (sum) or ``D^-1 A`` (mean): spmm's input gradient, sddmm's ``db``.
 - ``spmm_weight_grad(Tensor grad_out, Tensor x, int graph, int heads, str reduce, str backend) -> Tensor``:
@@ -167,6 +170,50 @@ def _spmm_backward(ctx, grad_out: Tensor):
 
 
 spmm_op.register_autograd(_spmm_backward, setup_context=_spmm_setup)
+
+
+@torch.library.custom_op(f"{_LIB}::spmm_precise", mutates_args=(),
+                         schema="(Tensor x, Tensor? weight, int graph, str reduce, str precision, bool transposed, str backend) -> Tensor")
+def spmm_precise_op(x: Tensor, weight: Optional[Tensor], graph: int, reduce: str, precision: str,
+                    transposed: bool, backend: str) -> Tensor:
+    from .tiles import precise_aggregate
+
+    g = graph_of(graph, "spmm", x=x, weight=weight)
+    chosen = _backend("spmm", backend, x)
+    if chosen != "triton":       # eager spmm is exact off the Triton backend too
+        run = dispatch.aggregate_transposed if transposed else dispatch.aggregate
+        return _fresh(run(chosen, g, x, weight, reduce))
+    return _fresh(precise_aggregate(g, x, weight, reduce, precision, transposed))
+
+
+@spmm_precise_op.register_fake
+def _(x, weight, graph, reduce, precision, transposed, backend):
+    g = graph_of(graph, "spmm", x=x, weight=weight)
+    return x.new_empty((g.num_src if transposed else g.num_nodes, x.shape[1]))
+
+
+def _spmm_precise_setup(ctx, inputs, output) -> None:
+    x, weight, ctx.graph, ctx.reduce, ctx.precision, ctx.transposed, ctx.backend = inputs
+    ctx.save_for_backward(x, weight)
+
+
+def _spmm_precise_backward(ctx, grad_out: Tensor):
+    """``dX = A'^T dY`` at the same precision; ``dw_e = s_i <dY_i, X_j>`` exact (transposed:
+    ``s_i <X_i, dY_j>``)."""
+    x, weight = ctx.saved_tensors
+    ops = torch.ops.sparsegnn
+    grad_out = grad_out.contiguous()
+    grad_x = grad_w = None
+    if ctx.needs_input_grad[0]:
+        grad_x = ops.spmm_precise(grad_out, weight, ctx.graph, ctx.reduce, ctx.precision, not ctx.transposed,
+                                        ctx.backend)
+    if weight is not None and ctx.needs_input_grad[1]:
+        pair = (x.to(grad_out.dtype), grad_out) if ctx.transposed else (grad_out, x.to(grad_out.dtype))
+        grad_w = ops.spmm_weight_grad(*pair, ctx.graph, 0, ctx.reduce, ctx.backend).to(weight.dtype)
+    return grad_x, grad_w, None, None, None, None, None
+
+
+spmm_precise_op.register_autograd(_spmm_precise_backward, setup_context=_spmm_precise_setup)
 
 
 # ---------------------------------------------------------------------------- sddmm

@@ -247,6 +247,32 @@ def _agnn_backward(graph: Graph, grad: Tensor, q: Tensor, nrm: Tensor, beta: Ten
     return dq.to(q.dtype), dnrm.to(nrm.dtype), dbeta.sum().reshape(beta.shape).to(beta.dtype)
 
 
+def _agnn_three_pass(graph: Graph, x: Tensor, q: Tensor, beta: Tensor, backend: str, precision: str) -> Tensor:
+    """Exact scores and softmax, then the weighted sum at ``precision`` (public ops, autograd)."""
+    from .sddmm import sddmm
+    from .softmax import edge_softmax
+    from .spmm import spmm
+
+    alpha = edge_softmax(graph, beta.reshape(()) * sddmm(graph, q, q, "dot", backend=backend), backend=backend)
+    return spmm(graph, x, edge_weight=alpha, backend=backend, precision=precision)
+
+
+def _agnn_path(graph: Graph, x: Tensor, q: Tensor, nrm: Tensor, beta: Tensor, precision: str) -> int:
+    """The ``"agnn_tc"`` decision: 0 = fused exact kernel, 1 = three passes with the sum at
+    ``precision``; timed once (forward, no grad) per graph structure, width and dtype."""
+    from ..tune import decide
+
+    def run(config):
+        with torch.no_grad():
+            if config["path"] == 0:
+                return _agnn_forward(graph, q.detach(), nrm.detach().to(x.dtype), beta.detach().reshape(1))[0]
+            return _agnn_three_pass(graph, x.detach(), q.detach(), beta.detach(), "triton", precision)
+
+    config = decide("agnn_tc", graph, precision, x.shape[1], x.dtype, x.device, [{"path": 0}, {"path": 1}], run,
+                    space={"path": (0, 1)}, ranked=False)
+    return config["path"]
+
+
 class _FusedAGNN(torch.autograd.Function):
     @staticmethod
     def forward(ctx, graph: Graph, q: Tensor, nrm: Tensor, beta: Tensor):
@@ -302,7 +328,7 @@ def _agnn_op_backward(ctx, grad, _grad_lse, _grad_out32):
 _agnn_op.register_autograd(_agnn_op_backward, setup_context=_agnn_setup)
 
 
-def agnn_attention(graph, x: Tensor, beta: Tensor, backend: str = "auto") -> Tensor:
+def agnn_attention(graph, x: Tensor, beta: Tensor, backend: str = "auto", precision: str = "ieee") -> Tensor:
     """AGNN propagation, fused: ``out_i = sum_{j -> i} softmax_i(beta cos(x_i, x_j)) x_j``.
 
     ``cos`` uses unit rows ``x / max(|x|, 1e-12)`` (``F.normalize``).  On CUDA: one Triton
@@ -315,6 +341,13 @@ def agnn_attention(graph, x: Tensor, beta: Tensor, backend: str = "auto") -> Ten
         beta: the temperature, a one-element tensor (learnable or not).
         backend: ``"auto"`` (fused Triton kernels on CUDA, the CPU kernels on the CPU),
             ``"reference"``, ``"triton"`` or ``"cpu"``.
+        precision: ``"ieee"`` (default: exact, fused), ``"tf32"`` or ``"bf16"``: allows, on
+            the Triton backend, exact scores and softmax (row-wise SDDMM, edge softmax) and the
+            weighted sum through ``spmm(..., precision=)`` (tensor-core tiles where its tuner
+            finds them faster): three passes instead of the fused one.  The tuner (family
+            ``"agnn_tc"``) times both forwards once per graph, width and dtype and keeps the
+            faster; the fused exact kernel wins on most graphs (the passes it saves outweigh the
+            tensor cores at AGNN's widths).  Under ``torch.compile`` the three-pass form is traced.
 
     Shapes:
         x: [N, F]; beta: [1] -> [N, F].
@@ -335,6 +368,10 @@ def agnn_attention(graph, x: Tensor, beta: Tensor, backend: str = "auto") -> Ten
     nrm = x.norm(dim=-1).clamp_min(1e-12)
     q = x / nrm[:, None]
     chosen = choose_backend(fn, backend, x)
+    if precision not in ("ieee", "tf32", "bf16"):
+        raise ValueError(f"{fn}(): precision must be one of ('ieee', 'tf32', 'bf16'), got {precision!r}")
+    if chosen == "triton" and precision != "ieee" and (compiling() or _agnn_path(graph, x, q, nrm, beta, precision)):
+        return _agnn_three_pass(graph, x, q, beta, backend, precision)
     if chosen == "cpu":
         from .sddmm import sddmm
         from .softmax import edge_softmax

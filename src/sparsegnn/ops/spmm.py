@@ -158,17 +158,19 @@ def spmm(
             edge_weight = graph.to_graph_order(edge_weight)
     else:
         edge_weight = graph.edge_val
+    if precision not in PRECISIONS:
+        raise ValueError(f"{fn}(): precision must be one of {PRECISIONS}, got {precision!r}")
+    reduced = precision != "ieee" and reduce in ("sum", "mean") and (edge_weight is None or edge_weight.dim() == 1)
     if compiling():  # the custom op: graph tensors stay out of the traced program (devices checked there)
         if backend not in BACKENDS:
             raise ValueError(f"{fn}(): backend must be one of {BACKENDS}, got {backend!r}")
+        if reduced:
+            return torch.ops.sparsegnn.spmm_precise(x, edge_weight, graph.key, reduce, precision, False, backend)
         return torch.ops.sparsegnn.spmm(x, edge_weight, graph.key, reduce, backend)
     check_same_device(fn, graph=graph.rowptr, x=x, edge_weight=edge_weight)
     chosen = choose_backend(fn, backend, x)
-    if precision != "ieee":
-        if precision not in PRECISIONS:
-            raise ValueError(f"{fn}(): precision must be one of {PRECISIONS}, got {precision!r}")
-        if chosen == "triton" and reduce in ("sum", "mean") and (edge_weight is None or edge_weight.dim() == 1):
-            return _tensor_core_spmm(graph, x, edge_weight, reduce, precision)
+    if reduced and chosen == "triton":
+        return _tensor_core_spmm(graph, x, edge_weight, reduce, precision)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad))
     if not needs_grad:  # no autograd node: less overhead per call (inference, small graphs)
         return aggregate(chosen, graph, x, edge_weight, reduce)

@@ -25,7 +25,7 @@ from ..graph import Graph
 from ..kernels import interpreting
 from ._dispatch import derived_values, edge_values
 
-__all__ = ["spmm_tc", "spmm_precise", "tiles_of_graph", "tc_candidates", "TC_SPACE"]
+__all__ = ["spmm_tc", "spmm_precise", "precise_aggregate", "tiles_of_graph", "tc_candidates", "TC_SPACE"]
 
 
 def tiles_of_graph(graph: Graph, window: int = 16, block_k: int = 16):
@@ -189,11 +189,15 @@ def _precise_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: s
 
 
 def _transposed_weight(graph: Graph, weight: Optional[Tensor]) -> Optional[Tensor]:
+    """``weight`` (``graph``'s CSR order) in the order of ``graph.t()``'s edges; kept while the
+    same tensor at the same version comes back (the graph's own values, a mean's ``1 / deg``),
+    so the transpose's tile values are not rebuilt every backward."""
     if weight is None:
         return None
     if weight is graph.edge_val:
         return graph.t().edge_val           # permuted once and cached with the transpose
-    return weight.index_select(0, graph.transpose_parts()[2])
+    perm = graph.transpose_parts()[2]
+    return derived_values(graph, ("transposed_weight",), weight, lambda: weight.detach().index_select(0, perm))
 
 
 class _SpMMPrecise(torch.autograd.Function):
@@ -220,6 +224,25 @@ class _SpMMPrecise(torch.autograd.Function):
         if weight is not None and ctx.needs_input_grad[2]:
             grad_w = edge_values("triton", graph, grad_out.float(), x.float(), "dot").to(weight.dtype)
         return None, grad_x, grad_w, None
+
+
+def precise_aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, precision: str,
+                      transposed: bool = False) -> Tensor:
+    """No-grad ``A' x`` (``transposed``: ``A'^T x``) at ``precision``, ``A' = A`` (``"sum"``) or
+    ``D^-1 A`` (``"mean"``), weights ``weight`` in ``graph``'s CSR order (None = ones): what the
+    custom op ``sparsegnn::spmm_precise`` runs under ``torch.compile``.
+
+    Shapes:
+        x: [M, F] ([N, F] transposed); weight: [E] or None -> [N, F] ([M, F] transposed).
+    """
+    from ._dispatch import mean_scale, scaled
+
+    if reduce == "mean":
+        weight = scaled(None if weight is None else weight.detach(), mean_scale(graph, torch.float32))
+    if transposed:
+        graph, weight = graph.t(), _transposed_weight(graph, weight)
+    features = x.to(torch.bfloat16) if precision == "bf16" else x
+    return _precise_sum(graph, features, weight, precision).to(x.dtype)
 
 
 def spmm_precise(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:
