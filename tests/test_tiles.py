@@ -286,3 +286,39 @@ def test_precise_spmm_rebuilds_cached_values_after_an_in_place_update():
         g.edge_val.mul_(2.0)                 # an optimiser step on a learnable edge weight
     second = sg.spmm(g, x, backend="triton", precision="tf32")
     assert torch.allclose(second.cpu(), 2 * first.cpu(), atol=1e-2)
+
+
+@pytest.mark.parametrize("width", [24, 80])
+def test_every_precise_sddmm_candidate_and_the_tuned_call_match_float64(graph_case, width):
+    """Each config the ``sddmm_tc`` tuner can pick (row-wise exact, tiles with 32 / 64
+    features per step), and ``sddmm(precision=)`` with its gradients."""
+    import sparsegnn as sg
+    from sparsegnn.ops.tiles import SDDMM_TC_SPACE, _sddmm_run, sddmm_candidates
+
+    from conftest import DEVICE
+    _, n, ei, w = graph_case
+    g = Graph.from_edge_index(ei, w, num_nodes=n).to(DEVICE)
+    gen = torch.Generator().manual_seed(12)
+    a64 = torch.randn(n, width, generator=gen, dtype=torch.float64)
+    b64 = torch.randn(n, width, generator=gen, dtype=torch.float64)
+    a, b = a64.float().to(DEVICE), b64.float().to(DEVICE)
+    row, col = g.row.cpu(), g.col.cpu()
+    want = (a64[row] * b64[col]).sum(-1)
+    scale = max(float(want.norm()), 1.0)
+    candidates = sddmm_candidates(width)
+    assert {c["path"] for c in candidates} == {0, 1}
+    for config in candidates:
+        assert all(v in SDDMM_TC_SPACE[k] for k, v in config.items())
+        out = _sddmm_run(g, a, b, config)
+        assert out.shape == (g.num_edges,) and out.dtype == torch.float32
+        assert float((out.double().cpu() - want).norm()) <= 5e-3 * scale, config
+    ag, bg = a.clone().requires_grad_(), b.clone().requires_grad_()
+    out = sg.sddmm(g, ag, bg, backend="triton", precision="tf32")
+    assert float((out.detach().double().cpu() - want).norm()) <= 5e-3 * scale
+    weight = torch.linspace(-1, 1, g.num_edges, dtype=torch.float64)
+    (out * weight.float().to(DEVICE)).sum().backward()
+    dense = torch.zeros(n, n, dtype=torch.float64).index_put_((row, col), weight, accumulate=True)
+    for got, ref in ((ag.grad, dense @ b64), (bg.grad, dense.t() @ a64)):
+        assert float((got.double().cpu() - ref).norm()) <= 5e-3 * max(float(ref.norm()), 1.0)
+    with pytest.raises(ValueError, match=r"sddmm\(\): precision must be one of"):
+        sg.sddmm(g, a, b, precision="fp8")

@@ -50,7 +50,7 @@ class _SDDMM(torch.autograd.Function):
         return None, grad_a, grad_b, None, None
 
 
-def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto") -> Tensor:
+def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto", precision: str = "ieee") -> Tensor:
     """Per-edge values from target features ``a`` and source features ``b``.
 
     Args:
@@ -59,6 +59,10 @@ def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto") -
         b: source-side node features (``b[j]``).
         op: ``"dot"``, ``"add"`` or ``"mul"``.
         backend: ``"auto"`` (Triton on CUDA), ``"reference"`` or ``"triton"``.
+        precision: ``"ieee"`` (default, exact), ``"tf32"`` or ``"bf16"`` (run as tf32): a
+            ``"dot"`` on the Triton backend may then run on tensor cores over the graph's tiles
+            where the tuner finds that faster (``ops.tiles.sddmm_precise``; gradients by
+            ``spmm`` at the same precision).  Elsewhere, and under ``torch.compile``, exact.
 
     Returns:
         ``[E]`` for ``dot``, ``[E, F]`` otherwise, in the Graph's edge order (the caller's
@@ -91,13 +95,19 @@ def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto") -
         raise ValueError(f"{fn}(): a and b must have the same dtype, got {a.dtype} and {b.dtype}")
     if op not in OPS:
         raise ValueError(f"{fn}(): op must be one of {OPS}, got {op!r}")
+    if precision not in ("ieee", "tf32", "bf16"):
+        raise ValueError(f"{fn}(): precision must be one of ('ieee', 'tf32', 'bf16'), got {precision!r}")
     if compiling():  # the custom op: graph tensors stay out of the traced program (devices checked there)
         if backend not in BACKENDS:
             raise ValueError(f"{fn}(): backend must be one of {BACKENDS}, got {backend!r}")
         return torch.ops.sparsegnn.sddmm(a, b, graph.key, op, backend)
     check_same_device(fn, graph=graph.rowptr, a=a, b=b)
     chosen = choose_backend(fn, backend, a)
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+    if precision != "ieee" and op == "dot" and chosen == "triton":
+        from .tiles import sddmm_precise
+
+        out = sddmm_precise(graph, a, b, precision)
+    elif torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         out = _SDDMM.apply(graph, a, b, op, chosen)
     else:  # no autograd node (and its host cost) when nothing needs a gradient
         out = edge_values(chosen, graph, a, b, op)

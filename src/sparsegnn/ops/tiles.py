@@ -25,7 +25,7 @@ from ..graph import Graph
 from ..kernels import interpreting
 from ._dispatch import derived_values, edge_values
 
-__all__ = ["spmm_tc", "spmm_precise", "precise_aggregate", "tiles_of_graph", "tc_candidates", "TC_SPACE"]
+__all__ = ["spmm_tc", "spmm_precise", "precise_aggregate", "sddmm_precise", "SDDMM_TC_SPACE", "tiles_of_graph", "tc_candidates", "TC_SPACE"]
 
 
 def tiles_of_graph(graph: Graph, window: int = 16, block_k: int = 16):
@@ -258,3 +258,74 @@ def spmm_precise(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: s
         return _SpMMPrecise.apply(graph, x, weight, precision)
     features = x.to(torch.bfloat16) if precision == "bf16" else x     # no autograd node: less host work
     return _precise_sum(graph, features, weight, precision).to(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# sddmm(..., precision="tf32" | "bf16"): the tuner picks the row-wise kernel or the tile kernel
+
+#: Search space of the ``"sddmm_tc"`` decisions: ``path`` 0 = the exact row-wise SDDMM,
+#: 1 = the tile SDDMM (one ``[W, F] @ [F, K]`` tf32 product per block), ``bf`` features per step.
+SDDMM_TC_SPACE = {"path": (0, 1), "bf": (32, 64)}
+
+
+def sddmm_candidates(num_feats: int) -> list:
+    """Tiles first (they won on 27 of 54 H100 cases of ``scripts/time_tiles.py``: small graphs,
+    batched molecules, community stand-ins, hubs with shared sources), then the row kernel."""
+    first = 32 if num_feats <= 32 else 64
+    return [{"path": 1, "bf": first}, {"path": 0, "bf": 32}, {"path": 1, "bf": 96 - first}]
+
+
+def _sddmm_run(graph: Graph, a: Tensor, b: Tensor, config: dict) -> Tensor:
+    from ..kernels.spmm_tiles import sddmm_tiles
+
+    if config["path"] == 0:
+        return edge_values("triton", graph, a, b, "dot").float()
+    return sddmm_tiles(tiles_of_graph(graph), a, b, precision="tf32", block_f=config["bf"])
+
+
+def _sddmm_tc(graph: Graph, a: Tensor, b: Tensor, precision: str) -> Tensor:
+    """No-grad ``<a_i, b_j>`` per edge (CSR order, fp32) on the tuned path."""
+    from ..tune import decide
+
+    run = lambda cfg: _sddmm_run(graph, a, b, cfg)  # noqa: E731
+    config = decide("sddmm_tc", graph, precision, a.shape[1], a.dtype, a.device,
+                    lambda: sddmm_candidates(a.shape[1]), run, space=SDDMM_TC_SPACE, ranked=False)
+    return run(config)
+
+
+class _SDDMMPrecise(torch.autograd.Function):
+    """``s_e = <a_i, b_j>``; ``da = A_s b``, ``db = A_s^T a`` (``A_s``: the graph with values
+    ``ds``) by the reduced-precision SpMM."""
+
+    @staticmethod
+    def forward(ctx, graph: Graph, a: Tensor, b: Tensor, precision: str) -> Tensor:
+        ctx.graph, ctx.precision = graph, precision
+        ctx.save_for_backward(a, b)
+        return _sddmm_tc(graph, a, b, precision).to(a.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        a, b = ctx.saved_tensors
+        graph, precision = ctx.graph, ctx.precision
+        grad = grad.float().contiguous()
+        grad_a = grad_b = None
+        if ctx.needs_input_grad[1]:
+            grad_a = precise_aggregate(graph, b, grad, "sum", precision).to(a.dtype)
+        if ctx.needs_input_grad[2]:
+            grad_b = precise_aggregate(graph, a, grad, "sum", precision, transposed=True).to(b.dtype)
+        return None, grad_a, grad_b, None
+
+
+def sddmm_precise(graph: Graph, a: Tensor, b: Tensor, precision: str) -> Tensor:
+    """``out[e] = <a_i, b_j>`` for every edge ``e: j -> i`` with tf32 products where the
+    tuner (family ``"sddmm_tc"``, :func:`sddmm_candidates`) finds the tile kernel faster than
+    the exact row-wise one.  ``"bf16"`` runs as ``"tf32"`` (no bf16 tile SDDMM).  Result in
+    ``a``'s dtype; differentiable in ``a`` and ``b`` (backward by ``spmm`` at ``precision``).
+
+    Shapes:
+        a: [N, F]; b: [M, F] (CUDA) -> [E] in CSR order.
+    """
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return _SDDMMPrecise.apply(graph, a, b, precision)
+    return _sddmm_tc(graph, a, b, precision).to(a.dtype)
