@@ -19,6 +19,17 @@ def check(cond: bool, fn: str, msg: str) -> None:
         raise ValueError(f"{fn}(): {msg}")
 
 
+#: ``precision=`` of the ops and layers: exact fp32 products, or tensor cores at tf32 / bf16.
+PRECISIONS = ("ieee", "tf32", "bf16")
+
+
+def check_precision(fn: str, precision) -> str:
+    """``precision`` if it is one of :data:`PRECISIONS`, else ``ValueError(f"{fn}(): ...")``."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"{fn}(): precision must be one of {PRECISIONS}, got {precision!r}")
+    return precision
+
+
 def check_tensor(obj, fn: str, name: str) -> None:
     if not isinstance(obj, Tensor):
         raise ValueError(f"{fn}(): {name} must be a torch.Tensor, got {type(obj).__name__}")

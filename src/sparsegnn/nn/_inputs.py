@@ -167,15 +167,6 @@ def _flat(x: Tensor, node_dim: int) -> Tuple[Tensor, Tuple[int, ...], int]:
     return moved.reshape(moved.shape[0], -1), tuple(moved.shape[1:]), dim
 
 
-def check_precision(layer: str, precision: Any) -> str:
-    """``precision`` of a layer: ``"ieee"`` (exact), ``"tf32"`` or ``"bf16"`` (see :func:`sparsegnn.spmm`)."""
-    from ..ops.spmm import PRECISIONS
-
-    if precision not in PRECISIONS:
-        raise ValueError(f"{layer}(): precision must be one of {PRECISIONS}, got {precision!r}")
-    return precision
-
-
 def propagate(graph: Graph, x: Tensor, reduce: str = "sum", node_dim: int = -2,
               edge_weight: Optional[Tensor] = None, backend: str = "auto", precision: str = "ieee") -> Tensor:
     r"""``out[i] = reduce_{j -> i} w_ji x_j`` over the nodes of ``x``'s ``node_dim``, in one SpMM.

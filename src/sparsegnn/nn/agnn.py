@@ -6,9 +6,10 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from .._checks import check_precision
 from ..ops.attention import agnn_attention
 from ._graph_input import GraphInputMixin, identity, self_looped
-from ._inputs import GraphArg, check_precision, message_passing_options, node_counts, split_features, unsupported
+from ._inputs import GraphArg, message_passing_options, node_counts, split_features, unsupported
 
 __all__ = ["AGNNConv"]
 

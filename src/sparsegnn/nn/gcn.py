@@ -6,8 +6,9 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from .._checks import check_precision
 from ._graph_input import GraphInputMixin, gcn_transform, graph_kind, identity
-from ._inputs import (GraphArg, check_precision, message_passing_options, node_counts, propagate, split_features,
+from ._inputs import (GraphArg, message_passing_options, node_counts, propagate, split_features,
                       unsupported)
 from ._linear import Linear
 

@@ -6,9 +6,10 @@ from typing import Callable, Optional, Tuple
 import torch
 from torch import Tensor
 
+from .._checks import check_precision
 from ._graph_input import GraphInputMixin, graph_kind, identity
 from ._inputs import (
-    Features, GraphArg, check_precision, edge_graph, message_passing_options, node_counts, propagate, split_features,
+    Features, GraphArg, edge_graph, message_passing_options, node_counts, propagate, split_features,
     to_graph_order,
 )
 from ._linear import Linear

@@ -6,8 +6,9 @@ from typing import Optional, Tuple, Union
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._checks import check_precision
 from ._graph_input import GraphInputMixin, graph_kind, identity
-from ._inputs import (Features, GraphArg, check_precision, message_passing_options, node_counts, propagate,
+from ._inputs import (Features, GraphArg, message_passing_options, node_counts, propagate,
                       split_features, unsupported)
 from ._linear import Linear
 

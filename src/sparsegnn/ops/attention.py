@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .._checks import check, check_same_device
+from .._checks import check, check_precision, check_same_device
 from ..graph import Graph, as_graph
 from . import reference
 from ._dispatch import aggregate, choose_backend
@@ -368,8 +368,7 @@ def agnn_attention(graph, x: Tensor, beta: Tensor, backend: str = "auto", precis
     nrm = x.norm(dim=-1).clamp_min(1e-12)
     q = x / nrm[:, None]
     chosen = choose_backend(fn, backend, x)
-    if precision not in ("ieee", "tf32", "bf16"):
-        raise ValueError(f"{fn}(): precision must be one of ('ieee', 'tf32', 'bf16'), got {precision!r}")
+    check_precision(fn, precision)
     if chosen == "triton" and precision != "ieee" and (compiling() or _agnn_path(graph, x, q, nrm, beta, precision)):
         return _agnn_three_pass(graph, x, q, beta, backend, precision)
     if chosen == "cpu":

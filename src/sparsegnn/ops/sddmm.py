@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .._checks import check, check_node_features, check_same_device, check_tensor
+from .._checks import check, check_node_features, check_precision, check_same_device, check_tensor
 from ..graph import Graph, as_graph
 from ._dispatch import BACKENDS, aggregate, aggregate_transposed, choose_backend, edge_sum, edge_values
 from ._library import compiling, not_traceable_graph
@@ -95,8 +95,7 @@ def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto", p
         raise ValueError(f"{fn}(): a and b must have the same dtype, got {a.dtype} and {b.dtype}")
     if op not in OPS:
         raise ValueError(f"{fn}(): op must be one of {OPS}, got {op!r}")
-    if precision not in ("ieee", "tf32", "bf16"):
-        raise ValueError(f"{fn}(): precision must be one of ('ieee', 'tf32', 'bf16'), got {precision!r}")
+    check_precision(fn, precision)
     if compiling():  # the custom op: graph tensors stay out of the traced program (devices checked there)
         if backend not in BACKENDS:
             raise ValueError(f"{fn}(): backend must be one of {BACKENDS}, got {backend!r}")

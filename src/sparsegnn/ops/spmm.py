@@ -16,14 +16,13 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .._checks import check, check_edge_values, check_node_features, check_same_device
+from .._checks import check, check_edge_values, check_node_features, check_precision, check_same_device
 from ..graph import Graph, as_graph
 from . import _cpu
 from ._dispatch import BACKENDS, aggregate, aggregate_transposed, choose_backend, spmm_max_backward, spmm_weight_grad
 from ._library import compiling, not_traceable_graph
 
 REDUCES = ("sum", "mean", "max")
-PRECISIONS = ("ieee", "tf32", "bf16")
 
 
 def _tensor_core_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, precision: str) -> Tensor:
@@ -158,8 +157,7 @@ def spmm(
             edge_weight = graph.to_graph_order(edge_weight)
     else:
         edge_weight = graph.edge_val
-    if precision not in PRECISIONS:
-        raise ValueError(f"{fn}(): precision must be one of {PRECISIONS}, got {precision!r}")
+    check_precision(fn, precision)
     reduced = precision != "ieee" and reduce in ("sum", "mean") and (edge_weight is None or edge_weight.dim() == 1)
     if compiling():  # the custom op: graph tensors stay out of the traced program (devices checked there)
         if backend not in BACKENDS:

@@ -200,32 +200,6 @@ def _transposed_weight(graph: Graph, weight: Optional[Tensor]) -> Optional[Tenso
     return derived_values(graph, ("transposed_weight",), weight, lambda: weight.detach().index_select(0, perm))
 
 
-class _SpMMPrecise(torch.autograd.Function):
-    """``Y = A X`` at reduced precision; ``dX = A^T dY`` the same way on the cached transpose,
-    ``dw_e = <dY_i, X_j>`` with the exact row-wise SDDMM."""
-
-    @staticmethod
-    def forward(ctx, graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:
-        ctx.graph, ctx.precision = graph, precision
-        ctx.save_for_backward(x, weight)
-        features = x.to(torch.bfloat16) if precision == "bf16" else x
-        return _precise_sum(graph, features, weight, precision).to(x.dtype)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out: Tensor):
-        x, weight = ctx.saved_tensors
-        graph, precision = ctx.graph, ctx.precision
-        grad_x = grad_w = None
-        grad_out = grad_out.contiguous()
-        if ctx.needs_input_grad[1]:
-            g = grad_out.to(torch.bfloat16) if precision == "bf16" else grad_out
-            grad_x = _precise_sum(graph.t(), g, _transposed_weight(graph, weight), precision).to(x.dtype)
-        if weight is not None and ctx.needs_input_grad[2]:
-            grad_w = edge_values("triton", graph, grad_out.float(), x.float(), "dot").to(weight.dtype)
-        return None, grad_x, grad_w, None
-
-
 def precise_aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, precision: str,
                       transposed: bool = False) -> Tensor:
     """No-grad ``A' x`` (``transposed``: ``A'^T x``) at ``precision``, ``A' = A`` (``"sum"``) or
@@ -245,6 +219,30 @@ def precise_aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce:
     return _precise_sum(graph, features, weight, precision).to(x.dtype)
 
 
+class _SpMMPrecise(torch.autograd.Function):
+    """``Y = A X`` at reduced precision; ``dX = A^T dY`` the same way on the cached transpose,
+    ``dw_e = <dY_i, X_j>`` with the exact row-wise SDDMM."""
+
+    @staticmethod
+    def forward(ctx, graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:
+        ctx.graph, ctx.precision = graph, precision
+        ctx.save_for_backward(x, weight)
+        return precise_aggregate(graph, x, weight, "sum", precision)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        x, weight = ctx.saved_tensors
+        graph, precision = ctx.graph, ctx.precision
+        grad_x = grad_w = None
+        grad_out = grad_out.contiguous()
+        if ctx.needs_input_grad[1]:
+            grad_x = precise_aggregate(graph, grad_out, weight, "sum", precision, transposed=True).to(x.dtype)
+        if weight is not None and ctx.needs_input_grad[2]:
+            grad_w = edge_values("triton", graph, grad_out.float(), x.float(), "dot").to(weight.dtype)
+        return None, grad_x, grad_w, None
+
+
 def spmm_precise(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:
     """``out = A x`` with ``A``'s values ``weight`` (CSR order; None = ones) at ``precision``
     ``"tf32"`` (fp32 features, tf32 products where tensor cores run) or ``"bf16"`` (features
@@ -256,8 +254,7 @@ def spmm_precise(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: s
     """
     if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
         return _SpMMPrecise.apply(graph, x, weight, precision)
-    features = x.to(torch.bfloat16) if precision == "bf16" else x     # no autograd node: less host work
-    return _precise_sum(graph, features, weight, precision).to(x.dtype)
+    return precise_aggregate(graph, x, weight, "sum", precision)     # no autograd node: less host work
 
 
 # ---------------------------------------------------------------------------------------------
