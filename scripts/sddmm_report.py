@@ -1,7 +1,8 @@
 """Markdown table of an SDDMM sweep of ``scripts/time_tiles.py --no-spmm`` (rows jsonl):
-sampled_addmm, our row-wise kernel, the best tile config and ``sddmm(..., precision="tf32")``.
+sampled_addmm, our row-wise kernel (tuned: segment or edge-parallel schedule), the best tile
+config and ``sddmm(..., precision="tf32")``.  A second argument names the run in the header.
 
-    python scripts/sddmm_report.py benchmarks/h100/sddmm_precision_rows.jsonl > benchmarks/h100/sddmm_precision.md
+    python scripts/sddmm_report.py benchmarks/h100/sddmm_precision_rows.jsonl "stop 13" > benchmarks/h100/sddmm_precision.md
 """
 import collections
 import json
@@ -9,16 +10,16 @@ import math
 import sys
 
 
-def main(path: str) -> None:
+def main(path: str, run: str = "") -> None:
     rows = [json.loads(line) for line in open(path)]
     by = collections.defaultdict(dict)
     for r in rows:
         if r.get("op") == "sddmm" and r.get("ms"):
             by[(r["suite"], r["graph"], r["F"], r["nnz"])][(r["provider"], r["config"])] = r["ms"]
     print('# SDDMM (dot, fp32 inputs) with `sddmm(..., precision="tf32")` on the H100\n')
-    print("`scripts/time_tiles.py --graphs real,paper --max-edges 20000000 --no-spmm` (one run, stop 12). Median ms of "
+    print("`scripts/time_tiles.py --graphs real,paper --max-edges 20000000 --no-spmm` (one run" + (f", {run}" if run else "") + "). Median ms of "
           "`triton.testing.do_bench` (L2 flushed), two passes, lower kept. `addmm` = `torch.sparse.sampled_addmm` with a "
-          "column-major second operand; `rows` = our exact row-wise SDDMM; `tiles` = the better tile config (tf32); "
+          "column-major second operand; `rows` = our exact row-wise SDDMM as tuned (segment or edge-parallel schedule); `tiles` = the better tile config (tf32); "
           '`auto` = `sddmm(g, a, b, precision="tf32")` as a user calls it (tuned rows / tiles, host cost included); '
           "`auto pick` = the kernel whose time `auto` matches, where both kernels take over 0.05 ms (below that a "
           "call is host-bound on this device host).\n")
@@ -44,4 +45,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

@@ -53,6 +53,17 @@ class RowPlan:
     rowptr: Tensor = None
     _heavy: dict = field(default_factory=dict, repr=False)
     _split: dict = field(default_factory=dict, repr=False)
+    _row32: Tensor = field(default=None, repr=False)
+
+    @property
+    def row32(self) -> Tensor:
+        """[E] int32 target row of every edge in CSR order (built on first use, kept: the
+        edge-parallel SDDMM reads it in place of the segment lists)."""
+        if self._row32 is None:
+            counts = self.rowptr[1:] - self.rowptr[:-1]
+            rows = torch.arange(counts.numel(), dtype=torch.int32, device=self.rowptr.device)
+            self._row32 = torch.repeat_interleave(rows, counts, output_size=self.col32.numel())
+        return self._row32
 
     def num_short_below(self, degree: int) -> int:
         """How many listed short rows are in buckets whose degrees are all <= ``degree``."""

@@ -41,8 +41,9 @@ SPMM_SPACE: Dict[str, Tuple[int, ...]] = {
 #: Row-wise SDDMM search space (same meaning of the keys).
 SDDMM_SPACE: Dict[str, Tuple[int, ...]] = {
     "BLOCK_F": (16, 32, 64, 128, 256),
-    "BLOCK_E": (4, 8, 16, 32, 64),
+    "BLOCK_E": (4, 8, 16, 32, 64, 128, 256),
     "ROWS": (1, 2, 4),
+    "FLAT": (0, 1),
     "num_warps": (1, 2, 4, 8),
 }
 
@@ -197,7 +198,8 @@ def sddmm_candidates(num_rows: int, num_edges: int, num_feats: int, op: str) -> 
 
     From the grid sweep on the H100 (notes/sddmm.md, cold L2): one or two warps per program
     and small tiles win everywhere: at F <= 32 two segments of 16 edges per program, wider
-    features 8 edges x 128 features (``dot`` loops over feature blocks).
+    features 8 edges x 128 features (``dot`` loops over feature blocks).  ``FLAT=1`` configs
+    run the edge-parallel kernel (``BLOCK_E`` consecutive edges per program, whatever the rows).
     """
     full = min(max(next_pow2(num_feats), 16), 256 if op == "dot" else 128)
     cfg = lambda rows, block_e, block_f, warps: {"ROWS": rows, "BLOCK_E": block_e, "BLOCK_F": block_f,  # noqa: E731
@@ -209,6 +211,11 @@ def sddmm_candidates(num_rows: int, num_edges: int, num_feats: int, op: str) -> 
         out = [cfg(1, 8, wide, 1), cfg(2, 8, wide, 1), cfg(1, 4, wide, 2), cfg(1, 16, 64, 2), cfg(1, 8, 64, 1)]
         if full == 256:
             out += [cfg(1, 4, 256, 1), cfg(1, 8, 256, 2)]
+    # edge-parallel: about 4k elements per program (32 per thread at 4 warps)
+    flat_f = min(full, 128)
+    flat_e = max(4096 // flat_f, 16)
+    out += [dict(cfg(1, flat_e, flat_f, 4), FLAT=1), dict(cfg(1, flat_e // 2, flat_f, 2), FLAT=1),
+            dict(cfg(1, min(flat_e * 2, 256), flat_f, 8), FLAT=1)]
     return _unique(out)
 
 

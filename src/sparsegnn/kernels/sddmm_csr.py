@@ -5,6 +5,11 @@ rows: outputs are per edge, so pieces need no combining).  For each ``BLOCK_E`` 
 gathers a ``[BLOCK_E, BLOCK_F]`` tile of source rows ``b[j]`` and combines it with the target
 row ``a[i]``, loaded once per feature block and reused by every edge of the segment.
 
+Edge-parallel schedule (config ``FLAT=1``): a program takes ``BLOCK_E`` consecutive edges in
+CSR order and gathers both ``a[row[e]]`` (consecutive edges share rows: cache hits) and
+``b[col[e]]``.  Two dependent loads per step (indices, then rows) instead of four (segment,
+bounds, indices, rows), and every program has the same work whatever the degrees.
+
 - ``dot``: ``out[e] = sum_f a[i, f] b[j, f]`` (fp32 accumulation over feature blocks)
 - ``add`` / ``mul``: ``out[e, f] = a[i, f] + b[j, f]`` / ``a[i, f] * b[j, f]``
 """
@@ -64,6 +69,37 @@ def _sddmm_kernel(
                              res.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _sddmm_edges_kernel(
+    row_ptr, col_ptr, a_ptr, b_ptr, out_ptr,
+    num_edges, num_feats, stride_a, stride_b, stride_out,
+    OP: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+):
+    edge = tl.program_id(0).to(tl.int64) * BLOCK_E + tl.arange(0, BLOCK_E)
+    edge_mask = edge < num_edges
+    dst = tl.load(row_ptr + edge, mask=edge_mask, other=0).to(tl.int64)
+    src = tl.load(col_ptr + edge, mask=edge_mask, other=0).to(tl.int64)
+    if OP == 0:
+        acc = tl.zeros([BLOCK_E], dtype=tl.float32)
+        for f0 in range(0, num_feats, BLOCK_F):
+            feat = f0 + tl.arange(0, BLOCK_F)
+            mask = edge_mask[:, None] & (feat < num_feats)[None, :]
+            lhs = tl.load(a_ptr + dst[:, None] * stride_a + feat[None, :], mask=mask, other=0.0).to(tl.float32)
+            rhs = tl.load(b_ptr + src[:, None] * stride_b + feat[None, :], mask=mask, other=0.0).to(tl.float32)
+            acc += tl.sum(lhs * rhs, axis=1)
+        tl.store(out_ptr + edge, acc.to(out_ptr.dtype.element_ty), mask=edge_mask)
+    else:
+        feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+        mask = edge_mask[:, None] & (feat < num_feats)[None, :]
+        lhs = tl.load(a_ptr + dst[:, None] * stride_a + feat[None, :], mask=mask, other=0.0).to(tl.float32)
+        rhs = tl.load(b_ptr + src[:, None] * stride_b + feat[None, :], mask=mask, other=0.0).to(tl.float32)
+        if OP == 1:
+            res = lhs + rhs
+        else:
+            res = lhs * rhs
+        tl.store(out_ptr + edge[:, None] * stride_out + feat[None, :], res.to(out_ptr.dtype.element_ty), mask=mask)
+
+
 def sddmm_csr(plan, a: Tensor, b: Tensor, op: str = "dot", config: Optional[Dict[str, int]] = None) -> Tensor:
     """Launch the SDDMM over a ``formats.plan.RowPlan``'s segments.
 
@@ -75,7 +111,10 @@ def sddmm_csr(plan, a: Tensor, b: Tensor, op: str = "dot", config: Optional[Dict
     Returns:
         [E] (dot) or [E, F] tensor of ``a``'s dtype, in CSR edge order.
     """
-    return _sddmm_segments(plan.seg_row, plan.seg_start, plan.seg_end, plan.col32, a, b, op, config)
+    cfg = config or sddmm_config(a.shape[0], plan.col32.numel(), a.shape[1], op)
+    if cfg.get("FLAT", 0):
+        return _sddmm_edges(plan.row32, plan.col32, a, b, op, cfg)
+    return _sddmm_segments(plan.seg_row, plan.seg_start, plan.seg_end, plan.col32, a, b, op, cfg)
 
 
 def sddmm_rows(rowptr: Tensor, col: Tensor, a: Tensor, b: Tensor, op: str = "dot",
@@ -108,4 +147,19 @@ def _sddmm_segments(seg_row: Tensor, seg_start: Tensor, seg_end: Tensor, col: Te
             num_segments, num_feats, a.stride(0), b.stride(0), out.stride(0) if op != "dot" else 1),
            dict(OP=OP_CODES[op], ROWS=cfg["ROWS"], BLOCK_E=cfg["BLOCK_E"], BLOCK_F=cfg["BLOCK_F"]),
            cfg["num_warps"])
+    return out
+
+
+def _sddmm_edges(row: Tensor, col: Tensor, a: Tensor, b: Tensor, op: str, cfg: Dict[str, int]) -> Tensor:
+    """The edge-parallel SDDMM over ``[E]`` int32 target rows and source columns (CSR order)."""
+    num_edges, num_feats = col.numel(), a.shape[1]
+    a, b = a.contiguous(), b.contiguous()
+    out = torch.empty((num_edges,) if op == "dot" else (num_edges, num_feats), dtype=a.dtype, device=a.device)
+    if num_edges == 0:
+        return out
+    fblocks = 1 if op == "dot" else triton.cdiv(num_feats, cfg["BLOCK_F"])
+    grid = (triton.cdiv(num_edges, cfg["BLOCK_E"]), fblocks)
+    launch(_sddmm_edges_kernel, grid,
+           (row, col, a, b, out, num_edges, num_feats, a.stride(0), b.stride(0), out.stride(0) if op != "dot" else 1),
+           dict(OP=OP_CODES[op], BLOCK_E=cfg["BLOCK_E"], BLOCK_F=cfg["BLOCK_F"]), cfg["num_warps"])
     return out
