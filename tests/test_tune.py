@@ -11,7 +11,7 @@ import torch
 import sparsegnn as sg
 from sparsegnn import Graph
 from sparsegnn.kernels.configs import SDDMM_SPACE, SPMM_SPACE, in_space, sddmm_candidates, spmm_candidates
-from sparsegnn.tune import autotune, decide, set_timer, tuner_invocations
+from sparsegnn.tune import autotune, decide, lookup, set_timer, tuner_invocations
 from sparsegnn.tune.features import GraphStats, graph_stats, graph_stats_cached, signature
 from sparsegnn.tune.model import CostModel, build_inputs, load_model
 from sparsegnn.tune.store import reset_stores, store_for_device
@@ -53,7 +53,7 @@ def test_signature_groups_same_class_and_splits_others():
     assert signature(graph_stats_cached(a)) != signature(graph_stats_cached(hub))   # a hub changes the class
 
 
-def test_decide_tunes_once_per_signature_and_persists(fresh_store):
+def test_decide_tunes_once_per_graph_and_persists(fresh_store):
     timed = []
 
     def timer(run, cfg):
@@ -63,21 +63,50 @@ def test_decide_tunes_once_per_signature_and_persists(fresh_store):
     set_timer(timer)
     cands = [{"A": 1}, {"A": 2}, {"A": 3}]
     before = tuner_invocations()
-    g1, g2 = _graph(seed=1), _graph(seed=2)
+    g1 = _graph(seed=1)
     os.environ["SPARSEGNN_TUNE"] = "exhaustive"
     try:
         assert decide("toy", g1, "d", 16, torch.float32, "cpu", cands, lambda c: None) == {"A": 2}
         assert len(timed) == 3 and tuner_invocations() == before + 1
-        # another Graph object of the same structural class: no new tuning
-        assert decide("toy", g2, "d", 16, torch.float32, "cpu", cands, lambda c: None) == {"A": 2}
+        # another Graph object of the same structure: no new tuning
+        g1b = Graph.from_edge_index(g1.edge_index(), g1.edge_val, num_nodes=g1.num_nodes)
+        assert decide("toy", g1b, "d", 16, torch.float32, "cpu", cands, lambda c: None) == {"A": 2}
         assert len(timed) == 3 and tuner_invocations() == before + 1
         # other width: new decision
-        decide("toy", g2, "d", 32, torch.float32, "cpu", cands, lambda c: None)
+        decide("toy", g1b, "d", 32, torch.float32, "cpu", cands, lambda c: None)
         assert tuner_invocations() == before + 2
     finally:
         del os.environ["SPARSEGNN_TUNE"]
     files = list(fresh_store.glob("*.json"))
     assert len(files) == 1 and len(json.loads(files[0].read_text())["decisions"]) == 2
+
+
+def test_class_mates_are_timed_on_themselves_up_to_the_cap(fresh_store, monkeypatch):
+    """Graphs of one structural class can prefer different configs: each of the first
+    ``GRAPHS_PER_CLASS`` graphs gets its own timed decision (kept across Graph objects); later
+    class-mates take the class's decision untimed."""
+    monkeypatch.setenv("SPARSEGNN_TUNE", "exhaustive")
+    monkeypatch.setattr(autotune, "GRAPHS_PER_CLASS", 3)
+    graphs = [_graph(seed=s) for s in range(1, 6)]
+    assert len({signature(graph_stats_cached(g)) for g in graphs}) == 1           # one class
+    assert len({autotune.fingerprint(g) for g in graphs}) == 5                      # five graphs
+    winner = {id(g): {"A": 1 + i % 2} for i, g in enumerate(graphs)}                # g0: A=1, g1: A=2, ...
+    current = {}
+    set_timer(lambda run, cfg: 0.5 if cfg == winner[current["g"]] else 1.0)
+    cands = [{"A": 1}, {"A": 2}]
+
+    def pick(g):
+        current["g"] = id(g)
+        return decide("toy", g, "d", 16, torch.float32, "cpu", cands, lambda c: None)
+
+    before = tuner_invocations()
+    assert pick(graphs[0]) == {"A": 1} and pick(graphs[1]) == {"A": 2} and pick(graphs[2]) == {"A": 1}
+    assert tuner_invocations() == before + 3
+    assert pick(graphs[1]) == {"A": 2} and tuner_invocations() == before + 3       # its own decision, kept
+    # the class has been timed on 3 graphs: the 4th takes the class's decision (graph 0's) untimed
+    assert pick(graphs[3]) == {"A": 1} and tuner_invocations() == before + 3
+    record = lookup("toy", graphs[1], "d", 16, torch.float32, "cpu")
+    assert record["config"] == {"A": 2} and record["ms"] == 0.5
 
 
 def test_stored_config_outside_the_space_is_redecided(fresh_store):

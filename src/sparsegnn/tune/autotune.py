@@ -3,7 +3,10 @@
 ``decide(op, graph, ...)`` is the one entry point the ops use.  The decision for a key
 ``op | detail | F | dtype | signature(graph)`` is looked up in the device's
 :class:`~sparsegnn.tune.store.DecisionStore` (process-wide, persisted on disk), so every Graph
-object of the same structural class, in this process or a later one, reuses it.  On a miss
+object of the same structure, in this process or a later one, reuses it.  A graph of a class
+decided on other graphs (another ``fingerprint``) is decided on itself, under
+``key#fingerprint``, until ``GRAPHS_PER_CLASS`` graphs of the class have been; later ones take
+the class's decision untimed (mini-batches of one loader, a stream of molecules).  On a miss
 the policy (``SPARSEGNN_TUNE``) decides:
 
 - ``auto`` (default): the learned cost model ranks the candidates; a kernel it predicts to
@@ -26,6 +29,7 @@ the CPU backend's candidates (``device`` cpu) are timed on the CPU with ``perf_c
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from typing import Callable, Dict, List, Optional
@@ -41,6 +45,11 @@ from .store import store_for_device
 TINY_MS = 0.02
 #: Candidates the autotuner times when the model shortlists.
 SHORTLIST = 3
+#: Graphs of one structural class whose decisions are timed on themselves; later graphs of
+#: the class take the class's decision untimed.  (One class holds graphs on which different
+#: candidates win: a co-purchase stand-in took the tile SpMM that won on a batch of protein
+#: graphs of the same class, 1.5x slower than its own best.)
+GRAPHS_PER_CLASS = 8
 MODES = ("auto", "model", "shortlist", "exhaustive", "off")
 
 _COUNTS = {"decisions": 0, "timed": 0}
@@ -124,9 +133,22 @@ def decision_key(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype
     return key
 
 
+def fingerprint(graph) -> str:
+    """A short hash of the graph's exact structure statistics (sizes, degree moments and tail,
+    locality): tells a class's graphs apart, equal for every Graph object of one structure."""
+    fp = graph.cache.get("fingerprint")
+    if fp is None:
+        stats = graph_stats_cached(graph)
+        text = "|".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in stats.as_dict().values())
+        fp = graph.cache["fingerprint"] = hashlib.blake2b(f"{text}|{graph.num_src}".encode(), digest_size=6).hexdigest()
+    return fp
+
+
 def lookup(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, device) -> Optional[Dict]:
     """The stored record (config, ms, source, ...) for this case, or None."""
-    return store_for_device(device_name(device)).get_record(decision_key(op, graph, detail, num_feats, dtype))
+    key = decision_key(op, graph, detail, num_feats, dtype)
+    store = store_for_device(device_name(device))
+    return store.get_record(key + "#" + fingerprint(graph)) or store.get_record(key)
 
 
 def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, device,
@@ -151,23 +173,29 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
     if getattr(graph, "transient", False):   # used for one step: the heuristic, nothing measured or stored
         return (candidates() if callable(candidates) else candidates)[0]
     key = decision_key(op, graph, detail, num_feats, dtype)
+    own_key = key + "#" + fingerprint(graph)
     store = store_for_device(device_name(device))
-    hot = _HOT.get(key)
+    hot = _HOT.get(own_key)
     if hot is not None and hot[0] is store:  # validated before: no copy, no lock (the per-call path)
         return hot[1]
-    record = store.get_record(key)
-    if record is not None:
-        stored = record["config"]
-        valid = space is None or all(k in space and v in space[k] for k, v in stored.items())
-        # a heuristic stand-in (tuning was off or impossible when it was stored) is replaced
-        # once this process can predict or time
-        provisional = record.get("source") == "heuristic" and tune_mode() != "off"
-        if valid and not provisional:
-            _HOT[key] = (store, stored)
-            return stored
-        if valid and _capturing():  # a heuristic stand-in will do until capture is over
-            return stored
+    usable = lambda rec: rec is not None and (space is None or all(  # noqa: E731
+        k in space and v in space[k] for k, v in rec["config"].items()))
+    # a heuristic stand-in (tuning was off or impossible when it was stored) is replaced once
+    # this process can predict or time; until a capture is over it will do
+    provisional = lambda rec: rec.get("source") == "heuristic" and tune_mode() != "off"  # noqa: E731
+    own = store.get_record(own_key)
+    shared = store.get_record(key)
+    if usable(shared) and (shared.get("fp") == own_key or shared.get("graphs", 1) >= GRAPHS_PER_CLASS):
+        own = shared               # decided on this very graph, or the class has been timed enough
+    if usable(own):
+        if not provisional(own):
+            _HOT[own_key] = (store, own["config"])
+            return own["config"]
+        if _capturing():
+            return own["config"]
     if _capturing():
+        if usable(shared):         # a class-mate's decision will do until the capture is over
+            return shared["config"]
         return _zero_shot(graph, num_feats, dtype, candidates, ranked)
     _COUNTS["decisions"] += 1
     if callable(candidates):
@@ -199,9 +227,16 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
                 source = "exhaustive"
             elif len(to_time) > 1:
                 source = "shortlist"
-    store.put(key, config, ms=ms, source=source)
+    if usable(shared) and not provisional(shared) and shared.get("fp") != own_key:   # a new member of a timed class
+        store.put(own_key, config, ms=ms, source=source)
+        if source != "heuristic":
+            meta = {k: v for k, v in shared.items() if k not in ("config", "ms", "source", "time")}
+            store.put(key, shared["config"], ms=shared.get("ms"), source=shared.get("source", "tuned"),
+                      **dict(meta, graphs=shared.get("graphs", 1) + 1))
+    else:
+        store.put(key, config, ms=ms, source=source, fp=own_key, graphs=1)
     if source != "heuristic" or mode == "off":
-        _HOT[key] = (store, config)
+        _HOT[own_key] = (store, config)
     return config
 
 
