@@ -1,7 +1,8 @@
 """sparsegnn: fast sparse graph neural network operations and layers for PyTorch.
 
 Build a :class:`Graph` once, then call :func:`spmm`, :func:`sddmm`, :func:`edge_softmax`,
-the fused :func:`gat_attention` / :func:`agnn_attention`, or the layers in :mod:`sparsegnn.nn`.  CUDA tensors run Triton kernels; CPU tensors run
+the fused :func:`gat_attention` / :func:`agnn_attention`, the MaxK nonlinearity :func:`maxk`
+(rows kept as :class:`CBSR`), or the layers in :mod:`sparsegnn.nn`.  CUDA tensors run Triton kernels; CPU tensors run
 the CPU backend (Numba kernels and ``torch.sparse``, :mod:`sparsegnn.ops._cpu`); the pure-PyTorch
 reference in :mod:`sparsegnn.ops.reference` is the oracle and the fallback.
 
@@ -9,11 +10,13 @@ Coming from PyG: ``model = sparsegnn.accelerate(model)`` swaps the PyG convs of 
 ours (weights kept); :mod:`sparsegnn.sampling` has a neighbour loader for mini-batches.
 """
 from .graph import Graph
-from .ops import agnn_attention, dropout, edge_softmax, gat_attention, sddmm, spmm
+from .formats.cbsr import CBSR
+from .ops import agnn_attention, dropout, edge_softmax, gat_attention, maxk, sddmm, spmm
 
 __version__ = "0.1.0"
 
-__all__ = ["Graph", "spmm", "sddmm", "edge_softmax", "gat_attention", "agnn_attention", "dropout", "accelerate",
+__all__ = ["Graph", "CBSR", "spmm", "sddmm", "edge_softmax", "gat_attention", "agnn_attention", "dropout", "maxk",
+           "accelerate",
            "nn", "datasets", "sampling", "__version__"]
 
 

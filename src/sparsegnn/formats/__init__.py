@@ -1,4 +1,4 @@
 """Sparse storage formats: pure tensor transformations (no kernels, no Graph)."""
-from . import csr
+from . import cbsr, csr
 
-__all__ = ["csr"]
+__all__ = ["cbsr", "csr"]

@@ -17,6 +17,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .._checks import check, check_edge_values, check_node_features, check_precision, check_same_device
+from ..formats.cbsr import CBSR
 from ..graph import Graph, as_graph
 from . import _cpu
 from ._dispatch import BACKENDS, aggregate, aggregate_transposed, choose_backend, spmm_max_backward, spmm_weight_grad
@@ -89,6 +90,29 @@ class _SpMMMax(torch.autograd.Function):
                 grad_w if ctx.needs_input_grad[2] else None, None)
 
 
+def _spmm_of_cbsr(graph, x: CBSR, reduce: str, edge_weight: Optional[Tensor], backend: str, precision: str) -> Tensor:
+    """``spmm`` of CBSR features: sum / mean, exact (``ops.cbsr``)."""
+    from .cbsr import spmm_cbsr
+
+    fn = "spmm"
+    check(reduce in ("sum", "mean"), fn, f"CBSR features support reduce='sum' or 'mean', got {reduce!r}")
+    check(precision == "ieee", fn, f"CBSR features are aggregated exactly (precision='ieee'), got {precision!r}")
+    check(not compiling(), fn, "CBSR features are not supported under torch.compile yet; pass x.to_dense()")
+    if isinstance(graph, Graph):
+        input_order = False
+    else:
+        graph, input_order = as_graph(graph, fn, num_nodes=x.shape[0])
+    check(x.shape[0] == graph.num_src, fn, f"x has {x.shape[0]} rows, the graph {graph.num_src} source nodes")
+    if edge_weight is not None:
+        check_edge_values(edge_weight, graph.num_edges, fn, "edge_weight", max_dim=1)
+        if input_order:
+            edge_weight = graph.to_graph_order(edge_weight)
+    else:
+        edge_weight = graph.edge_val
+    check_same_device(fn, graph=graph.rowptr, x=x.values, edge_weight=edge_weight)
+    return spmm_cbsr(graph, x, edge_weight, reduce, choose_backend(fn, backend, x.values))
+
+
 def spmm(
     graph,
     x: Tensor,
@@ -102,7 +126,8 @@ def spmm(
     Args:
         graph: a :class:`Graph`, a PyG ``edge_index`` ([2, E], row 0 = source) or a square
             torch sparse tensor (``A[i, j]`` = weight of ``j -> i``).
-        x: node features.
+        x: node features: a tensor, or a :class:`~sparsegnn.CBSR` (``k`` kept entries per row, as
+            :func:`~sparsegnn.maxk` returns: MaxK-GNN's SpGEMM, gradients to the kept entries).
         reduce: ``"sum"``, ``"mean"`` or ``"max"``.
         edge_weight: per-edge weights overriding the graph's ``edge_val`` (Graph order for a
             Graph, the caller's order for an ``edge_index``). Differentiable.  ``[E, H]`` with
@@ -126,6 +151,8 @@ def spmm(
         [[0.0], [0.0], [3.0]]
     """
     fn = "spmm"
+    if isinstance(x, CBSR):
+        return _spmm_of_cbsr(graph, x, reduce, edge_weight, backend, precision)
     if isinstance(x, Tensor) and x.dim() == 3:  # multi-head: x [N, H, C] with edge_weight [E, H]
         if edge_weight is None or edge_weight.dim() != 2 or edge_weight.shape[1] != x.shape[1]:
             raise ValueError(f"{fn}(): x of shape [N, H, C] needs edge_weight of shape [E, H={x.shape[1]}], got "

@@ -1,0 +1,98 @@
+"""The MaxK nonlinearity (MaxK-GNN): keep the ``k`` largest entries of every row.
+
+``maxk(x, k)[i] = {(f, x[i, f]) : f among the k largest entries of row i}`` as a
+:class:`~sparsegnn.formats.cbsr.CBSR` (values ``[N, k]`` and columns ``[N, k]``, columns
+increasing), or the dense ``[N, F]`` matrix with zeros elsewhere (``dense=True``).
+Entries rank by their fp32 value (NaN and +inf as the largest float, -inf as the smallest,
+``-0 == +0``); ties at the k-th value keep the lowest columns, so the choice is deterministic
+and the same on every backend.  Backward: the gradient flows to the kept positions only,
+``dx = scatter(index, d values)``.
+
+Backends: ``"triton"`` (CUDA, fp32 / fp16 / bf16, rows up to ``kernels.maxk.MAX_FEATS`` wide: one read of ``x``
+and ``k`` writes per row, as an element-wise op) and ``"reference"`` (a stable descending
+sort; CPU and wider rows).  ``"auto"`` takes Triton where it runs.
+"""
+from __future__ import annotations
+
+from typing import Tuple, Union
+
+import torch
+from torch import Tensor
+
+from .._checks import check
+from ..formats.cbsr import CBSR, index_dtype
+from ..kernels import interpreting, triton_available
+
+BACKENDS = ("auto", "triton", "reference")
+
+
+def _reference_select(x: Tensor, k: int, idx_dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
+    """Stable descending sort of the ranking values (module doc): ties keep column order."""
+    big = torch.finfo(torch.float32).max
+    rank = x.float().nan_to_num(nan=big, posinf=big, neginf=-big)
+    top = torch.sort(rank, dim=1, descending=True, stable=True).indices[:, :k]
+    index = top.sort(dim=1).values
+    return x.gather(1, index), index.to(idx_dtype)
+
+
+def _backend(backend: str, x: Tensor) -> str:
+    check(backend in BACKENDS, "maxk", f"backend must be one of {BACKENDS}, got {backend!r}")
+    from ..kernels.maxk import MAX_FEATS
+
+    runs = (triton_available() and (x.is_cuda or interpreting()) and x.shape[1] <= MAX_FEATS
+            and x.dtype in (torch.float32, torch.float16, torch.bfloat16))   # fp64 keys would not fit 32 bits
+    if backend == "triton":
+        check(runs, "maxk", f"backend='triton' needs Triton, a CUDA tensor (or TRITON_INTERPRET=1), float32 / "
+                            f"float16 / bfloat16 and at most {MAX_FEATS} columns; got {x.device}, {x.dtype}, "
+                            f"{x.shape[1]} columns")
+        return "triton"
+    if backend == "auto":
+        return "triton" if runs and x.is_cuda else "reference"
+    return "reference"
+
+
+def _select(x: Tensor, k: int, backend: str) -> Tuple[Tensor, Tensor]:
+    idx_dtype = index_dtype(x.shape[1])
+    if backend == "triton":
+        from ..kernels.maxk import maxk_select
+
+        return maxk_select(x, k, idx_dtype)
+    return _reference_select(x, k, idx_dtype)
+
+
+class _MaxK(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, k: int, backend: str):
+        values, index = _select(x.detach(), k, backend)
+        ctx.save_for_backward(index)
+        ctx.shape = x.shape
+        ctx.mark_non_differentiable(index)
+        return values, index
+
+    @staticmethod
+    def backward(ctx, grad_values: Tensor, _grad_index):
+        (index,) = ctx.saved_tensors
+        grad = grad_values.new_zeros(ctx.shape).scatter_(1, index.long(), grad_values)
+        return grad, None, None
+
+
+def maxk(x: Tensor, k: int, *, dense: bool = False, backend: str = "auto") -> Union[CBSR, Tensor]:
+    """The ``k`` largest entries of each row of ``x`` (module doc), differentiable in ``x``.
+
+    Args:
+        x: [N, F] floating tensor.
+        k: entries kept per row, ``1 <= k <= F``.
+        dense: return the ``[N, F]`` matrix with zeros off the kept entries instead of a CBSR.
+        backend: ``"auto"``, ``"triton"`` or ``"reference"``.
+
+    Shapes:
+        x: [N, F] -> CBSR with values / index [N, k] (or dense [N, F]).
+    """
+    check(isinstance(x, Tensor) and x.dim() == 2, "maxk", f"x must be a 2-D tensor [N, F], got "
+                                                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+    check(x.is_floating_point(), "maxk", f"x must be a floating tensor, got {x.dtype}")
+    check(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= x.shape[1], "maxk",
+          f"k must be an int in [1, F = {x.shape[1]}], got {k!r}")
+    values, index = _MaxK.apply(x, k, _backend(backend, x))
+    out = CBSR(values, index, int(x.shape[1]))
+    return out.to_dense() if dense else out

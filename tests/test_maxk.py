@@ -1,0 +1,168 @@
+"""MaxK (top-k per row, CBSR) and the aggregation of CBSR features.
+
+The selection is checked against a brute-force oracle (per row: order by value descending,
+NaN first, ties by column), the Triton kernel through the interpreter on CPU machines."""
+import math
+
+import pytest
+import torch
+
+import sparsegnn as sg
+from sparsegnn import CBSR, Graph
+
+from conftest import DEVICE, dense_adjacency
+
+
+def _oracle(x: torch.Tensor, k: int):
+    """Kept columns of every row, increasing: the k best by (larger value, lower column), NaN and
+    +inf ranking as the largest float32, -inf as the smallest."""
+    big = 3.4028234663852886e38
+    out = []
+    for row in x.float().double().tolist():
+        row = [big if (math.isnan(v) or v > big) else (-big if v < -big else v) for v in row]
+        rank = sorted(range(len(row)), key=lambda f: (-row[f], f))
+        out.append(sorted(rank[:k]))
+    return torch.tensor(out, dtype=torch.long)
+
+
+def _inputs(n, f, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, f, generator=gen)
+    x[1] = 0.5                                     # a row of ties
+    x[2, ::3] = 2.0                                # ties at the top
+    x[3, : f // 2] = -0.0                          # signed zeros tie with +0
+    x[3, f // 2:] = 0.0
+    x[4] = x[4].round()                            # many small ties
+    x[7, 0], x[7, 1] = 3e38, -3e38                 # hi - lo overflows fp32
+    x[8] = (x[8] * 1e-3).round() * 1e-30           # ties among tiny values
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("f,k", [(20, 1), (37, 5), (64, 64), (300, 31)])
+def test_maxk_matches_the_oracle(backend, dtype, f, k):
+    x = _inputs(9, f, dtype, seed=f + k)
+    if dtype == torch.float32:
+        x[5, 7] = float("nan")                     # NaN and +inf tie as the largest float
+        x[5, 2] = float("inf")
+        x[6, 3] = float("-inf")
+    assert x.shape[0] == 9
+    out = sg.maxk(x.to(DEVICE), k, backend=backend)
+    want = _oracle(x, k)
+    assert out.index.dtype == (torch.uint8 if f <= 256 else torch.int16)
+    assert torch.equal(out.index.long().cpu(), want)
+    assert torch.equal(out.values.cpu(), x.gather(1, want)) or torch.allclose(
+        out.values.cpu().float(), x.gather(1, want).float(), equal_nan=True)
+    assert out.k == k and out.num_cols == f and out.shape == (9, f)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("k", [8, 16, 64])
+def test_maxk_with_many_ties_matches_the_oracle(dtype, k):
+    """Integer-valued rows: the k-th value is tied in most rows (the bracket snaps to data
+    values and the threshold can be its upper end).  The first three rows are ones where a
+    version that took the lower end (k = 16) kept too many entries, found by a search over
+    3000 such rows."""
+    found = [torch.randn(1000, 256, generator=torch.Generator().manual_seed(seed))[row]
+             for seed, row in ((0, 61), (1, 243), (2, 680))]
+    x = torch.cat([torch.stack(found), torch.randn(29, 256, generator=torch.Generator().manual_seed(k))]).round()
+    x = x.to(dtype)
+    out = sg.maxk(x.to(DEVICE), k, backend="triton")
+    assert torch.equal(out.index.long().cpu(), _oracle(x, k))
+
+
+def test_maxk_dense_and_gradient():
+    x = torch.randn(6, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    dense = sg.maxk(x, 4, dense=True)
+    kept = _oracle(x.detach(), 4)
+    mask = torch.zeros(6, 12, dtype=torch.bool).scatter_(1, kept, True)
+    assert torch.equal(dense.detach(), torch.where(mask, x.detach(), torch.zeros(())))
+    up = torch.randn(6, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    dense.backward(up)
+    assert torch.equal(x.grad, torch.where(mask, up, torch.zeros(())))   # only the kept entries
+    torch.autograd.gradcheck(lambda t: sg.maxk(t, 4).values, (x.detach().clone().requires_grad_(True),))
+
+
+def test_maxk_triton_gradient_flows_to_the_kept_entries():
+    x = torch.randn(10, 40, generator=torch.Generator().manual_seed(5)).to(DEVICE).requires_grad_(True)
+    out = sg.maxk(x, 8, backend="triton")
+    weights = torch.arange(80, dtype=torch.float32, device=DEVICE).view(10, 8)
+    (out.values * weights).sum().backward()
+    want = torch.zeros(10, 40).scatter_(1, out.index.long().cpu(), weights.cpu())
+    assert torch.equal(x.grad.cpu(), want)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda x: sg.maxk(x, 0), "k must be an int in"),
+    (lambda x: sg.maxk(x, 13), "k must be an int in"),
+    (lambda x: sg.maxk(x[0], 2), "2-D tensor"),
+    (lambda x: sg.maxk(x.long(), 2), "floating tensor"),
+    (lambda x: sg.maxk(x, 2, backend="cuda"), "backend must be one of"),
+    (lambda x: sg.maxk(x.double(), 2, backend="triton"), "float32 / float16 / bfloat16"),
+])
+def test_maxk_rejects_bad_input(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(torch.randn(4, 12))
+
+
+def test_cbsr_validates_its_parts():
+    values, index = torch.randn(3, 2), torch.tensor([[0, 2], [1, 3], [0, 1]], dtype=torch.uint8)
+    c = CBSR(values, index, 4)
+    c.check_index()
+    assert torch.equal(c.to_dense()[1], torch.tensor([0.0, values[1, 0], 0.0, values[1, 1]]))
+    with pytest.raises(ValueError, match="one shape"):
+        CBSR(values, index[:, :1], 4)
+    with pytest.raises(ValueError, match="integer"):
+        CBSR(values, index.float(), 4)
+    with pytest.raises(ValueError, match="in \\[1, num_cols"):
+        CBSR(values, index, 1)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        CBSR(values, torch.tensor([[2, 0], [1, 3], [0, 1]]), 4).check_index()
+    with pytest.raises(ValueError, match="lie in"):
+        CBSR(values, torch.tensor([[0, 4], [1, 3], [0, 1]]), 4).check_index()
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_spmm_of_cbsr_matches_dense_and_gradchecks(graph_case, reduce):
+    _, n, ei, w = graph_case
+    g = Graph.from_edge_index(ei, w, num_nodes=n)
+    x = torch.randn(n, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
+    c = sg.maxk(x, 3)
+    adj = dense_adjacency(ei, n, w)
+    if reduce == "mean":
+        adj = adj / dense_adjacency(ei, n).sum(1, keepdim=True).clamp(min=1)
+    assert torch.allclose(sg.spmm(g, c, reduce=reduce), adj @ c.to_dense(), atol=1e-12)
+    values = c.values.detach().clone().requires_grad_(True)
+    weight = g.edge_val.clone().double().requires_grad_(True)
+    torch.autograd.gradcheck(
+        lambda v, wt: sg.spmm(g, CBSR(v, c.index, 10), reduce=reduce, edge_weight=wt, backend="reference"),
+        (values, weight))
+
+
+def test_spmm_of_cbsr_on_triton_matches_float64():
+    ei, w = sg.datasets.random_graph(40, 260, seed=3, num_isolated=2, num_empty_rows=4, num_self_loops=3,
+                                     num_duplicates=5, weighted=True)
+    g = Graph.from_edge_index(ei, w, num_nodes=40).to(DEVICE)
+    x = torch.randn(40, 48, generator=torch.Generator().manual_seed(8)).to(DEVICE).requires_grad_(True)
+    c = sg.maxk(x, 6)
+    out = sg.spmm(g, c, backend="triton")
+    want = dense_adjacency(ei, 40, w) @ c.to_dense().detach().double().cpu()
+    assert float((out.detach().double().cpu() - want).norm() / want.norm()) < 1e-5
+    up = torch.randn(40, 48, generator=torch.Generator().manual_seed(9))
+    out.backward(up.to(DEVICE))
+    grad_dense = dense_adjacency(ei, 40, w).t() @ up.double()
+    kept = c.index.long().cpu()
+    want_grad = torch.zeros(40, 48, dtype=torch.float64).scatter_(1, kept, grad_dense.gather(1, kept))
+    assert float((x.grad.double().cpu() - want_grad).norm() / want_grad.norm()) < 1e-5
+
+
+def test_spmm_of_cbsr_rejects_what_it_cannot_do():
+    ei = torch.tensor([[0, 1], [1, 2]])
+    c = sg.maxk(torch.randn(3, 4), 2)
+    with pytest.raises(ValueError, match="reduce='sum' or 'mean'"):
+        sg.spmm(ei, c, reduce="max")
+    with pytest.raises(ValueError, match="exactly"):
+        sg.spmm(ei, c, precision="tf32")
+    with pytest.raises(ValueError, match="rows"):
+        sg.spmm(Graph.from_edge_index(ei, num_nodes=5), c)
