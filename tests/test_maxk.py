@@ -140,21 +140,29 @@ def test_spmm_of_cbsr_matches_dense_and_gradchecks(graph_case, reduce):
         (values, weight))
 
 
-def test_spmm_of_cbsr_on_triton_matches_float64():
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)], ids=["fp32", "bf16"])
+def test_spmm_of_cbsr_on_triton_matches_float64(reduce, dtype, tol):
+    """The CBSR kernels (atomic SpGEMM forward, sampled SSpMM backward) against float64 dense
+    products on a graph with duplicates, self loops, empty rows and isolated nodes."""
     ei, w = sg.datasets.random_graph(40, 260, seed=3, num_isolated=2, num_empty_rows=4, num_self_loops=3,
                                      num_duplicates=5, weighted=True)
     g = Graph.from_edge_index(ei, w, num_nodes=40).to(DEVICE)
-    x = torch.randn(40, 48, generator=torch.Generator().manual_seed(8)).to(DEVICE).requires_grad_(True)
+    x = torch.randn(40, 48, generator=torch.Generator().manual_seed(8)).to(dtype).to(DEVICE).requires_grad_(True)
     c = sg.maxk(x, 6)
-    out = sg.spmm(g, c, backend="triton")
-    want = dense_adjacency(ei, 40, w) @ c.to_dense().detach().double().cpu()
-    assert float((out.detach().double().cpu() - want).norm() / want.norm()) < 1e-5
-    up = torch.randn(40, 48, generator=torch.Generator().manual_seed(9))
+    out = sg.spmm(g, c, reduce=reduce, backend="triton")
+    assert out.dtype == dtype
+    adj = dense_adjacency(ei, 40, w)
+    if reduce == "mean":
+        adj = adj / dense_adjacency(ei, 40).sum(1, keepdim=True).clamp(min=1)
+    want = adj @ c.to_dense().detach().double().cpu()
+    assert float((out.detach().double().cpu() - want).norm() / want.norm()) < tol
+    up = torch.randn(40, 48, generator=torch.Generator().manual_seed(9)).to(dtype)
     out.backward(up.to(DEVICE))
-    grad_dense = dense_adjacency(ei, 40, w).t() @ up.double()
+    grad_dense = adj.t() @ up.double()
     kept = c.index.long().cpu()
     want_grad = torch.zeros(40, 48, dtype=torch.float64).scatter_(1, kept, grad_dense.gather(1, kept))
-    assert float((x.grad.double().cpu() - want_grad).norm() / want_grad.norm()) < 1e-5
+    assert float((x.grad.double().cpu() - want_grad).norm() / want_grad.norm()) < tol
 
 
 def test_spmm_of_cbsr_rejects_what_it_cannot_do():
@@ -166,3 +174,31 @@ def test_spmm_of_cbsr_rejects_what_it_cannot_do():
         sg.spmm(ei, c, precision="tf32")
     with pytest.raises(ValueError, match="rows"):
         sg.spmm(Graph.from_edge_index(ei, num_nodes=5), c)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA CBSR kernel needs a GPU (and CuPy)")
+@pytest.mark.parametrize("k", [5, 32, 40])
+def test_cuda_cbsr_spgemm_matches_triton_and_is_deterministic(k):
+    """The shared-memory CUDA forward (rows heaviest first, a hub included, k below, at and
+    above one warp's width) against the Triton atomic form and float64, run twice bit-equal."""
+    from sparsegnn.kernels import cbsr_cuda
+    from sparsegnn.kernels.cbsr import spgemm_cbsr
+    from sparsegnn.ops._dispatch import plan_of
+
+    if not cbsr_cuda.available():
+        pytest.skip("CuPy is not installed")
+    ei, w = sg.datasets.random_graph(300, 4000, seed=11, num_isolated=3, num_empty_rows=5, num_self_loops=4,
+                                     num_duplicates=9, weighted=True)
+    hub = torch.stack([torch.arange(300), torch.full((300,), 7)])
+    ei, w = torch.cat([ei, hub], 1), torch.cat([w, torch.rand(300) + 0.5])
+    g = Graph.from_edge_index(ei, w, num_nodes=300).to(DEVICE)
+    c = sg.maxk(torch.randn(300, 200, device=DEVICE), k)
+    plan = plan_of(g)
+    run = lambda: cbsr_cuda.spgemm_cbsr_cuda(g.rowptr, plan.rows_by_degree, plan.col32, g.edge_val, c.values,  # noqa: E731
+                                            c.index, 300, 200)
+    out = run()
+    assert torch.equal(out, run())
+    atomic = spgemm_cbsr(plan.row32, plan.col32, g.edge_val, c.values, c.index, 300, 200)
+    want = dense_adjacency(ei, 300, w) @ c.to_dense().double().cpu()
+    assert float((out.double().cpu() - want).norm() / want.norm()) < 1e-6
+    assert torch.allclose(out, atomic, rtol=1e-5, atol=1e-5)

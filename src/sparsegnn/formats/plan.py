@@ -54,6 +54,16 @@ class RowPlan:
     _heavy: dict = field(default_factory=dict, repr=False)
     _split: dict = field(default_factory=dict, repr=False)
     _row32: Tensor = field(default=None, repr=False)
+    _by_degree: Tensor = field(default=None, repr=False)
+
+    @property
+    def rows_by_degree(self) -> Tensor:
+        """[N] int32 row ids, most edges first (stable; built on first use, kept): the order in
+        which a row-per-warp kernel hands out rows, so hubs start first."""
+        if self._by_degree is None:
+            deg = self.rowptr[1:] - self.rowptr[:-1]
+            self._by_degree = torch.sort(deg, descending=True, stable=True).indices.to(torch.int32)
+        return self._by_degree
 
     @property
     def row32(self) -> Tensor:

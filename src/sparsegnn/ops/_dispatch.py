@@ -193,17 +193,24 @@ def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional
     Shapes:
         x: [N, F]; weight: [E], [E, H] or None -> [M, F].
     """
+    transposed, weight_t = transposed_weights(graph, weight, reduce, x.dtype)
+    return aggregate(backend, transposed, x, weight_t)
+
+
+def transposed_weights(graph: Graph, weight: Optional[Tensor], reduce: str, dtype: torch.dtype):
+    """``(graph.t(), w'^T)``: the cached transpose and the effective weights ``w'`` (``w``, or
+    ``w / deg(row)`` for ``"mean"``; None = ones) in the transpose's edge order."""
     transposed = graph.t()
     perm = graph.transpose_parts()[2]
     if weight is None and reduce == "mean":
-        weight_t = _permuted_own_values(graph, mean_scale(graph, x.dtype), perm)
+        weight_t = _permuted_own_values(graph, mean_scale(graph, dtype), perm)
     elif weight is not None and weight is graph.edge_val and reduce == "sum":
         weight_t = _permuted_own_values(graph, weight, perm)
     else:
         if reduce == "mean":
-            weight = scaled(weight, mean_scale(graph, x.dtype))
+            weight = scaled(weight, mean_scale(graph, dtype))
         weight_t = weight.index_select(0, perm) if weight is not None else None
-    return aggregate(backend, transposed, x, weight_t)
+    return transposed, weight_t
 
 
 def spmm_weight_grad(backend: str, graph: Graph, grad_out: Tensor, x: Tensor, heads: int, reduce: str) -> Tensor:

@@ -8,9 +8,13 @@ row), ``A' = A`` (sum) or ``D^-1 A`` (mean), weights ``w``:
 - backward (SSpMM): ``dvalues[j, s] = (A'^T dY)[j, index[j, s]]``, the transposed product
   sampled at the kept positions only; ``dw_e = s_i <dY_i, X_j>`` (``s_i = 1`` or ``1/deg_i``).
 
-This module computes both through the dense product on the graph's tuned backend (the
-reference formulation: every number exact, no byte saved yet).  The CBSR kernels that read
-``k (s + b)`` bytes per edge instead of ``F s`` are MaxK-GNN's point and plug in here.
+Backends: ``"triton"`` runs the CBSR kernels: the forward in shared memory through CUDA
+(``kernels/cbsr_cuda.py``, CuPy; fp32 values, F <= 256; deterministic) where it can, else
+Triton's atomic form (``kernels/cbsr.py``: the order of additions into one entry is not
+fixed); the backward gathers only the ``k`` sampled entries of each ``dY`` row (Triton,
+deterministic).  Elsewhere both go through the dense product on
+the chosen backend (exact; no bytes saved).  ``dw`` densifies ``X`` (only when the weights
+need a gradient).
 """
 from __future__ import annotations
 
@@ -22,18 +26,29 @@ from torch.autograd.function import once_differentiable
 
 from ..formats.cbsr import CBSR
 from ..graph import Graph
-from ._dispatch import aggregate, aggregate_transposed, spmm_weight_grad
+from ._dispatch import (aggregate, aggregate_transposed, mean_scale, plan_of, scaled, spmm_weight_grad,
+                        transposed_weights)
 
 
 class _CBSRSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, graph: Graph, values: Tensor, index: Tensor, num_cols: int, weight: Optional[Tensor],
                 reduce: str, backend: str) -> Tensor:
-        x = CBSR(values, index, num_cols).to_dense()
         ctx.graph, ctx.reduce, ctx.backend = graph, reduce, backend
         ctx.save_for_backward(values, index, weight)
         ctx.num_cols = num_cols
-        return aggregate(backend, graph, x, weight, reduce)
+        if backend == "triton":
+            from ..kernels import cbsr_cuda
+            from ..kernels.cbsr import spgemm_cbsr
+
+            plan = plan_of(graph)
+            w = scaled(weight, mean_scale(graph, torch.float32)) if reduce == "mean" else weight
+            if cbsr_cuda.available() and values.dtype == torch.float32 and index.dtype == torch.uint8:
+                w = None if w is None else w.float()
+                return cbsr_cuda.spgemm_cbsr_cuda(graph.rowptr, plan.rows_by_degree, plan.col32, w, values, index,
+                                                  graph.num_nodes, num_cols)
+            return spgemm_cbsr(plan.row32, plan.col32, w, values, index, graph.num_nodes, num_cols).to(values.dtype)
+        return aggregate(backend, graph, CBSR(values, index, num_cols).to_dense(), weight, reduce)
 
     @staticmethod
     @once_differentiable
@@ -42,7 +57,12 @@ class _CBSRSpMM(torch.autograd.Function):
         graph, reduce, backend = ctx.graph, ctx.reduce, ctx.backend
         grad_out = grad_out.contiguous()
         grad_values = grad_weight = None
-        if ctx.needs_input_grad[1]:
+        if ctx.needs_input_grad[1] and backend == "triton":
+            from ..kernels.cbsr import sspmm_cbsr
+
+            transposed, weight_t = transposed_weights(graph, weight, reduce, torch.float32)
+            grad_values = sspmm_cbsr(transposed.rowptr, transposed.col, weight_t, index, grad_out, values.dtype)
+        elif ctx.needs_input_grad[1]:
             grad_values = aggregate_transposed(backend, graph, grad_out, weight, reduce).gather(1, index.long())
         if weight is not None and ctx.needs_input_grad[4]:
             x = CBSR(values, index, ctx.num_cols).to_dense()
