@@ -177,7 +177,7 @@ def test_spmm_of_cbsr_rejects_what_it_cannot_do():
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA CBSR kernel needs a GPU (and CuPy)")
-@pytest.mark.parametrize("k", [5, 32, 40])
+@pytest.mark.parametrize("k", [5, 32, 40, 130])
 def test_cuda_cbsr_spgemm_matches_triton_and_is_deterministic(k):
     """The shared-memory CUDA forward (rows heaviest first, a hub included, k below, at and
     above one warp's width) against the Triton atomic form and float64, run twice bit-equal."""

@@ -8,7 +8,8 @@ for cuSPARSE's dense SpMM.  Here a warp owns a target row and accumulates it in 
 ``index[j, s]``; the columns of one edge are distinct, so no two lanes touch one address in a
 step, and ``__syncwarp`` orders the steps: no atomics, a fixed order, deterministic.  The
 columns and weights of ``UNROLL`` edges are read at once and their values gathered before they
-are applied, so several rows' loads are in flight per warp; rows are taken heaviest first.  Bytes per edge: 8 (column,
+are applied (16 / CH edges of CH entries per lane, k <= 32 CH), so 16 loads per lane are in
+flight; rows are taken heaviest first.  Bytes per edge: 8 (column,
 weight) + ``k (4 + 1)`` (values, uint8 columns) instead of ``4 F``.
 
 ``available()`` is False without CuPy or a GPU; the caller then uses the Triton kernels.
@@ -22,7 +23,9 @@ import torch
 from torch import Tensor
 
 _SOURCE = r"""
-#define UNROLL 16
+// CH: entries per lane (k <= 32 CH); UNROLL = 16 / CH edges per batch, so each lane keeps 16
+// values and columns in flight whatever k is.
+#define UNROLL (16 / CH)
 extern "C" __global__ void cbsr_spgemm(
     const long long* __restrict__ rowptr, const int* __restrict__ order, const int* __restrict__ col,
     const float* __restrict__ w,
@@ -41,25 +44,28 @@ extern "C" __global__ void cbsr_spgemm(
             const int n = (int)min((long long)UNROLL, end - e0);
             int my_j = 0; float my_w = 0.f;
             if (lane < n) { my_j = col[e0 + lane]; my_w = has_w ? w[e0 + lane] : 1.f; }
-            for (int s0 = 0; s0 < k; s0 += 32) {
-                const int s = s0 + lane;
-                float v[UNROLL]; int c[UNROLL];
+            float v[UNROLL][CH]; int c[UNROLL][CH];
+            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const int j = __shfl_sync(0xffffffffu, my_j, u);
+                const float we = __shfl_sync(0xffffffffu, my_w, u);
                 #pragma unroll
-                for (int u = 0; u < UNROLL; ++u) {
-                    const int j = __shfl_sync(0xffffffffu, my_j, u);
-                    const float we = __shfl_sync(0xffffffffu, my_w, u);
-                    v[u] = 0.f; c[u] = 0;
+                for (int h = 0; h < CH; ++h) {
+                    const int s = lane + 32 * h;
+                    v[u][h] = 0.f; c[u][h] = -1;
                     if (u < n && s < k) {
                         const long long at = (long long)j * k + s;
-                        v[u] = we * vals[at];
-                        c[u] = idx[at];
+                        v[u][h] = we * vals[at];
+                        c[u][h] = idx[at];
                     }
                 }
+            }
+            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
                 #pragma unroll
-                for (int u = 0; u < UNROLL; ++u) {
-                    if (u < n && s < k) acc[c[u]] += v[u];
-                    __syncwarp();
-                }
+                for (int h = 0; h < CH; ++h)
+                    if (c[u][h] >= 0) acc[c[u][h]] += v[u][h];
+                __syncwarp();
             }
         }
         for (int f = lane; f < F; f += 32) out[row * F + f] = acc[f];
@@ -72,10 +78,10 @@ WARPS = 8
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel():
+def _kernel(ch: int):
     import cupy
 
-    return cupy.RawModule(code=_SOURCE, options=("--std=c++14",)).get_function("cbsr_spgemm")
+    return cupy.RawModule(code=_SOURCE, options=("--std=c++14", f"-DCH={ch}")).get_function("cbsr_spgemm")
 
 
 @functools.lru_cache(maxsize=None)
@@ -111,7 +117,8 @@ def spgemm_cbsr_cuda(rowptr: Tensor, order: Tensor, col32: Tensor, weight: Optio
     sms = torch.cuda.get_device_properties(values.device).multi_processor_count
     blocks = min((num_rows + WARPS - 1) // WARPS, sms * 8)
     with cupy.cuda.Device(values.device.index), cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-        _kernel()((blocks,), (32 * WARPS,),
+        ch = 1 if values.shape[1] <= 32 else (2 if values.shape[1] <= 64 else (4 if values.shape[1] <= 128 else 8))
+        _kernel(ch)((blocks,), (32 * WARPS,),
                   (ptr(rowptr), ptr(order), ptr(col32), ptr(w), ptr(values), ptr(index), ptr(out), cupy.int32(num_rows),
                    cupy.int32(num_cols), cupy.int32(values.shape[1]), cupy.int32(weight is not None)),
                   shared_mem=4 * num_cols * WARPS)
