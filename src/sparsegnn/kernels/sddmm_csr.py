@@ -101,10 +101,11 @@ def _sddmm_edges_kernel(
 
 
 def sddmm_csr(plan, a: Tensor, b: Tensor, op: str = "dot", config: Optional[Dict[str, int]] = None) -> Tensor:
-    """Launch the SDDMM over a ``formats.plan.RowPlan``'s segments.
+    """Launch the SDDMM over a ``formats.plan.RowPlan``: its segments, or (``FLAT=1`` configs)
+    its edges with their int32 target rows.
 
     Args:
-        plan: the graph's RowPlan (segments and int32 columns).
+        plan: the graph's RowPlan (segments, int32 columns and rows).
         a: [N, F] target-side features; b: [M, F] source-side features (same dtype).
         op: ``"dot"``, ``"add"`` or ``"mul"``.
 
@@ -113,8 +114,8 @@ def sddmm_csr(plan, a: Tensor, b: Tensor, op: str = "dot", config: Optional[Dict
     """
     cfg = config or sddmm_config(a.shape[0], plan.col32.numel(), a.shape[1], op)
     if cfg.get("FLAT", 0):
-        return _sddmm_edges(plan.row32, plan.col32, a, b, op, cfg)
-    return _sddmm_segments(plan.seg_row, plan.seg_start, plan.seg_end, plan.col32, a, b, op, cfg)
+        return _sddmm(plan.col32, a, b, op, cfg, rows=plan.row32)
+    return _sddmm(plan.col32, a, b, op, cfg, segments=(plan.seg_row, plan.seg_start, plan.seg_end))
 
 
 def sddmm_rows(rowptr: Tensor, col: Tensor, a: Tensor, b: Tensor, op: str = "dot",
@@ -126,40 +127,27 @@ def sddmm_rows(rowptr: Tensor, col: Tensor, a: Tensor, b: Tensor, op: str = "dot
         rowptr: [N + 1]; col: [E]; a: [N, F]; b: [M, F] -> [E] or [E, F].
     """
     rows = torch.arange(rowptr.numel() - 1, device=rowptr.device)
-    return _sddmm_segments(rows, rowptr[:-1], rowptr[1:], col, a, b, op, config)
+    cfg = config or sddmm_config(a.shape[0], col.numel(), a.shape[1], op)
+    return _sddmm(col, a, b, op, cfg, segments=(rows, rowptr[:-1], rowptr[1:]))
 
 
-def _sddmm_segments(seg_row: Tensor, seg_start: Tensor, seg_end: Tensor, col: Tensor, a: Tensor, b: Tensor,
-                    op: str, config: Optional[Dict[str, int]]) -> Tensor:
-    num_edges = col.numel()
-    num_feats = a.shape[1]
-    a, b = a.contiguous(), b.contiguous()
-    shape = (num_edges,) if op == "dot" else (num_edges, num_feats)
-    out = torch.empty(shape, dtype=a.dtype, device=a.device)
-    num_segments = seg_row.numel()
-    if num_edges == 0 or num_segments == 0:
-        return out.zero_()
-    cfg = config or sddmm_config(a.shape[0], num_edges, num_feats, op)
-    fblocks = 1 if op == "dot" else triton.cdiv(num_feats, cfg["BLOCK_F"])
-    grid = (triton.cdiv(num_segments, cfg["ROWS"]), fblocks)
-    launch(_sddmm_kernel, grid,
-           (seg_row, seg_start, seg_end, col, a, b, out,
-            num_segments, num_feats, a.stride(0), b.stride(0), out.stride(0) if op != "dot" else 1),
-           dict(OP=OP_CODES[op], ROWS=cfg["ROWS"], BLOCK_E=cfg["BLOCK_E"], BLOCK_F=cfg["BLOCK_F"]),
-           cfg["num_warps"])
-    return out
-
-
-def _sddmm_edges(row: Tensor, col: Tensor, a: Tensor, b: Tensor, op: str, cfg: Dict[str, int]) -> Tensor:
-    """The edge-parallel SDDMM over ``[E]`` int32 target rows and source columns (CSR order)."""
+def _sddmm(col: Tensor, a: Tensor, b: Tensor, op: str, cfg: Dict[str, int], rows: Optional[Tensor] = None,
+           segments: Optional[tuple] = None) -> Tensor:
+    """One launch: edge-parallel over ``rows`` ([E] target of every edge) or over ``segments``
+    (``(seg_row, seg_start, seg_end)``)."""
     num_edges, num_feats = col.numel(), a.shape[1]
     a, b = a.contiguous(), b.contiguous()
     out = torch.empty((num_edges,) if op == "dot" else (num_edges, num_feats), dtype=a.dtype, device=a.device)
-    if num_edges == 0:
-        return out
+    work = num_edges if rows is not None else segments[0].numel()
+    if num_edges == 0 or work == 0:
+        return out.zero_()
     fblocks = 1 if op == "dot" else triton.cdiv(num_feats, cfg["BLOCK_F"])
-    grid = (triton.cdiv(num_edges, cfg["BLOCK_E"]), fblocks)
-    launch(_sddmm_edges_kernel, grid,
-           (row, col, a, b, out, num_edges, num_feats, a.stride(0), b.stride(0), out.stride(0) if op != "dot" else 1),
-           dict(OP=OP_CODES[op], BLOCK_E=cfg["BLOCK_E"], BLOCK_F=cfg["BLOCK_F"]), cfg["num_warps"])
+    tail = (num_feats, a.stride(0), b.stride(0), out.stride(0) if op != "dot" else 1)
+    blocks = dict(OP=OP_CODES[op], BLOCK_E=cfg["BLOCK_E"], BLOCK_F=cfg["BLOCK_F"])
+    if rows is not None:
+        launch(_sddmm_edges_kernel, (triton.cdiv(num_edges, cfg["BLOCK_E"]), fblocks),
+               (rows, col, a, b, out, num_edges) + tail, blocks, cfg["num_warps"])
+    else:
+        launch(_sddmm_kernel, (triton.cdiv(work, cfg["ROWS"]), fblocks),
+               (*segments, col, a, b, out, work) + tail, dict(blocks, ROWS=cfg["ROWS"]), cfg["num_warps"])
     return out
