@@ -90,6 +90,16 @@ class _SpMMMax(torch.autograd.Function):
                 grad_w if ctx.needs_input_grad[2] else None, None)
 
 
+def _weight_in_graph_order(graph: Graph, edge_weight: Optional[Tensor], input_order: bool, fn: str,
+                           max_dim: int) -> Optional[Tensor]:
+    """The caller's ``edge_weight`` checked and in ``graph``'s edge order (``input_order``: it
+    came in the caller's ``edge_index`` order), else the graph's own values."""
+    if edge_weight is None:
+        return graph.edge_val
+    check_edge_values(edge_weight, graph.num_edges, fn, "edge_weight", max_dim=max_dim)
+    return graph.to_graph_order(edge_weight) if input_order else edge_weight
+
+
 def _spmm_of_cbsr(graph, x: CBSR, reduce: str, edge_weight: Optional[Tensor], backend: str, precision: str) -> Tensor:
     """``spmm`` of CBSR features: sum / mean, exact (``ops.cbsr``)."""
     from .cbsr import spmm_cbsr
@@ -103,12 +113,7 @@ def _spmm_of_cbsr(graph, x: CBSR, reduce: str, edge_weight: Optional[Tensor], ba
     else:
         graph, input_order = as_graph(graph, fn, num_nodes=x.shape[0])
     check(x.shape[0] == graph.num_src, fn, f"x has {x.shape[0]} rows, the graph {graph.num_src} source nodes")
-    if edge_weight is not None:
-        check_edge_values(edge_weight, graph.num_edges, fn, "edge_weight", max_dim=1)
-        if input_order:
-            edge_weight = graph.to_graph_order(edge_weight)
-    else:
-        edge_weight = graph.edge_val
+    edge_weight = _weight_in_graph_order(graph, edge_weight, input_order, fn, max_dim=1)
     check_same_device(fn, graph=graph.rowptr, x=x.values, edge_weight=edge_weight)
     return spmm_cbsr(graph, x, edge_weight, reduce, choose_backend(fn, backend, x.values))
 
@@ -172,18 +177,13 @@ def spmm(
     check_node_features(x, graph.num_src, fn, sources=graph.is_bipartite)
     if reduce not in REDUCES:
         raise ValueError(f"{fn}(): reduce must be one of {REDUCES}, got {reduce!r}")
-    if edge_weight is not None:
-        check_edge_values(edge_weight, graph.num_edges, fn, "edge_weight", max_dim=2)
-        if edge_weight.dim() == 2:
-            if x.shape[1] % edge_weight.shape[1] != 0:
-                raise ValueError(f"{fn}(): edge_weight [E, H] needs a feature width divisible by H, "
-                                 f"got F={x.shape[1]}, H={edge_weight.shape[1]}")
-            if reduce == "max":
-                raise ValueError(f"{fn}(): reduce='max' takes edge_weight of shape [E], got {tuple(edge_weight.shape)}")
-        if input_order:
-            edge_weight = graph.to_graph_order(edge_weight)
-    else:
-        edge_weight = graph.edge_val
+    edge_weight = _weight_in_graph_order(graph, edge_weight, input_order, fn, max_dim=2)
+    if edge_weight is not None and edge_weight.dim() == 2:
+        if x.shape[1] % edge_weight.shape[1] != 0:
+            raise ValueError(f"{fn}(): edge_weight [E, H] needs a feature width divisible by H, "
+                             f"got F={x.shape[1]}, H={edge_weight.shape[1]}")
+        if reduce == "max":
+            raise ValueError(f"{fn}(): reduce='max' takes edge_weight of shape [E], got {tuple(edge_weight.shape)}")
     check_precision(fn, precision)
     reduced = precision != "ieee" and reduce in ("sum", "mean") and (edge_weight is None or edge_weight.dim() == 1)
     if compiling():  # the custom op: graph tensors stay out of the traced program (devices checked there)
