@@ -147,8 +147,19 @@ def fingerprint(graph) -> str:
 def lookup(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, device) -> Optional[Dict]:
     """The stored record (config, ms, source, ...) for this case, or None."""
     key = decision_key(op, graph, detail, num_feats, dtype)
+    own_key = key + "#" + fingerprint(graph)
     store = store_for_device(device_name(device))
-    return store.get_record(key + "#" + fingerprint(graph)) or store.get_record(key)
+    own = store.get_record(own_key)
+    if own is None:
+        shared = store.get_record(key)
+        own = shared if shared is not None and _class_applies(shared, own_key) else None
+    return own
+
+
+def _class_applies(shared: Dict, own_key: str) -> bool:
+    """Whether a graph without a decision of its own takes its class's: the class's was made
+    on this very graph, or the class has been timed on ``GRAPHS_PER_CLASS`` graphs."""
+    return shared.get("fp") == own_key or shared.get("graphs", 1) >= GRAPHS_PER_CLASS
 
 
 def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, device,
@@ -183,10 +194,9 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
     # a heuristic stand-in (tuning was off or impossible when it was stored) is replaced once
     # this process can predict or time; until a capture is over it will do
     provisional = lambda rec: rec.get("source") == "heuristic" and tune_mode() != "off"  # noqa: E731
-    own = store.get_record(own_key)
-    shared = store.get_record(key)
-    if usable(shared) and (shared.get("fp") == own_key or shared.get("graphs", 1) >= GRAPHS_PER_CLASS):
-        own = shared               # decided on this very graph, or the class has been timed enough
+    own, shared = store.get_record(own_key), store.get_record(key)
+    if not usable(own):
+        own = shared if usable(shared) and _class_applies(shared, own_key) else None
     if usable(own):
         if not provisional(own):
             _HOT[own_key] = (store, own["config"])
