@@ -35,15 +35,22 @@ def _reference_select(x: Tensor, k: int, idx_dtype: torch.dtype) -> Tuple[Tensor
     return x.gather(1, index), index.to(idx_dtype)
 
 
-def _backend(backend: str, x: Tensor) -> str:
-    check(backend in BACKENDS, "maxk", f"backend must be one of {BACKENDS}, got {backend!r}")
+def _triton_runs(x: Tensor) -> bool:
+    """Whether the Triton kernel takes ``x`` (imported only where Triton is installed)."""
+    if not (triton_available() and (x.is_cuda or interpreting())):
+        return False
     from ..kernels.maxk import MAX_FEATS
 
-    runs = (triton_available() and (x.is_cuda or interpreting()) and x.shape[1] <= MAX_FEATS
-            and x.dtype in (torch.float32, torch.float16, torch.bfloat16))   # fp64 keys would not fit 32 bits
+    # fp64 would need 64-bit ranking values
+    return x.shape[1] <= MAX_FEATS and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _backend(backend: str, x: Tensor) -> str:
+    check(backend in BACKENDS, "maxk", f"backend must be one of {BACKENDS}, got {backend!r}")
+    runs = _triton_runs(x)
     if backend == "triton":
         check(runs, "maxk", f"backend='triton' needs Triton, a CUDA tensor (or TRITON_INTERPRET=1), float32 / "
-                            f"float16 / bfloat16 and at most {MAX_FEATS} columns; got {x.device}, {x.dtype}, "
+                            f"float16 / bfloat16 and at most 4096 columns; got {x.device}, {x.dtype}, "
                             f"{x.shape[1]} columns")
         return "triton"
     if backend == "auto":
