@@ -25,6 +25,7 @@ def spgemm_table(args, out: Path) -> int:
     from sparsegnn.kernels import cbsr_cuda
     from sparsegnn.kernels.cbsr import spgemm_cbsr, sspmm_cbsr
     from sparsegnn.ops._dispatch import plan_of, transposed_weights
+    from sparsegnn.ops.cbsr import backward_schedule, forward_schedule
 
     bench = lambda fn: float(do_bench(fn, warmup=5, rep=40, return_mode="median"))  # noqa: E731
     g = bench_graph(args.spgemm, device="cuda")
@@ -42,8 +43,12 @@ def spgemm_table(args, out: Path) -> int:
         c = sg.maxk(h, k)
         fwd = lambda: spgemm_cbsr(plan.row32, plan.col32, g.edge_val, c.values, c.index, g.num_nodes, args.cols)  # noqa: E731
         bwd = lambda: sspmm_cbsr(t.rowptr, t.col, w_t, c.index, grad, torch.float32)  # noqa: E731
+        bwd_cuda = lambda: cbsr_cuda.sspmm_cbsr_cuda(g.rowptr, plan.rows_by_degree, plan.col32, g.edge_val, grad,  # noqa: E731
+                                                      c.index, g.num_src)
         cuda = lambda: cbsr_cuda.spgemm_cbsr_cuda(g.rowptr, plan.rows_by_degree, plan.col32, g.edge_val, c.values, c.index,  # noqa: E731
                                                    g.num_nodes, args.cols)
+        dense_fwd = lambda: sg.spmm(g, c.to_dense(), edge_weight=g.edge_val)  # noqa: E731
+        dense_bwd = lambda: sg.spmm(t, grad, edge_weight=w_t).gather(1, c.index.long())  # noqa: E731
         dense = c.to_dense()
         want = torch.sparse.mm(csr, dense)
         err_f = float((fwd() - want).norm() / want.norm())
@@ -51,28 +56,38 @@ def spgemm_table(args, out: Path) -> int:
         same = bool(torch.equal(cuda(), cuda())) if cbsr_cuda.available() else None
         want_b = c.gather(sg.spmm(t, grad, edge_weight=w_t))
         err_b = float((bwd() - want_b).norm() / want_b.norm())
+        err_bc = float((bwd_cuda() - want_b).norm() / want_b.norm()) if cbsr_cuda.available() else float("nan")
         row = dict(graph=args.spgemm, nodes=g.num_nodes, nnz=g.num_edges, F=args.cols, k=k, ms_cusparse=cusp,
-                   ms_ours_dense=ours, ms_spgemm_triton=bench(fwd) if k <= 32 else float("nan"), ms_sspmm=bench(bwd), err_fwd_triton=err_f,
-                   err_bwd=err_b, err_fwd=err_c, cuda_deterministic=same)
+                   ms_ours_dense=ours, ms_spgemm_triton=bench(fwd) if k <= 32 else float("nan"), ms_sspmm_triton=bench(bwd), err_fwd_triton=err_f,
+                   err_bwd_triton=err_b, err_bwd=err_bc, err_fwd=err_c, cuda_deterministic=same)
         row["ms_spgemm"] = bench(cuda) if cbsr_cuda.available() else row["ms_spgemm_triton"]
-        row.update(fwd_vs_cusparse=cusp / row["ms_spgemm"], bwd_vs_cusparse=cusp / row["ms_sspmm"],
-                   fwd_vs_ours=ours / row["ms_spgemm"], bwd_vs_ours=ours / row["ms_sspmm"])
+        row["ms_sspmm"] = bench(bwd_cuda) if cbsr_cuda.available() else row["ms_sspmm_triton"]
+        row.update(ms_dense_fwd=bench(dense_fwd), ms_dense_bwd=bench(dense_bwd),
+                   fwd_schedule=forward_schedule(c.values, c.index, args.cols, "triton"),
+                   bwd_schedule=backward_schedule(c.values, c.index, args.cols, grad, "triton"))
+        row["ms_fwd_op"] = row["ms_spgemm"] if row["fwd_schedule"] == "spgemm" else row["ms_dense_fwd"]
+        row["ms_bwd_op"] = row["ms_sspmm"] if row["bwd_schedule"] == "outer" else row["ms_dense_bwd"]
+        row.update(fwd_vs_cusparse=cusp / row["ms_fwd_op"], bwd_vs_cusparse=cusp / row["ms_bwd_op"],
+                   fwd_vs_ours=ours / row["ms_fwd_op"], bwd_vs_ours=ours / row["ms_bwd_op"])
         rows.append(row)
         print(json.dumps(row), flush=True)
     (out / "maxk_spgemm.json").write_text(json.dumps({"meta": {"script": "scripts/time_maxk.py --spgemm",
                                                                 "device": torch.cuda.get_device_name()}, "rows": rows}, indent=1))
     lines = [f"# CBSR aggregation on {args.spgemm} (N={g.num_nodes:,}, E={g.num_edges:,}), F = {args.cols}, fp32, "
              f"{torch.cuda.get_device_name()}", "",
-             "Median ms of `triton.testing.do_bench`. SpGEMM = forward `A X` of `maxk(h, k)` (CUDA, shared memory; "
-             "`Triton atomic` = the Triton form with atomics); SSpMM = "
-             "backward `(A^T dY)` at the kept entries (Triton); both against cuSPARSE and our SpMM of the dense "
+             "Median ms of `triton.testing.do_bench`. Kernels: SpGEMM = forward `A X` of `maxk(h, k)` (CUDA, shared "
+             "memory), outer = backward `(A^T dY)` at the kept entries (CUDA outer product, float4 atomics), dense = "
+             "our SpMM of the densified features (forward) / of `A^T dY` then the kept entries gathered (backward); "
+             "measured alternatives not dispatched: Triton atomic forward, Triton gather backward. `op` = what "
+             "`sparsegnn.spmm(g, maxk(h, k))` runs (the schedule named), against cuSPARSE and our SpMM of the dense "
              f"[N, {args.cols}] matrix (cuSPARSE {cusp:.3f} ms, ours {ours:.3f} ms). Bar: each >= 3x cuSPARSE and "
              ">= 2x ours at k = 32.", "",
-             "| k | SpGEMM | Triton atomic | SSpMM | fwd x cuSPARSE | bwd x cuSPARSE | fwd x ours | bwd x ours | err fwd "
-             "| err bwd |", "|---|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['k']} | {r['ms_spgemm']:.3f} | {r['ms_spgemm_triton']:.3f} | {r['ms_sspmm']:.3f} | {r['fwd_vs_cusparse']:.2f}x | "
-              f"{r['bwd_vs_cusparse']:.2f}x | {r['fwd_vs_ours']:.2f}x | {r['bwd_vs_ours']:.2f}x | {r['err_fwd']:.1e} | "
-              f"{r['err_bwd']:.1e} |" for r in rows]
+             "| k | SpGEMM | outer | dense fwd | dense bwd | Triton atomic | Triton gather | fwd op | bwd op | fwd x cuSPARSE "
+             "| bwd x cuSPARSE | fwd x ours | bwd x ours | err fwd | err bwd |", "|" + "---|" * 15]
+    lines += [f"| {r['k']} | {r['ms_spgemm']:.3f} | {r['ms_sspmm']:.3f} | {r['ms_dense_fwd']:.3f} | {r['ms_dense_bwd']:.3f} "
+              f"| {r['ms_spgemm_triton']:.3f} | {r['ms_sspmm_triton']:.3f} | {r['fwd_schedule']} | {r['bwd_schedule']} "
+              f"| {r['fwd_vs_cusparse']:.2f}x | {r['bwd_vs_cusparse']:.2f}x | {r['fwd_vs_ours']:.2f}x | "
+              f"{r['bwd_vs_ours']:.2f}x | {r['err_fwd']:.1e} | {r['err_bwd']:.1e} |" for r in rows]
     (out / "maxk_spgemm.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
@@ -84,7 +99,7 @@ def main() -> int:
     parser.add_argument("--cols", type=int, default=256)
     parser.add_argument("--ks", default="8,16,32,64,128")
     parser.add_argument("--out", default="/tmp/sparsegnn-out")
-    parser.add_argument("--configs", action="store_true", help="also time every (ROWS, num_warps) at k = 32, fp32")
+    parser.add_argument("--configs", action="store_true", help="also time every num_warps at k = 32, fp32")
     parser.add_argument("--spgemm", default="", help="a stand-in graph: time the CBSR forward / backward at F = --cols "
                                                      "against cuSPARSE and our SpMM (no selection timing)")
     args = parser.parse_args()
@@ -114,13 +129,12 @@ def main() -> int:
 
         x = torch.randn(args.rows, args.cols, device="cuda")
         ref = sg.maxk(x, 32, backend="reference")
-        for rows_per in (1, 2, 4, 8, 16):
-            for warps in (1, 2, 4, 8):
-                cfg = {"ROWS": rows_per, "num_warps": warps}
-                vals, idx = maxk_select(x, 32, torch.uint8, cfg)
-                ok = bool(torch.equal(idx, ref.index))
-                ms = bench(lambda: maxk_select(x, 32, torch.uint8, cfg))
-                print(f"config {cfg}: {ms:.3f} ms, {ms / rows[0]['ms_relu']:.2f}x relu, matches {ok}", flush=True)
+        for warps in (1, 2, 4, 8):
+            cfg = {"num_warps": warps}
+            vals, idx = maxk_select(x, 32, torch.uint8, cfg)
+            ok = bool(torch.equal(idx, ref.index))
+            ms = bench(lambda: maxk_select(x, 32, torch.uint8, cfg))
+            print(f"config {cfg}: {ms:.3f} ms, {ms / rows[0]['ms_relu']:.2f}x relu, matches {ok}", flush=True)
     (out / "maxk.json").write_text(json.dumps({"meta": {"script": "scripts/time_maxk.py",
                                                          "device": torch.cuda.get_device_name()}, "rows": rows}, indent=1))
     lines = [f"# MaxK selection, {args.rows:,} x {args.cols} ({torch.cuda.get_device_name()})", "",

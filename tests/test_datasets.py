@@ -45,9 +45,10 @@ def test_unpickler_refuses_code(tmp_path):
         _unpickle(path)
 
 
-def test_load_errors(tmp_path):
+def test_load_errors(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="unknown dataset"):
         load("reddit")
+    monkeypatch.setenv("SPARSEGNN_DATA", str(tmp_path))          # a data folder without planetoid/
     with pytest.raises(ValueError, match="not bundled"):
         load("citeseer")
     with pytest.raises(ValueError, match="missing file"):

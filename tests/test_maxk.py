@@ -40,7 +40,7 @@ def _inputs(n, f, dtype, seed=0):
 
 @pytest.mark.parametrize("backend", ["triton", "reference"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("f,k", [(20, 1), (37, 5), (64, 64), (300, 31)])
+@pytest.mark.parametrize("f,k", [(20, 1), (37, 5), (64, 64), (300, 31), (700, 40)])
 def test_maxk_matches_the_oracle(backend, dtype, f, k):
     x = _inputs(9, f, dtype, seed=f + k)
     if dtype == torch.float32:
@@ -202,3 +202,71 @@ def test_cuda_cbsr_spgemm_matches_triton_and_is_deterministic(k):
     want = dense_adjacency(ei, 300, w) @ c.to_dense().double().cpu()
     assert float((out.double().cpu() - want).norm() / want.norm()) < 1e-6
     assert torch.allclose(out, atomic, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA CBSR kernels need a GPU (and CuPy)")
+@pytest.mark.parametrize("k", [5, 32, 40, 130, 256])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_cuda_cbsr_sspmm_matches_float64(k, reduce):
+    """The outer-product backward kernel (float4 atomics for k % 4 == 0, scalar ones else; a
+    hub row; k above one warp's width) against float64, whatever the schedule would pick."""
+    from sparsegnn.kernels import cbsr_cuda
+    from sparsegnn.ops._dispatch import plan_of
+    from sparsegnn.ops.cbsr import _kernel_weights
+
+    if not cbsr_cuda.available():
+        pytest.skip("CuPy is not installed")
+    ei, w = sg.datasets.random_graph(300, 4000, seed=12, num_isolated=3, num_empty_rows=5, num_self_loops=4,
+                                     num_duplicates=9, weighted=True)
+    hub = torch.stack([torch.full((300,), 9), torch.arange(300)])
+    ei, w = torch.cat([ei, hub], 1), torch.cat([w, torch.rand(300) + 0.5])
+    g = Graph.from_edge_index(ei, w, num_nodes=300).to(DEVICE)
+    c = sg.maxk(torch.randn(300, 256, device=DEVICE), k)
+    up = torch.randn(300, 256, device=DEVICE)
+    adj = dense_adjacency(ei, 300, w)
+    if reduce == "mean":
+        adj = adj / dense_adjacency(ei, 300).sum(1, keepdim=True).clamp(min=1)
+    plan = plan_of(g)
+    w, scale = _kernel_weights(g, g.edge_val, reduce)
+    got = cbsr_cuda.sspmm_cbsr_cuda(g.rowptr, plan.rows_by_degree, plan.col32, w, up, c.index, 300, scale)
+    want = (adj.t() @ up.double().cpu()).gather(1, c.index.long().cpu())
+    assert float((got.double().cpu() - want).norm() / want.norm()) < 1e-6
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA CBSR kernels need a GPU (and CuPy)")
+def test_cbsr_schedules_follow_k_and_deterministic_mode():
+    """The forward runs the SpGEMM while 4 k <= F, the backward the atomic outer product while
+    8 k <= F (or 4 k <= F with an L2-sized dvalues), and never under deterministic algorithms:
+    then the gradient is bit-equal run to run and matches the atomic one to rounding."""
+    from sparsegnn.kernels import cbsr_cuda
+    from sparsegnn.ops.cbsr import backward_schedule, forward_schedule
+
+    if not cbsr_cuda.available():
+        pytest.skip("CuPy is not installed")
+    x = torch.randn(300, 256, device=DEVICE, requires_grad=True)
+    for k, fwd, bwd in ((32, "spgemm", "outer"), (64, "spgemm", "outer"), (65, "dense", "dense")):
+        c = sg.maxk(x, k)
+        assert forward_schedule(c.values, c.index, 256, "triton") == fwd
+        assert backward_schedule(c.values, c.index, 256, x, "triton") == bwd
+    big = sg.maxk(torch.randn(200_000, 256, device=DEVICE), 64)         # dvalues of 51 MB: past L2
+    assert backward_schedule(big.values, big.index, 256, x, "triton") == "dense"
+    ei, w = sg.datasets.random_graph(300, 4000, seed=13, num_isolated=3, num_self_loops=4, num_duplicates=9,
+                                     weighted=True)
+    g = Graph.from_edge_index(ei, w, num_nodes=300).to(DEVICE)
+    up = torch.randn(300, 256, device=DEVICE)
+
+    def grad_of_x():
+        x.grad = None
+        sg.spmm(g, sg.maxk(x, 32), reduce="mean", edge_weight=g.edge_val, backend="triton").backward(up)
+        return x.grad.clone()
+
+    atomic = grad_of_x()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        c = sg.maxk(x, 32)
+        assert backward_schedule(c.values, c.index, 256, x, "triton") == "dense"
+        first = grad_of_x()
+        assert torch.equal(first, grad_of_x())
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.allclose(atomic, first, rtol=1e-5, atol=1e-5)

@@ -1,4 +1,4 @@
-"""Command line: ``sparsegnn train | bench | tune | info`` (also ``python -m sparsegnn``)."""
+"""Command line: ``sparsegnn train | maxk-sweep | bench | tune | info`` (also ``python -m sparsegnn``)."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +24,34 @@ def _fanouts(text: str) -> List[int]:
     return fanouts
 
 
+def _ks(text: str) -> List[int]:
+    try:
+        ks = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        ks = []
+    if not ks or any(k < 1 for k in ks):
+        raise argparse.ArgumentTypeError(f"ks must be comma-separated positive ints, got {text!r}")
+    return ks
+
+
+def _maxk_problem(args: argparse.Namespace) -> Optional[str]:
+    """Why ``train --maxk`` cannot run with the other options (None when it can)."""
+    from .nn.models import MAXK_CONVS
+
+    if args.model not in MAXK_CONVS:
+        return f"--maxk needs --model {', '.join(MAXK_CONVS)} (MaxK-GNN's convs), got {args.model}"
+    if args.minibatch is not None:
+        return "--maxk trains on the full graph; drop --minibatch"
+    if args.precision != "ieee":
+        return "--maxk aggregates exactly; drop --precision"
+    if args.compile != "none":
+        return "--maxk trains eagerly (CBSR features do not compile yet); drop --compile"
+    hidden = 256 if args.hidden is None else args.hidden
+    if not 1 <= args.maxk <= hidden:
+        return f"--maxk must be in [1, hidden = {hidden}], got {args.maxk}"
+    return None
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from .datasets import load
     from .training import train_minibatch, train_node_classifier
@@ -43,7 +71,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.minibatch is not None and args.compile != "none":
         print("train: --minibatch trains eagerly; drop --compile", file=sys.stderr)
         return 2
-    data = load(args.dataset, root=args.root)
+    if args.maxk is not None:
+        problem = _maxk_problem(args)
+        if problem is not None:
+            print(f"train: {problem}", file=sys.stderr)
+            return 2
+    data = load(args.dataset, root=args.root, data_dir=args.data_dir)
     results = []
     progress = not args.json and sys.stderr.isatty() or args.progress
     for run in range(args.runs):
@@ -55,7 +88,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         else:
             result = train_node_classifier(data, args.model, compile=args.compile,
                                            compile_backend=args.compile_backend, reorder=args.reorder,
-                                           precision=args.precision, **common)
+                                           precision=args.precision, maxk=args.maxk, **common)
         results.append(result)
         if not args.json:
             print(f"seed {result.seed}: val {100 * result.val_acc:.2f}%  test {100 * result.test_acc:.2f}%  "
@@ -64,7 +97,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     mean = lambda key: sum(getattr(r, key) for r in results) / len(results)  # noqa: E731
     summary = {
         "model": args.model, "dataset": args.dataset, "device": args.device, "backend": args.backend,
-        "compile": args.compile, "precision": args.precision, "minibatch": args.minibatch,
+        "compile": args.compile, "precision": args.precision, "maxk": args.maxk, "minibatch": args.minibatch,
         "batch_size": args.batch_size if args.minibatch else None,
         "epochs": args.epochs, "runs": args.runs, "seeds": [r.seed for r in results],
         "val_acc": mean("val_acc"), "test_acc": mean("test_acc"),
@@ -74,11 +107,46 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"{args.model} on {args.dataset} ({args.device}, {args.runs} run(s)): "
+        print(f"{args.model}{'' if args.maxk is None else f' (maxk {args.maxk})'} on {args.dataset} "
+              f"({args.device}, {args.runs} run(s)): "
               f"val {100 * summary['val_acc']:.2f}%  test {100 * summary['test_acc']:.2f}%  "
               f"mean epoch {summary['mean_epoch_ms']:.2f} ms"
               + ("" if args.compile == "none" else f" (compile {args.compile})"))
     return 0
+
+
+def _cmd_maxk_sweep(args: argparse.Namespace) -> int:
+    from .datasets import load
+    from .maxk_sweep import markdown, maxk_sweep, write_sweep
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("maxk-sweep: --device cuda requested but no CUDA device is available", file=sys.stderr)
+        return 2
+    hidden = 256 if args.hidden is None else args.hidden
+    bad = [k for k in args.ks if k > hidden]
+    if bad:
+        print(f"maxk-sweep: every k must be in [1, hidden = {hidden}], got {bad}", file=sys.stderr)
+        return 2
+    data = load(args.dataset, root=args.root, data_dir=args.data_dir)
+    progress = sys.stderr.isatty() or args.progress
+    result = maxk_sweep(data, args.model, args.ks, epochs=args.epochs, runs=args.runs, seed=args.seed,
+                        device=args.device, lr=args.lr, weight_decay=args.weight_decay, hidden=args.hidden,
+                        dropout=args.dropout, backend=args.backend, progress=progress)
+    paths = write_sweep(result, args.out)
+    print(markdown(result))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _add_data_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", default="cora",
+                        help="cora (bundled), citeseer (the data folder's planetoid/ or --root), or a labelled "
+                             "real-suite graph: deezer, lastfm, twitch, wikipedia (the data folder's real/; "
+                             "stratified 60/20/20 split)")
+    parser.add_argument("--root", default=None, help="directory with raw Planetoid files")
+    parser.add_argument("--data-dir", default=None,
+                        help="the datasets folder (with planetoid/, real/; default: SPARSEGNN_DATA, "
+                             "../shared/datasets)")
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -224,8 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a node classifier (full graph, or sampled mini-batches with --minibatch)")
-    train.add_argument("--dataset", default="cora", help="cora (bundled) or citeseer (with --root)")
-    train.add_argument("--root", default=None, help="directory with raw Planetoid files")
+    _add_data_args(train)
     train.add_argument("--model", default="gcn", choices=["gcn", "agnn", "sage", "gin", "gat"])
     train.add_argument("--epochs", type=int, default=200)
     train.add_argument("--lr", type=float, default=0.01)
@@ -252,9 +319,32 @@ def build_parser() -> argparse.ArgumentParser:
                        help="renumber the nodes for locality before full-graph training (Graph.reorder)")
     train.add_argument("--precision", default="ieee", choices=["ieee", "tf32", "bf16"],
                        help="aggregation precision: ieee (exact fp32, default), tf32 or bf16 (tensor cores)")
+    train.add_argument("--maxk", type=int, default=None, metavar="K",
+                       help="MaxK-GNN: train MaxKGNN (--model sage, gcn or gin) with the MaxK nonlinearity keeping K "
+                            "of the hidden entries per row; defaults then hidden 256, 3 layers, dropout 0.5 "
+                            "(MaxK-GNN's Table 3)")
     train.add_argument("--json", action="store_true", help="print the final metrics as one JSON line")
     train.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
     train.set_defaults(func=_cmd_train)
+
+    sweep = sub.add_parser("maxk-sweep", help="MaxK-GNN's k sweep: accuracy and epoch time of MaxK models for "
+                                                  "several k against the ReLU baseline (JSON, markdown, plot)")
+    _add_data_args(sweep)
+    sweep.add_argument("--model", default="sage", choices=["sage", "gcn", "gin"])
+    sweep.add_argument("--ks", type=_ks, default=[8, 16, 32, 64, 128], help="comma-separated k values "
+                                                                           "(default 8,16,32,64,128)")
+    sweep.add_argument("--epochs", type=int, default=200)
+    sweep.add_argument("--runs", type=int, default=1, help="seeds per configuration: seed, seed+1, ...")
+    sweep.add_argument("--seed", type=int, default=0)
+    sweep.add_argument("--lr", type=float, default=0.01)
+    sweep.add_argument("--weight-decay", type=float, default=5e-4)
+    sweep.add_argument("--hidden", type=int, default=None, help="hidden width (default 256)")
+    sweep.add_argument("--dropout", type=float, default=None, help="dropout (default 0.5)")
+    sweep.add_argument("--device", default=_default_device())
+    sweep.add_argument("--backend", default="auto", choices=["auto", "reference", "triton"])
+    sweep.add_argument("--out", default="benchmarks/local", help="folder for maxk_sweep.json / .md / .png")
+    sweep.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
+    sweep.set_defaults(func=_cmd_maxk_sweep)
 
     bench = sub.add_parser("bench", help="benchmark ops against cuSPARSE / PyG / torch.sparse (GPU; "
                                          "--device cpu: forward and backward vs torch.sparse / PyG on CPU)")

@@ -353,12 +353,13 @@ class Graph:
         inverse = self._cached("inverse_edge_perm", lambda: torch.argsort(self.edge_perm))
         return values.index_select(0, inverse)
 
+    def inv_degree(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """Per-row ``1 / max(deg, 1)``, ``[N]`` (cached per dtype): a mean's scale, once per row."""
+        return self._cached(f"inv_degree_{dtype}", lambda: self.in_degree().to(dtype).clamp(min=1.0).reciprocal())
+
     def mean_scale(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """Per-edge ``1 / deg(row[e])`` (cached per dtype): turns a sum aggregation into a mean."""
-        def build():
-            deg = self.in_degree().to(dtype).clamp(min=1.0)
-            return deg.reciprocal()[self.row]
-        return self._cached(f"mean_scale_{dtype}", build)
+        return self._cached(f"mean_scale_{dtype}", lambda: self.inv_degree(dtype)[self.row])
 
     # ------------------------------------------------------------------ conversions
     def edge_index(self) -> Tensor:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -14,17 +14,26 @@ from .datasets import NodeDataset
 
 
 def build_model(name: str, in_channels: int, out_channels: int, hidden: Optional[int] = None,
-                dropout: Optional[float] = None, backend: str = "auto", precision: str = "ieee") -> nn.Module:
+                dropout: Optional[float] = None, backend: str = "auto", precision: str = "ieee",
+                maxk: Union[int, str, None] = None) -> nn.Module:
     """Construct a model by name with the papers' defaults (``hidden``/``dropout`` override them).
 
     ``precision`` (``"ieee"``, ``"tf32"``, ``"bf16"``) sets every layer's aggregation precision
-    (``sparsegnn.spmm``); GAT's multi-head aggregation has exact fp32 only."""
+    (``sparsegnn.spmm``); GAT's multi-head aggregation has exact fp32 only.
+
+    ``maxk`` (``name`` = ``"sage"``, ``"gcn"`` or ``"gin"``): an int ``K`` builds MaxK-GNN's model
+    :class:`~sparsegnn.nn.MaxKGNN` with that conv and the MaxK nonlinearity keeping ``K`` of the
+    ``hidden`` entries per row (``1 <= K <= hidden``); ``"relu"`` builds its ReLU baseline (the
+    same structure and parameters with ReLU).  Defaults then are MaxK-GNN's: hidden 256,
+    3 layers, dropout 0.5; the aggregation is exact (``precision="ieee"``)."""
     factories: Dict[str, Callable[..., nn.Module]] = {
         "gcn": sgnn.GCN, "agnn": sgnn.AGNN, "sage": sgnn.GraphSAGE, "gin": sgnn.GIN, "gat": sgnn.GAT,
     }
     key = name.lower()
     if key not in factories:
         raise ValueError(f"build_model(): unknown model {name!r}; known: {', '.join(factories)}")
+    if maxk is not None:
+        return _maxk_model(key, in_channels, out_channels, hidden, dropout, backend, precision, maxk)
     kwargs = {"backend": backend}
     if precision != "ieee":
         if key == "gat":
@@ -36,6 +45,28 @@ def build_model(name: str, in_channels: int, out_channels: int, hidden: Optional
     if dropout is not None:
         kwargs["dropout"] = dropout
     return factories[key](in_channels, out_channels, **kwargs)
+
+
+def _maxk_model(key: str, in_channels: int, out_channels: int, hidden: Optional[int], dropout: Optional[float],
+                backend: str, precision: str, maxk: Union[int, str]) -> nn.Module:
+    """:class:`~sparsegnn.nn.MaxKGNN` for ``build_model(..., maxk=...)`` (its checks, its messages)."""
+    from .nn.models import MAXK_CONVS
+
+    fn = "build_model"
+    if key not in MAXK_CONVS:
+        raise ValueError(f"{fn}(): maxk is available for the models {', '.join(MAXK_CONVS)} (MaxK-GNN's), "
+                         f"got {key!r}")
+    if precision != "ieee":
+        raise ValueError(f"{fn}(): maxk models aggregate exactly (precision='ieee'), got precision={precision!r}")
+    width = 256 if hidden is None else hidden
+    kwargs = dict(conv=key, hidden=width, backend=backend)
+    if dropout is not None:
+        kwargs["dropout"] = dropout
+    if isinstance(maxk, str) and maxk == "relu":
+        return sgnn.MaxKGNN(in_channels, out_channels, nonlinearity="relu", **kwargs)
+    if not isinstance(maxk, int) or isinstance(maxk, bool) or not 1 <= maxk <= width:
+        raise ValueError(f"{fn}(): maxk must be an int in [1, hidden = {width}] or 'relu', got {maxk!r}")
+    return sgnn.MaxKGNN(in_channels, out_channels, k=maxk, nonlinearity="maxk", **kwargs)
 
 
 #: ``compile`` modes of :func:`train_node_classifier` and ``sparsegnn train --compile``.
@@ -59,6 +90,7 @@ class TrainResult:
     mean_epoch_ms: float
     compile: str = "none"
     losses: List[float] = field(default_factory=list)
+    maxk: Union[int, str, None] = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -170,6 +202,7 @@ def train_node_classifier(
     compile_backend: Optional[str] = None,
     reorder: Optional[str] = None,
     precision: str = "ieee",
+    maxk: Union[int, str, None] = None,
 ) -> TrainResult:
     """Train ``model_name`` on ``data`` with Adam and cross-entropy on the training nodes.
 
@@ -193,16 +226,23 @@ def train_node_classifier(
 
     ``precision`` (``"tf32"`` / ``"bf16"``) runs the aggregations at reduced precision (see
     :func:`build_model`); the default ``"ieee"`` is exact.
+
+    ``maxk`` (``model_name`` sage, gcn or gin): an int ``K`` trains MaxK-GNN's model with the MaxK
+    nonlinearity (``K`` kept of ``hidden``), ``"relu"`` its ReLU baseline (see :func:`build_model`);
+    eager only (``compile="none"``).
     """
     if epochs < 1:
         raise ValueError(f"train_node_classifier(): epochs must be >= 1, got {epochs}")
     check_compile_mode(compile, device)
+    if maxk is not None and compile != "none":
+        raise ValueError(f"train_node_classifier(): maxk models train eagerly (CBSR features are not supported "
+                         f"under torch.compile or CUDA graph capture yet), got compile={compile!r}")
     torch.manual_seed(seed)
     data = data.to(device)
     if reorder is not None:
         data, _ = data.reorder(reorder)
     model = build_model(model_name, data.x.shape[1], data.num_classes, hidden, dropout, backend,
-                        precision).to(device)
+                        precision, maxk).to(device)
     optimizer = make_optimizer(model, compile, lr, weight_decay)
     train_idx = data.train_mask.nonzero().flatten()                # once, outside the step: no sync per step
     y_train = data.y.index_select(0, train_idx)
@@ -235,7 +275,7 @@ def train_node_classifier(
     # The first epochs include kernel compilation and caching: time the second half.
     steady = times[len(times) // 2:] or times
     return TrainResult(model_name, data.name, str(device), seed, epochs, train_acc, val_acc, test_acc,
-                       best_val, test_at_best, 1000.0 * sum(steady) / len(steady), compile, losses)
+                       best_val, test_at_best, 1000.0 * sum(steady) / len(steady), compile, losses, maxk)
 
 
 def _uncache(model: nn.Module) -> nn.Module:

@@ -1,6 +1,7 @@
 """Datasets: ``load(name)`` for node classification, ``load_tu`` for graph classification,
 readers for common graph formats (``.npz``, SNAP edge lists, Matrix Market, TU batches,
-SMILES / MoleculeNet CSV), the real-graph suite, and seeded random graphs.
+SMILES / MoleculeNet CSV), the real-graph suite (its labelled graphs as node-classification
+datasets: ``load("deezer")``), and seeded random graphs.
 
 >>> data = load("cora")          # bundled, no download
 >>> data.x.shape, data.num_classes
@@ -20,6 +21,7 @@ from ..graph import Graph
 from .molecules import MoleculeBatch, load_molecules, smiles_to_edges
 from .planetoid import read_planetoid_raw
 from .real import RealGraph, load_tu_batch, read_edge_list, read_matrix_market, read_npz_graph
+from .real_nodes import REAL_NODE_DATASETS, load_real_node_dataset
 from .suite import REAL_SUITE, default_data_dir, describe, load_suite_graph
 from .synthetic import random_graph
 from .tu import GraphSample, load_tu
@@ -84,28 +86,53 @@ def _from_arrays(name: str, arrays, normalize_features: bool) -> NodeDataset:
     return NodeDataset(name, graph, x, y, mask("train_idx"), mask("val_idx"), mask("test_idx"), int(y.max()) + 1)
 
 
-def load(name: str, root: Optional[str] = None, normalize_features: bool = True) -> NodeDataset:
+def _planetoid_folder(key: str, data_dir) -> Optional[Path]:
+    """``<data folder>/planetoid`` when it holds ``ind.<key>.*`` files, else None."""
+    root = Path(data_dir) if data_dir is not None else default_data_dir()
+    if root is None:
+        return None
+    folder = root / "planetoid"
+    return folder if (folder / f"ind.{key}.graph").is_file() else None
+
+
+def load(name: str, root: Optional[str] = None, normalize_features: bool = True, *, data_dir=None,
+         seed: int = 0) -> NodeDataset:
     """Load a node-classification dataset.
 
     Args:
-        name: ``"cora"`` (bundled), ``"citeseer"`` or ``"pubmed"`` (these two need ``root``).
+        name: ``"cora"`` (bundled), ``"citeseer"`` or ``"pubmed"`` (raw Planetoid files from
+            ``root`` or the data folder's ``planetoid/``), or a labelled real-suite graph,
+            ``"deezer"``, ``"lastfm"``, ``"twitch"``, ``"wikipedia"`` (from the data folder's
+            ``real/``; see :func:`load_real_node_dataset` for their features and split).
         root: directory with raw Planetoid files ``ind.<name>.*``; when given, they are read
             instead of the bundled copy.
-        normalize_features: divide each feature row by its sum.
+        normalize_features: divide each feature row by its sum (Planetoid, Twitch).
+        data_dir: the data folder (default: :func:`default_data_dir`: ``$SPARSEGNN_DATA`` or
+            ``../shared/datasets``), for the names not bundled.
+        seed: seed of the real-suite graphs' stratified 60 / 20 / 20 split (Planetoid has its
+            standard split).
 
     Returns:
-        :class:`NodeDataset` with the standard Planetoid split.
+        :class:`NodeDataset` (the standard Planetoid split for Planetoid).
     """
     key = name.lower()
+    if key in REAL_NODE_DATASETS:
+        if root is not None:
+            raise ValueError(f"load(): root is for raw Planetoid files; {name!r} is read from data_dir/real")
+        return load_real_node_dataset(key, data_dir, seed, normalize_features)
     if key not in PLANETOID:
-        raise ValueError(f"load(): unknown dataset {name!r}; known: {', '.join(PLANETOID)}")
+        raise ValueError(f"load(): unknown dataset {name!r}; known: {', '.join(PLANETOID + REAL_NODE_DATASETS)}")
     if root is not None:
         if not Path(root).is_dir():
             raise ValueError(f"load(): root {root!r} is not a directory")
         return _from_arrays(key, read_planetoid_raw(root, key), normalize_features)
     bundled = _BUNDLED / f"{key}.npz"
     if not bundled.exists():
-        raise ValueError(f"load(): {name!r} is not bundled; pass root= a directory with its raw Planetoid files")
+        folder = _planetoid_folder(key, data_dir)
+        if folder is None:
+            raise ValueError(f"load(): {name!r} is not bundled; pass root= a directory with its raw Planetoid files, "
+                             "or set SPARSEGNN_DATA / data_dir to a data folder with planetoid/")
+        return _from_arrays(key, read_planetoid_raw(str(folder), key), normalize_features)
     with np.load(bundled, allow_pickle=False) as arrays:
         return _from_arrays(key, dict(arrays), normalize_features)
 
@@ -115,4 +142,5 @@ __all__ = [
     "RealGraph", "read_npz_graph", "read_edge_list", "read_matrix_market", "load_tu_batch",
     "MoleculeBatch", "smiles_to_edges", "load_molecules",
     "REAL_SUITE", "default_data_dir", "load_suite_graph", "describe",
+    "REAL_NODE_DATASETS", "load_real_node_dataset",
 ]

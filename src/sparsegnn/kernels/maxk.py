@@ -32,69 +32,107 @@ MAX_FEATS = 4096
 
 
 @triton.jit
-def _maxk_kernel(x_ptr, val_ptr, idx_ptr, num_rows, num_feats, stride_x, k, z,
-                 ROWS: tl.constexpr, BLOCK_F: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    row_ok = rows < num_rows
-    feat = tl.arange(0, BLOCK_F)
-    valid = row_ok[:, None] & (feat < num_feats)[None, :]
-    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_x + feat[None, :], mask=valid, other=0.0)
-    # ranks on finite fp32 values: NaN and +inf count as the largest float, -inf as the smallest
+def _popcount(m):
+    """Set bits of each uint32 ``m`` (SWAR; the interpreter has no libdevice ``popc``)."""
+    m = m - ((m >> 1) & 0x55555555)
+    m = (m & 0x33333333) + ((m >> 2) & 0x33333333)
+    m = (m + (m >> 4)) & 0x0F0F0F0F
+    return (m * 0x01010101) >> 24
+
+
+@triton.jit
+def _before(flags):
+    """Exclusive prefix count of ``flags`` in column order (column ``32 r + lane`` at ``[r, lane]``):
+    each register row packed into a 32-bit word (a warp ballot, as one integer sum of distinct
+    bits), then bit counts: no warp scan per register row."""
+    lane = tl.arange(0, 32).to(tl.uint32)[None, :]
+    words = tl.sum(flags.to(tl.uint32) << lane, axis=1)                  # [NR]
+    lower = _popcount(words[:, None] & ((tl.full([1, 32], 1, tl.uint32) << lane) - 1))
+    totals = _popcount(words)
+    return (tl.cumsum(totals, axis=0) - totals)[:, None].to(tl.int32) + lower.to(tl.int32)
+
+
+@triton.jit
+def _maxk_kernel(x_ptr, val_ptr, idx_ptr, num_feats, stride_x, k, z, NR: tl.constexpr, EVEN: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, NR)[:, None] * 32 + tl.arange(0, 32)[None, :]    # [NR, 32]: column 32 r + lane
+    valid = col < num_feats
+    # contiguity 1: one column per lane and register (the layout _before counts in), not
+    # vectors of 4 that the stores would convert back through shared memory
+    ptrs = x_ptr + row * stride_x + tl.max_contiguous(col, [1, 1])
+    if EVEN:
+        x = tl.load(ptrs)
+    else:
+        x = tl.load(ptrs, mask=valid, other=0.0)
+    # ranks on finite fp32 values: NaN and +inf count as the largest float, -inf as the smallest;
+    # padding (columns past num_feats unless EVEN) ranks -inf, below every ranked value, so the
+    # counts need no mask
     xf = x.to(tl.float32)
     v = tl.minimum(tl.maximum(xf, -3.4028234663852886e38), 3.4028234663852886e38)
     v = tl.where(xf != xf, 3.4028234663852886e38, v)               # tested first: max/min may drop NaN
-    v = tl.where(valid, v, -float("inf"))                          # padding: never counted
-    lo = tl.min(tl.where(valid, v, float("inf")), axis=1)
-    hi = tl.max(v, axis=1)
-    c_lo = tl.sum(valid.to(tl.int32), axis=1)                      # count(v >= lo) >= k
-    c_hi = tl.sum(((v >= hi[:, None]) & valid).to(tl.int32), axis=1)  # count(v >= hi); count(v > hi) < k
-    done = (c_lo == k) | (c_hi >= k) | (row_ok == 0)
+    width = num_feats.to(tl.float32)
+    mean = tl.sum(v) / width                                       # padding loads as 0: no mask needed
+    var = tl.maximum(tl.sum(v * v) / width - mean * mean, 0.0)
+    if EVEN:
+        lo = tl.min(v)
+    else:
+        lo = tl.min(tl.where(valid, v, float("inf")))
+        v = tl.where(valid, v, -float("inf"))
+    hi = tl.max(v)
+    c_lo = num_feats                                               # count(v >= lo) >= k
+    c_hi = tl.sum((v >= hi).to(tl.int32))                          # count(v >= hi); count(v > hi) < k
+    done = (c_lo == k) | (c_hi >= k)
     # first pivot: the k-th largest of a normal row with this mean and deviation (z = the
-    # normal quantile of 1 - (k + 1/2) / F); then the count interpolated linearly between lo and hi
-    width = tl.maximum(tl.sum(valid.to(tl.float32), axis=1), 1.0)
-    mean = tl.sum(tl.where(valid, v, 0.0), axis=1) / width
-    dev = tl.where(valid, v - mean[:, None], 0.0)
-    guess = mean + tl.sqrt(tl.sum(dev * dev, axis=1) / width) * z
+    # normal quantile of 1 - (k + 1/2) / F; a guess: inf / NaN moments fall back to bisection);
+    # then the count interpolated linearly between lo and hi
+    guess = mean + tl.sqrt(var) * z
     step = 0
-    while tl.max((done == 0).to(tl.int32), axis=0) > 0:
-        frac = (c_lo - k).to(tl.float32) / tl.maximum(c_lo - c_hi, 1).to(tl.float32)
+    while done == 0:
+        frac = tl.fdiv((c_lo - k).to(tl.float32), tl.maximum(c_lo - c_hi, 1).to(tl.float32))   # approximate
         frac = tl.minimum(tl.maximum(frac, 0.0625), 0.9375)
         half = lo * 0.5 + hi * 0.5                                 # no overflow, in [lo, hi]
-        mid = tl.where(step == 0, guess, lo + (hi - lo) * frac)
-        mid = tl.where((mid > lo) & (mid < hi), mid, half)         # also NaN / overflow
+        mid = lo + (hi - lo) * frac
+        if step == 0:
+            mid = guess
+        if (mid <= lo) | (mid >= hi) | (mid != mid):               # also NaN / overflow
+            mid = half
         collapsed = (half <= lo) | (half >= hi)                    # no float strictly inside (lo, hi)
-        count = tl.sum(((v >= mid[:, None]) & valid).to(tl.int32), axis=1)
-        move = (done == 0) & (collapsed == 0)
-        enough = count >= k
-        new_lo, new_hi = mid, mid
-        if step % 4 == 3:
-            # snap the bracket to data values: ties at the k-th value then close it in a
-            # step or two instead of halving down to one ulp (up to ~150 steps around 0)
-            new_lo = tl.min(tl.where(valid & (v >= mid[:, None]), v, float("inf")), axis=1)
-            new_hi = tl.max(tl.where(valid & (v < mid[:, None]), v, -float("inf")), axis=1)
-        lo = tl.where(move & enough, new_lo, lo)
-        c_lo = tl.where(move & enough, count, c_lo)
-        hi = tl.where(move & (enough == 0), new_hi, hi)
-        c_hi = tl.where(move & (enough == 0), count, c_hi)
-        done = done | collapsed | (c_lo == k) | (lo >= hi)
+        if collapsed:
+            done = collapsed
+        else:
+            count = tl.sum((v >= mid).to(tl.int32))
+            new_lo, new_hi = mid, mid
+            if step % 4 == 3:
+                # snap the bracket to data values: ties at the k-th value then close it in a
+                # step or two instead of halving down to one ulp (up to ~150 steps around 0)
+                new_lo = tl.min(tl.where(v >= mid, v, float("inf")))
+                new_hi = tl.max(tl.where(v < mid, v, -float("inf")))
+            if count >= k:
+                lo, c_lo = new_lo, count
+            else:
+                hi, c_hi = new_hi, count
+            done = (c_lo == k) | (lo >= hi)
         step += 1
     # count(v >= t) >= k > count(v > t): hi when it holds k or more (a snapped hi can be the
     # k-th value itself, with ties), else lo (then no float lies between lo and hi, or lo holds k)
-    at_hi = tl.sum(((v >= hi[:, None]) & valid).to(tl.int32), axis=1)
-    t = tl.where(at_hi >= k, hi, lo)[:, None]
-    above = (v > t) & valid
-    ties = (v == t) & valid
-    room = k - tl.sum(above.to(tl.int32), axis=1)
-    keep = above | (ties & (tl.cumsum(ties.to(tl.int32), axis=1) <= room[:, None]))
-    slot = rows.to(tl.int64)[:, None] * k + (tl.cumsum(keep.to(tl.int32), axis=1) - 1)
+    at_hi = tl.sum((v >= hi).to(tl.int32))
+    t = tl.where(at_hi >= k, hi, lo)
+    if tl.where(at_hi >= k, at_hi, c_lo) > k:
+        # more than k entries tie at t: those above it and the first ties in column order
+        above = v > t
+        ties = v == t
+        keep = above | (ties & (_before(ties) < k - tl.sum(above.to(tl.int32))))
+    else:
+        keep = v >= t
+    slot = row * k + _before(keep)
     tl.store(val_ptr + slot, x, mask=keep)
-    tl.store(idx_ptr + slot, (feat[None, :] + tl.zeros_like(c_lo)[:, None]).to(idx_ptr.dtype.element_ty), mask=keep)
+    tl.store(idx_ptr + slot, col.to(idx_ptr.dtype.element_ty), mask=keep)
 
 
 def maxk_select(x: Tensor, k: int, index_dtype: torch.dtype, config: Optional[Dict[str, int]] = None
                 ) -> Tuple[Tensor, Tensor]:
     """The ``k`` largest entries of each row of ``x`` and their columns (increasing).
-    ``config``: ``ROWS`` rows per program and ``num_warps`` (default: ``maxk_config``).
+    ``config``: ``num_warps`` per row (default: ``maxk_config``).
 
     Shapes:
         x: [N, F] with ``F <= MAX_FEATS`` -> values [N, k] (``x``'s dtype), index [N, k].
@@ -105,20 +143,19 @@ def maxk_select(x: Tensor, k: int, index_dtype: torch.dtype, config: Optional[Di
     index = torch.empty((num_rows, k), dtype=index_dtype, device=x.device)
     if num_rows == 0:
         return values, index
-    block_f = max(triton.next_power_of_2(num_feats), 16)
-    cfg = config or maxk_config(block_f)
-    launch(_maxk_kernel, (triton.cdiv(num_rows, cfg["ROWS"]),),
-           (x, values, index, num_rows, num_feats, x.stride(0), k, _normal_quantile(1.0 - (k + 0.5) / num_feats)),
-           dict(ROWS=cfg["ROWS"], BLOCK_F=block_f),
-           cfg["num_warps"])
+    nr = max(triton.next_power_of_2(num_feats), 32) // 32
+    cfg = config or maxk_config(32 * nr)
+    launch(_maxk_kernel, (num_rows,),
+           (x, values, index, num_feats, x.stride(0), k, _normal_quantile(1.0 - (k + 0.5) / num_feats)),
+           dict(NR=nr, EVEN=num_feats == 32 * nr), cfg["num_warps"])
     return values, index
 
 
 def maxk_config(block_f: int) -> Dict[str, int]:
-    """Rows per program and warps for rows of ``block_f`` (padded) columns: one warp per row
-    (every count reduces inside the warp; H100, 232,965 x 256, k = 32: 1 row x 1 warp 0.38 ms,
-    4 rows x 4 warps 0.75 ms), more warps only for rows too wide for one warp's registers."""
-    return {"ROWS": 1, "num_warps": 1 if block_f <= 512 else (2 if block_f <= 1024 else 4)}
+    """Warps per row of ``block_f`` (padded) columns: one (every count reduces inside the warp;
+    H100, 232,965 x 256, k = 32: 1 row x 1 warp 0.38 ms, 4 rows x 4 warps 0.75 ms in the first
+    version), more only for rows too wide for one warp's registers."""
+    return {"num_warps": 1 if block_f <= 512 else (2 if block_f <= 1024 else 4)}
 
 
 @functools.lru_cache(maxsize=None)

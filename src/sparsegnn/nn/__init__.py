@@ -1,9 +1,11 @@
-"""Layers (PyG-compatible signatures), reference models, ``prepare`` for ``torch.compile``, and
-``accelerate`` (a PyG model's convs swapped for ours)."""
+"""Layers (PyG-compatible signatures), MaxK-GNN layers and model, reference models, ``prepare``
+for ``torch.compile``, and ``accelerate`` (a PyG model's convs swapped for ours)."""
 from .conv import AGNNConv, GATConv, GATv2Conv, GCNConv, GINConv, GINEConv, SAGEConv
-from .models import AGNN, GAT, GCN, GIN, GraphSAGE
+from .maxk import MaxKGCNConv, MaxKGINConv, MaxKSAGEConv
+from .models import AGNN, GAT, GCN, GIN, GraphSAGE, MaxKGNN
 from .accelerate import AccelerateReport, accelerate
 from .prepare import prepare
 
 __all__ = ["GCNConv", "SAGEConv", "GINConv", "GINEConv", "AGNNConv", "GATConv", "GATv2Conv", "GCN", "AGNN",
-           "GraphSAGE", "GIN", "GAT", "prepare", "accelerate", "AccelerateReport"]
+           "GraphSAGE", "GIN", "GAT", "MaxKSAGEConv", "MaxKGCNConv", "MaxKGINConv", "MaxKGNN", "prepare", "accelerate",
+           "AccelerateReport"]

@@ -7,15 +7,27 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_precision
-from ._graph_input import GraphInputMixin, gcn_transform, graph_kind, identity
+from ._graph_input import GraphInputMixin, GraphTransform, gcn_transform, graph_kind, identity
 from ._inputs import (GraphArg, message_passing_options, node_counts, propagate, split_features,
                       unsupported)
 from ._linear import Linear
 
-__all__ = ["GCNConv"]
+__all__ = ["GCNConv", "gcn_layer_transform"]
 
 #: How PyG adds GCN's self loops for each graph form (see ``_graph_input.gcn_transform``).
 _LOOPS_BY_KIND = {"torch_sparse": "added", "sparse_tensor": "replaced"}
+
+
+def gcn_layer_transform(kind: str, normalize: bool = True, add_self_loops: bool = True,
+                        improved: bool = False) -> GraphTransform:
+    """The graph transform of a GCN layer for a graph argument of form ``kind`` (``graph_kind``):
+    the identity without ``normalize``, else the symmetric normalisation, with self loops added
+    the way PyG adds them for that form (weight 2 with ``improved``) when ``add_self_loops``."""
+    if not normalize:
+        return identity
+    if not add_self_loops:
+        return gcn_transform(None)
+    return gcn_transform(_LOOPS_BY_KIND.get(kind, "remaining"), 2.0 if improved else 1.0)
 
 
 class GCNConv(GraphInputMixin, nn.Module):
@@ -91,11 +103,7 @@ class GCNConv(GraphInputMixin, nn.Module):
         self.reset_cache()
 
     def _transform(self, kind: str):
-        if not self.normalize:
-            return identity
-        if not self.add_self_loops:
-            return gcn_transform(None)
-        return gcn_transform(_LOOPS_BY_KIND.get(kind, "remaining"), 2.0 if self.improved else 1.0)
+        return gcn_layer_transform(kind, self.normalize, self.add_self_loops, self.improved)
 
     def forward(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor] = None) -> Tensor:
         """Args: ``x``; the graph in any form (see the class doc); ``edge_weight`` of an

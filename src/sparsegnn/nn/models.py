@@ -5,6 +5,8 @@
   output projection (TC-GNN's setting; the AGNN paper's architecture).
 - ``GraphSAGE`` / ``GIN`` / ``GAT``: full-batch models as in MaxK-GNN (hidden 256, LayerNorm
   after every hidden layer, dropout).
+- ``MaxKGNN``: MaxK-GNN's model (input projection, ``num_layers`` convolutions with the MaxK
+  nonlinearity or its ReLU baseline, LayerNorm, output projection).
 
 ``precision`` (GCN, AGNN, GraphSAGE, GIN): ``"ieee"`` (default, exact), ``"tf32"`` or ``"bf16"``
 for every layer's sum / mean aggregation (see :func:`sparsegnn.spmm`).
@@ -16,8 +18,10 @@ from typing import List
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._checks import check
 from ..ops.dropout import dropout
 from .conv import AGNNConv, GATConv, GCNConv, GINConv, SAGEConv
+from .maxk import MaxKGCNConv, MaxKGINConv, MaxKSAGEConv
 
 
 class GCN(nn.Module):
@@ -144,3 +148,89 @@ class GAT(nn.Module):
         x = F.elu(self.conv1(x, graph))
         x = dropout(x, self.dropout, self.training)
         return self.conv2(x, graph)
+
+
+#: ``conv=`` of :class:`MaxKGNN` and ``nonlinearity=``.
+MAXK_CONVS = ("sage", "gcn", "gin")
+NONLINEARITIES = ("maxk", "relu")
+
+
+class MaxKGNN(nn.Module):
+    r"""MaxK-GNN's model: ``lin_in -> num_layers x [nonlinearity -> dropout -> conv -> LayerNorm] -> lin_out``.
+
+    * ``nonlinearity="maxk"``: each hidden layer is a MaxK conv (:class:`~sparsegnn.nn.MaxKSAGEConv`,
+      :class:`~sparsegnn.nn.MaxKGCNConv`, :class:`~sparsegnn.nn.MaxKGINConv`), which keeps the
+      ``k`` largest entries per row, drops out kept values and aggregates the CBSR:
+      :math:`h \leftarrow \mathrm{LN}(\mathrm{conv}(\mathrm{drop}(\mathrm{maxk}(h, k))))`.
+    * ``nonlinearity="relu"``: the paper's ReLU baseline, the same structure and parameter
+      shapes with the plain convs: :math:`h \leftarrow \mathrm{LN}(\mathrm{conv}(\mathrm{drop}(\mathrm{relu}(h))))`.
+
+    Convs (``hidden -> hidden``): ``"sage"`` mean-aggregating GraphSAGE (root weight, bias),
+    ``"gcn"`` GCN (self loops, symmetric normalisation), ``"gin"`` GIN-0 with
+    :math:`h_\Theta` = one ``Linear(hidden, hidden)``.  ``lin_in`` / ``lin_out`` are
+    ``torch.nn.Linear``; the defaults are MaxK-GNN's Table 3 (3 layers, hidden 256, dropout 0.5,
+    k = 32 of 256).  The two nonlinearities have identical ``state_dict`` keys and shapes.
+
+    Args:
+        in_channels: input feature width.
+        out_channels: classes (logit width).
+        conv: ``"sage"``, ``"gcn"`` or ``"gin"``.
+        hidden: hidden width (the width MaxK selects from).
+        num_layers: convolutions (``>= 1``).
+        k: entries kept per row by MaxK, ``1 <= k <= hidden`` (unused with ``"relu"``).
+        dropout: dropout after the nonlinearity (on the kept values with MaxK).
+        norm: LayerNorm after every conv (else identity).
+        nonlinearity: ``"maxk"`` or ``"relu"``.
+        backend: sparse backend of the aggregations.
+
+    Shapes:
+        x: [N, in_channels]; graph: anything the convs take -> [N, out_channels].
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, conv: str = "sage", hidden: int = 256,
+                 num_layers: int = 3, k: int = 32, dropout: float = 0.5, norm: bool = True,
+                 nonlinearity: str = "maxk", backend: str = "auto") -> None:
+        super().__init__()
+        fn = "MaxKGNN"
+        check(conv in MAXK_CONVS, fn, f"conv must be one of {MAXK_CONVS}, got {conv!r}")
+        check(nonlinearity in NONLINEARITIES, fn, f"nonlinearity must be one of {NONLINEARITIES}, got {nonlinearity!r}")
+        check(isinstance(hidden, int) and hidden >= 1, fn, f"hidden must be a positive int, got {hidden!r}")
+        check(isinstance(num_layers, int) and num_layers >= 1, fn, f"num_layers must be >= 1, got {num_layers!r}")
+        check(0.0 <= dropout < 1.0, fn, f"dropout must be in [0, 1), got {dropout!r}")
+        if nonlinearity == "maxk":
+            check(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= hidden, fn,
+                  f"k must be an int in [1, hidden = {hidden}], got {k!r}")
+        self.conv, self.nonlinearity, self.dropout = conv, nonlinearity, float(dropout)
+        self.k = k if nonlinearity == "maxk" else None
+        self.lin_in = nn.Linear(in_channels, hidden)
+        self.convs = nn.ModuleList([self._make_conv(conv, hidden, backend) for _ in range(num_layers)])
+        self.norms = nn.ModuleList([nn.LayerNorm(hidden) if norm else nn.Identity() for _ in range(num_layers)])
+        self.lin_out = nn.Linear(hidden, out_channels)
+
+    def _make_conv(self, conv: str, hidden: int, backend: str) -> nn.Module:
+        if self.nonlinearity == "maxk":
+            k, p = self.k, self.dropout
+            if conv == "sage":
+                return MaxKSAGEConv(hidden, hidden, k, dropout=p, backend=backend)
+            if conv == "gcn":
+                return MaxKGCNConv(hidden, hidden, k, dropout=p, backend=backend)
+            return MaxKGINConv(nn.Linear(hidden, hidden), k, dropout=p, backend=backend)
+        if conv == "sage":
+            return SAGEConv(hidden, hidden, backend=backend)
+        if conv == "gcn":
+            return GCNConv(hidden, hidden, backend=backend)
+        return GINConv(nn.Linear(hidden, hidden), backend=backend)
+
+    def forward(self, x: Tensor, graph) -> Tensor:
+        x = self.lin_in(x)
+        for conv, norm in zip(self.convs, self.norms):
+            if self.nonlinearity == "relu":
+                x = conv(dropout(F.relu(x), self.dropout, self.training), graph)
+            else:                   # maxk and dropout on the kept values inside the conv
+                x = conv(x, graph)
+            x = norm(x)
+        return self.lin_out(x)
+
+    def extra_repr(self) -> str:
+        k = f", k={self.k}" if self.k is not None else ""
+        return f"conv={self.conv!r}, nonlinearity={self.nonlinearity!r}{k}, dropout={self.dropout}"

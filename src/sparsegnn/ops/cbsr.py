@@ -8,12 +8,12 @@ row), ``A' = A`` (sum) or ``D^-1 A`` (mean), weights ``w``:
 - backward (SSpMM): ``dvalues[j, s] = (A'^T dY)[j, index[j, s]]``, the transposed product
   sampled at the kept positions only; ``dw_e = s_i <dY_i, X_j>`` (``s_i = 1`` or ``1/deg_i``).
 
-Backends: ``"triton"`` runs the CBSR kernels: the forward in shared memory through CUDA
-(``kernels/cbsr_cuda.py``, CuPy; fp32 values, F <= 256; deterministic) where it can, else
-Triton's atomic form (``kernels/cbsr.py``: the order of additions into one entry is not
-fixed); the backward gathers only the ``k`` sampled entries of each ``dY`` row (Triton,
-deterministic).  Elsewhere both go through the dense product on
-the chosen backend (exact; no bytes saved).  ``dw`` densifies ``X`` (only when the weights
+Backends: ``"triton"`` runs the CBSR kernels where they pay (``forward_schedule``,
+``backward_schedule``): the forward in shared memory through CUDA (``kernels/cbsr_cuda.py``,
+CuPy; fp32 values, F <= 256; deterministic), the backward as MaxK-GNN's outer product through
+CUDA (each ``dY`` row read once, products reduced into ``dvalues`` with atomics: not
+bit-reproducible).  Elsewhere (large k, bf16, no CuPy, deterministic mode, other backends)
+both go through the dense product on our SpMM (exact; no bytes saved).  ``dw`` densifies ``X`` (only when the weights
 need a gradient).
 """
 from __future__ import annotations
@@ -26,8 +26,52 @@ from torch.autograd.function import once_differentiable
 
 from ..formats.cbsr import CBSR
 from ..graph import Graph
-from ._dispatch import (aggregate, aggregate_transposed, mean_scale, plan_of, scaled, spmm_weight_grad,
-                        transposed_weights)
+from ._dispatch import aggregate, aggregate_transposed, plan_of, spmm_weight_grad
+
+
+def _cuda_kernels(values: Tensor, index: Tensor, grad: Optional[Tensor] = None) -> bool:
+    """Whether the CUDA kernels of ``kernels/cbsr_cuda.py`` take these operands (fp32, uint8
+    columns, CuPy and a GPU)."""
+    from ..kernels import cbsr_cuda
+
+    return (values.dtype == torch.float32 and index.dtype == torch.uint8 and values.is_cuda
+            and (grad is None or grad.dtype == torch.float32) and cbsr_cuda.available())
+
+
+#: ``dvalues`` up to this size stays in the H100's 50 MB L2 while the backward's atomics hit it.
+_L2_RESIDENT_BYTES = 24 << 20
+
+
+def forward_schedule(values: Tensor, index: Tensor, num_cols: int, backend: str) -> str:
+    """``"spgemm"`` (the CUDA shared-memory kernel) or ``"dense"`` (our SpMM of the densified
+    features).  Reddit stand-in, F = 256, H100: SpGEMM 5.4 / 6.2 / 10.0 / 19.7 ms at k = 8 / 32 /
+    64 / 128 against 15.0 ms dense, so the SpGEMM runs while ``4 k <= F``; Triton's atomic
+    form (18.1 ms at k = 8) never beats the dense product and is not dispatched."""
+    k = values.shape[1]
+    return "spgemm" if backend == "triton" and 4 * k <= num_cols and _cuda_kernels(values, index) else "dense"
+
+
+def backward_schedule(values: Tensor, index: Tensor, num_cols: int, grad: Tensor, backend: str) -> str:
+    """``"outer"`` (the CUDA outer product with atomics) or ``"dense"`` (``A'^T dY`` by our
+    SpMM, then the kept entries gathered).  Reddit stand-in, F = 256, H100: outer 2.4 / 6.1 /
+    16.1 / 37.0 ms at k = 8 / 32 / 64 / 128 against ~15 ms dense: the atomics run at ~600 G/s
+    while ``dvalues`` ([M, k] fp32) stays in L2 and slow down past it (30 MB at k = 32, 60 MB
+    at k = 64).  So: outer while ``8 k <= F``, or ``4 k <= F`` with ``dvalues`` L2-sized; dense
+    under ``torch.use_deterministic_algorithms(True)`` (atomics add in no fixed order).  The
+    Triton gather over the transpose (``kernels/cbsr.py``: 15.1 / 27.4 ms at k = 8 / 32) never
+    beats the dense product there and is not dispatched."""
+    k = values.shape[1]
+    if backend != "triton" or torch.are_deterministic_algorithms_enabled() or not _cuda_kernels(values, index, grad):
+        return "dense"
+    small = 4 * k <= num_cols and values.shape[0] * k * 4 <= _L2_RESIDENT_BYTES
+    return "outer" if 8 * k <= num_cols or small else "dense"
+
+
+def _kernel_weights(graph: Graph, weight: Optional[Tensor], reduce: str):
+    """``(w, s)`` of the CUDA kernels: fp32 edge weights in the graph's CSR order (None for
+    ones) and the per-row scale (``1 / deg`` for mean, else None), ``w'_e = w_e s_row(e)``."""
+    w = None if weight is None else weight.float()
+    return w, (graph.inv_degree(torch.float32) if reduce == "mean" else None)
 
 
 class _CBSRSpMM(torch.autograd.Function):
@@ -37,17 +81,12 @@ class _CBSRSpMM(torch.autograd.Function):
         ctx.graph, ctx.reduce, ctx.backend = graph, reduce, backend
         ctx.save_for_backward(values, index, weight)
         ctx.num_cols = num_cols
-        if backend == "triton":
+        if forward_schedule(values, index, num_cols, backend) == "spgemm":
             from ..kernels import cbsr_cuda
-            from ..kernels.cbsr import spgemm_cbsr
 
-            plan = plan_of(graph)
-            w = scaled(weight, mean_scale(graph, torch.float32)) if reduce == "mean" else weight
-            if cbsr_cuda.available() and values.dtype == torch.float32 and index.dtype == torch.uint8:
-                w = None if w is None else w.float()
-                return cbsr_cuda.spgemm_cbsr_cuda(graph.rowptr, plan.rows_by_degree, plan.col32, w, values, index,
-                                                  graph.num_nodes, num_cols)
-            return spgemm_cbsr(plan.row32, plan.col32, w, values, index, graph.num_nodes, num_cols).to(values.dtype)
+            w, scale = _kernel_weights(graph, weight, reduce)
+            return cbsr_cuda.spgemm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
+                                              values, index, graph.num_nodes, num_cols, scale)
         return aggregate(backend, graph, CBSR(values, index, num_cols).to_dense(), weight, reduce)
 
     @staticmethod
@@ -57,16 +96,19 @@ class _CBSRSpMM(torch.autograd.Function):
         graph, reduce, backend = ctx.graph, ctx.reduce, ctx.backend
         grad_out = grad_out.contiguous()
         grad_values = grad_weight = None
-        if ctx.needs_input_grad[1] and backend == "triton":
-            from ..kernels.cbsr import sspmm_cbsr
+        if ctx.needs_input_grad[1] and backward_schedule(values, index, ctx.num_cols, grad_out, backend) == "outer":
+            from ..kernels import cbsr_cuda
 
-            transposed, weight_t = transposed_weights(graph, weight, reduce, torch.float32)
-            grad_values = sspmm_cbsr(transposed.rowptr, transposed.col, weight_t, index, grad_out, values.dtype)
+            w, scale = _kernel_weights(graph, weight, reduce)
+            grad_values = cbsr_cuda.sspmm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
+                                                    grad_out, index, values.shape[0], scale)
         elif ctx.needs_input_grad[1]:
-            grad_values = aggregate_transposed(backend, graph, grad_out, weight, reduce).gather(1, index.long())
+            dense = aggregate_transposed(backend, graph, grad_out, weight, reduce)
+            grad_values = dense.gather(1, index.long()).to(values.dtype)
         if weight is not None and ctx.needs_input_grad[4]:
             x = CBSR(values, index, ctx.num_cols).to_dense()
-            grad_weight = spmm_weight_grad(backend, graph, grad_out, x.to(grad_out.dtype), 0, reduce).to(weight.dtype)
+            grad_weight = spmm_weight_grad(backend, graph, grad_out, x.to(grad_out.dtype), 0,
+                                           reduce).to(weight.dtype)
         return None, grad_values, None, None, grad_weight, None, None
 
 

@@ -1,0 +1,187 @@
+"""MaxK-GNN's k sweep: accuracy and epoch time of the MaxK model for several ``k`` against its ReLU baseline.
+
+For one dataset and conv (``sage``, ``gcn``, ``gin``) it trains :class:`~sparsegnn.nn.MaxKGNN`
+with ``nonlinearity="relu"`` (the baseline) and with MaxK for every ``k``, ``runs`` seeds each
+(:func:`~sparsegnn.training.train_node_classifier`: full graph, Adam, the mean epoch time over
+the second half of the epochs), and reports per configuration the mean final test accuracy, the
+mean (and spread of the) test accuracy at the best validation epoch, the mean epoch time, the
+speedup over ReLU and the per-seed values.  ``sparsegnn maxk-sweep`` writes
+``maxk_sweep.json`` (``{"meta", "rows"}``), ``maxk_sweep.md`` and ``maxk_sweep.png``.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import platform
+import statistics
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from .datasets import NodeDataset
+from .training import train_node_classifier
+
+#: The ``k`` values of ``maxk-sweep`` by default (hidden 256).
+DEFAULT_KS = (8, 16, 32, 64, 128)
+
+
+def device_name(device) -> str:
+    """A readable name of ``device``: the GPU's name on CUDA, the CPU's otherwise."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(dev)
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def _std(values: Sequence[float]) -> float:
+    """Sample standard deviation (0 for one value)."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def _row(label: str, k: Optional[int], results) -> dict:
+    per_seed = lambda key: [getattr(r, key) for r in results]  # noqa: E731
+    best = per_seed("test_acc_at_best_val")
+    return {
+        "config": label, "nonlinearity": "relu" if k is None else "maxk", "k": k,
+        "test_acc": statistics.fmean(per_seed("test_acc")),
+        "test_acc_at_best_val": statistics.fmean(best), "test_acc_at_best_val_std": _std(best),
+        "best_val_acc": statistics.fmean(per_seed("best_val_acc")),
+        "mean_epoch_ms": statistics.fmean(per_seed("mean_epoch_ms")),
+        "seeds": per_seed("seed"), "test_acc_per_seed": per_seed("test_acc"),
+        "test_acc_at_best_val_per_seed": best, "epoch_ms_per_seed": per_seed("mean_epoch_ms"),
+    }
+
+
+def maxk_sweep(data: NodeDataset, model: str = "sage", ks: Sequence[int] = DEFAULT_KS, epochs: int = 200,
+               runs: int = 1, seed: int = 0, device: str = "cpu", lr: float = 0.01, weight_decay: float = 5e-4,
+               hidden: Optional[int] = None, dropout: Optional[float] = None, backend: str = "auto",
+               progress: bool = True) -> Dict[str, object]:
+    """Train the ReLU baseline and MaxK with every ``k`` of ``ks``, ``runs`` seeds each (module doc).
+
+    Args:
+        data: the node-classification dataset.
+        model: ``"sage"``, ``"gcn"`` or ``"gin"``.
+        ks: the MaxK ``k`` values, each in ``[1, hidden]``.
+        epochs, lr, weight_decay, hidden, dropout, backend: as in ``train_node_classifier``
+            (``hidden`` / ``dropout`` default to MaxK-GNN's 256 / 0.5).
+        runs: seeds per configuration: ``seed, seed + 1, ...``.
+        device: where to train.
+        progress: a progress bar over the runs (tqdm).
+
+    Returns:
+        ``{"meta": {...}, "rows": [relu row, k rows...]}``; each row holds ``config``, ``k``,
+        ``test_acc``, ``test_acc_at_best_val`` (+ ``_std``), ``best_val_acc``, ``mean_epoch_ms``,
+        ``speedup`` (ReLU epoch ms / this one's) and the per-seed lists.
+    """
+    fn = "maxk_sweep"
+    if runs < 1:
+        raise ValueError(f"{fn}(): runs must be >= 1, got {runs}")
+    ks = list(ks)
+    if not ks:
+        raise ValueError(f"{fn}(): ks must hold at least one k")
+    width = 256 if hidden is None else hidden
+    bad = [k for k in ks if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= width]
+    if bad:
+        raise ValueError(f"{fn}(): every k must be an int in [1, hidden = {width}], got {bad}")
+    configs = [("relu", None)] + [(f"k={k}", k) for k in ks]
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(configs) * runs, desc=f"maxk-sweep {model}/{data.name}", disable=not progress)
+    rows: List[dict] = []
+    try:
+        for label, k in configs:
+            results = []
+            for run in range(runs):
+                bar.set_postfix(config=label, seed=seed + run)
+                results.append(train_node_classifier(
+                    data, model, epochs=epochs, lr=lr, weight_decay=weight_decay, hidden=hidden, dropout=dropout,
+                    seed=seed + run, device=device, backend=backend, progress=False,
+                    maxk="relu" if k is None else k))
+                bar.update(1)
+            rows.append(_row(label, k, results))
+    finally:
+        bar.close()
+    relu_ms = rows[0]["mean_epoch_ms"]
+    for row in rows:
+        row["speedup"] = relu_ms / row["mean_epoch_ms"] if row["mean_epoch_ms"] > 0 else float("nan")
+    meta = {
+        "dataset": data.name, "model": model, "device": device_name(device), "device_arg": str(device),
+        "nodes": data.graph.num_nodes, "edges": data.graph.num_edges, "features": int(data.x.shape[1]),
+        "classes": data.num_classes, "epochs": epochs, "runs": runs, "seed": seed, "lr": lr,
+        "weight_decay": weight_decay, "hidden": width, "dropout": 0.5 if dropout is None else dropout,
+        "num_layers": 3, "ks": ks, "backend": backend, "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(),
+    }
+    return {"meta": meta, "rows": rows}
+
+
+def _pct(value: float) -> str:
+    return "-" if value is None or math.isnan(value) else f"{100 * value:.2f}"
+
+
+def markdown(result: Dict[str, object]) -> str:
+    """The sweep as a markdown table: k, test accuracy (at best val, +- std), epoch ms, speedup over ReLU."""
+    meta, rows = result["meta"], result["rows"]
+    lines = [f"# MaxK sweep: {meta['model']} on {meta['dataset']} ({meta['device']})", "",
+             f"MaxKGNN ({meta['num_layers']} layers, hidden {meta['hidden']}, dropout {meta['dropout']}), "
+             f"{meta['epochs']} epochs, lr {meta['lr']}, weight decay {meta['weight_decay']}, {meta['runs']} seed(s) "
+             f"from {meta['seed']}; {meta['date']}, torch {meta['torch']}.  Test accuracy at the best validation "
+             "epoch (mean +- sample std over seeds) and at the last epoch; epoch ms: forward + backward + Adam step, "
+             "mean over the second half of the epochs.", "",
+             "| k | test acc at best val (%) | final test acc (%) | epoch ms | speedup over relu |",
+             "|---|---|---|---|---|"]
+    for row in rows:
+        k = "relu" if row["k"] is None else str(row["k"])
+        lines.append(f"| {k} | {_pct(row['test_acc_at_best_val'])} +- {100 * row['test_acc_at_best_val_std']:.2f} | "
+                     f"{_pct(row['test_acc'])} | {row['mean_epoch_ms']:.2f} | {row['speedup']:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: Dict[str, object], path) -> None:
+    """Test accuracy (at best val) against epoch time, one labelled point per k, ReLU marked
+    (needs matplotlib: ``ImportError`` otherwise)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    meta, rows = result["meta"], result["rows"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    maxk_rows = [r for r in rows if r["k"] is not None]
+    ax.plot([r["mean_epoch_ms"] for r in maxk_rows], [100 * r["test_acc_at_best_val"] for r in maxk_rows],
+            "o-", color="tab:blue", label="MaxK")
+    for r in maxk_rows:
+        ax.annotate(f"k={r['k']}", (r["mean_epoch_ms"], 100 * r["test_acc_at_best_val"]),
+                    textcoords="offset points", xytext=(4, 4), fontsize=8)
+    for r in rows:
+        if r["k"] is None:
+            ax.plot([r["mean_epoch_ms"]], [100 * r["test_acc_at_best_val"]], "*", color="tab:red", markersize=14,
+                    label="ReLU")
+    ax.set_xlabel("epoch time (ms)")
+    ax.set_ylabel("test accuracy at best val (%)")
+    ax.set_title(f"MaxK sweep: {meta['model']} on {meta['dataset']} ({meta['device']})", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_sweep(result: Dict[str, object], out_dir, stem: str = "maxk_sweep") -> Dict[str, Path]:
+    """``<out_dir>/<stem>.json``, ``.md`` and ``.png`` (the plot skipped, with a note on stderr,
+    when matplotlib is missing); returns the paths written."""
+    import sys
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md"}
+    paths["json"].write_text(json.dumps(result, indent=1))
+    paths["md"].write_text(markdown(result))
+    try:
+        plot(result, out / f"{stem}.png")
+        paths["png"] = out / f"{stem}.png"
+    except ImportError:
+        print("maxk-sweep: matplotlib not installed, no plot", file=sys.stderr)
+    return paths

@@ -1,0 +1,264 @@
+r"""MaxK-GNN layers: the MaxK nonlinearity inside the convolution, aggregating CBSR features.
+
+Each layer takes the *pre-activation* features ``x`` (the output of the previous linear map),
+keeps the ``k`` largest entries of every row, ``c = maxk(x, k)`` (a :class:`~sparsegnn.CBSR`,
+``[N, k]`` values and columns), drops out kept values in training (``dropout`` on ``c.values``
+only: the zeros stay zeros), aggregates the CBSR with :func:`sparsegnn.spmm` (MaxK-GNN's
+SpGEMM forward and SSpMM backward) and applies the linear maps:
+
+* :class:`MaxKSAGEConv`: :math:`x'_i = W_l\, \mathrm{mean}_{j \to i} c_j + b + W_r c_i`;
+* :class:`MaxKGCNConv`: :math:`X' = (\hat D^{-1/2} \hat A \hat D^{-1/2} C)\, \Theta + b`
+  (aggregate first, then project: exact, the product being linear);
+* :class:`MaxKGINConv`: :math:`x'_i = h_\Theta\big((1 + \epsilon) c_i + \sum_{j \to i} c_j\big)`.
+
+``c_i`` in a root / self term is the dense ``c.to_dense()`` of the dropped-out CBSR.  Each layer
+equals the plain layer (:class:`~sparsegnn.nn.SAGEConv`, :class:`~sparsegnn.nn.GCNConv`,
+:class:`~sparsegnn.nn.GINConv`) applied to ``maxk(x, k, dense=True)`` (with the same dropout
+mask), and has the same parameter names and shapes, so state dicts move between the two.
+Gradients reach ``x`` at the kept positions only.
+
+Graph argument: a :class:`~sparsegnn.Graph`, an ``edge_index`` (with ``edge_weight``), PyG's
+``EdgeIndex``, a torch sparse ``adj_t`` or a ``SparseTensor``, through the plain layers' cached
+graph machinery (``GraphInputMixin``; GCN's normalised graph included).  One node set only:
+the CBSR of the sources is the root term of the targets.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check
+from ..formats.cbsr import CBSR
+from ..ops.dropout import dropout as dropout_fn
+from ..ops.maxk import maxk
+from ..ops.spmm import spmm
+from ._graph_input import GraphInputMixin, graph_kind, identity
+from ._inputs import GraphArg, node_counts, split_features
+from ._linear import Linear
+from .gcn import gcn_layer_transform
+from .gin import reset_module
+
+__all__ = ["MaxKSAGEConv", "MaxKGCNConv", "MaxKGINConv"]
+
+_SPMM_BACKENDS = ("auto", "reference", "triton", "cpu")
+
+
+def _maxk_backend(backend: str) -> str:
+    """The selection backend for a layer's sparse ``backend`` (``"cpu"`` selects with the reference sort)."""
+    return "reference" if backend == "cpu" else backend
+
+
+def _check_k(fn: str, k, width: Optional[int]) -> int:
+    limit = f"[1, {width}]" if width is not None and width > 0 else "[1, F]"
+    ok = isinstance(k, int) and not isinstance(k, bool) and k >= 1 and (width is None or width <= 0 or k <= width)
+    check(ok, fn, f"k must be an int in {limit} (entries kept per row of the input), got {k!r}")
+    return k
+
+
+class _MaxKConv(GraphInputMixin, nn.Module):
+    """What the MaxK layers share: ``k``, dropout on the kept values, the backend, the graph."""
+
+    _name = "MaxKConv"
+
+    def __init__(self, k: int, dropout: float, backend: str, width: Optional[int]) -> None:
+        super().__init__()
+        fn = self._name
+        self.k = _check_k(fn, k, width)
+        check(isinstance(dropout, (int, float)) and 0.0 <= float(dropout) < 1.0, fn,
+              f"dropout must be in [0, 1), got {dropout!r}")
+        check(backend in _SPMM_BACKENDS, fn, f"backend must be one of {_SPMM_BACKENDS}, got {backend!r}")
+        self.dropout = float(dropout)
+        self.backend = backend
+        self.cached = False
+
+    def sparsify(self, x: Tensor) -> CBSR:
+        """``maxk(x, k)`` with dropout on the kept values in training mode.
+
+        Shapes:
+            x: [N, F] -> CBSR with values / index [N, k].
+        """
+        c = maxk(x, self.k, backend=_maxk_backend(self.backend))
+        if self.training and self.dropout > 0.0:
+            c = c.with_values(dropout_fn(c.values, self.dropout, True))
+        return c
+
+    def _features_and_graph(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor], transform,
+                            sparse_values: bool = True):
+        """``(graph, c)``: the transformed Graph of ``edge_index`` and the sparsified ``x``."""
+        fn = self._name
+        x, _, _ = split_features(fn, x, pairs=False, dims=2)
+        check(x.shape[1] >= self.k, fn, f"x has {x.shape[1]} features, fewer than k = {self.k}")
+        _, num_nodes = node_counts(fn, edge_index, x, x, None, -2, square=True)
+        graph = self._graph(fn, edge_index, edge_weight, num_nodes, transform, sparse_values=sparse_values)
+        return graph, self.sparsify(x)
+
+    def _check_width(self, x: Tensor, width: int) -> None:
+        if isinstance(x, Tensor) and x.dim() == 2 and width > 0:
+            check(x.shape[1] == width, self._name, f"x has {x.shape[1]} features but in_channels = {width}")
+
+
+class MaxKSAGEConv(_MaxKConv):
+    r"""GraphSAGE with the MaxK nonlinearity (MaxK-GNN):
+    :math:`c = \mathrm{drop}(\mathrm{maxk}(x, k))`,
+    :math:`x'_i = W_l\, \mathrm{aggr}_{j \to i}\, w_{ji} c_j + b + W_r c_i`.
+
+    Equals ``SAGEConv(in_channels, out_channels, aggr, root_weight=root_weight, bias=bias)``
+    on ``maxk(x, k, dense=True)`` (parameters ``lin_l`` = :math:`W_l, b`, ``lin_r`` = :math:`W_r`).
+
+    Args:
+        in_channels: input width ``F`` (the pre-activation features).
+        out_channels: output width.
+        k: entries kept per row, ``1 <= k <= in_channels``.
+        dropout: probability of dropping a kept value in training (the others are zeros already).
+        aggr: ``"mean"`` (default, MaxK-GNN's), ``"sum"`` or ``"add"``.
+        root_weight: add :math:`W_r c_i`.
+        bias: learn ``b``.
+        backend: ``"auto"``, ``"reference"``, ``"triton"`` or ``"cpu"`` (selection and aggregation).
+
+    Shapes:
+        x: [N, in_channels]; edge_index: Graph, [2, E], EdgeIndex, sparse adj_t [N, N] or
+        SparseTensor; edge_weight: [E] -> [N, out_channels].
+    """
+
+    _name = "MaxKSAGEConv"
+
+    def __init__(self, in_channels: int, out_channels: int, k: int, dropout: float = 0.0, aggr: str = "mean",
+                 root_weight: bool = True, bias: bool = True, backend: str = "auto") -> None:
+        check(isinstance(in_channels, int) and in_channels > 0, self._name,
+              f"in_channels must be a positive int, got {in_channels!r}")
+        super().__init__(k, dropout, backend, in_channels)
+        check(aggr in ("mean", "sum", "add"), self._name, f"aggr must be 'mean', 'sum' or 'add' (CBSR features "
+                                                          f"aggregate linearly), got {aggr!r}")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.aggr, self.reduce, self.root_weight = aggr, "mean" if aggr == "mean" else "sum", root_weight
+        self.lin_l = Linear(in_channels, out_channels, bias=bias)
+        self.lin_r = Linear(in_channels, out_channels, bias=False) if root_weight else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin_l.reset_parameters()
+        if self.lin_r is not None:
+            self.lin_r.reset_parameters()
+
+    def forward(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor] = None) -> Tensor:
+        """``edge_weight`` weighs an ``edge_index``'s messages (a Graph carries its own in ``edge_val``)."""
+        self._check_width(x, self.in_channels)
+        graph, c = self._features_and_graph(x, edge_index, edge_weight, identity,
+                                            sparse_values=graph_kind(edge_index) != "sparse_tensor")
+        out = self.lin_l(spmm(graph, c, reduce=self.reduce, backend=self.backend))
+        if self.lin_r is not None:
+            out = torch.addmm(out, c.to_dense(), self.lin_r.weight.t())     # the root term, added in the GEMM
+        return out
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, k={self.k}, aggr={self.aggr})"
+
+
+class MaxKGCNConv(_MaxKConv):
+    r"""Graph convolution with the MaxK nonlinearity (MaxK-GNN):
+    :math:`C = \mathrm{drop}(\mathrm{maxk}(X, k))`,
+    :math:`X' = (\hat D^{-1/2} \hat A \hat D^{-1/2} C)\, \Theta + b`.
+
+    :math:`\hat A` as in :class:`~sparsegnn.nn.GCNConv` (the same cached normalised graph: self
+    loops as PyG adds them for the graph form, symmetric normalisation by the weighted in-degree);
+    its normalised values are the aggregation's edge weights.  The CBSR is aggregated first and
+    projected after (exact: both are linear).  Equals ``GCNConv(in_channels, out_channels,
+    add_self_loops=..., normalize=..., bias=...)`` on ``maxk(X, k, dense=True)``.
+
+    Args:
+        in_channels: input width ``F``.
+        out_channels: output width.
+        k: entries kept per row, ``1 <= k <= in_channels``.
+        dropout: probability of dropping a kept value in training.
+        add_self_loops: add self loops (needs ``normalize``).
+        normalize: the symmetric normalisation (else the edge weights as given).
+        bias: learn ``b``.
+        backend: ``"auto"``, ``"reference"``, ``"triton"`` or ``"cpu"``.
+
+    Shapes:
+        x: [N, in_channels]; edge_index: Graph, [2, E], EdgeIndex, sparse adj_t [N, N] or
+        SparseTensor; edge_weight: [E] -> [N, out_channels].
+    """
+
+    _name = "MaxKGCNConv"
+
+    def __init__(self, in_channels: int, out_channels: int, k: int, dropout: float = 0.0,
+                 add_self_loops: bool = True, normalize: bool = True, bias: bool = True,
+                 backend: str = "auto") -> None:
+        check(isinstance(in_channels, int) and in_channels > 0, self._name,
+              f"in_channels must be a positive int, got {in_channels!r}")
+        super().__init__(k, dropout, backend, in_channels)
+        check(normalize or not add_self_loops, self._name,
+              "add_self_loops=True needs normalize=True (as in GCNConv); pass a graph with self loops instead")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.add_self_loops, self.normalize = add_self_loops, normalize
+        self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_channels))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin.reset_parameters()
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor] = None) -> Tensor:
+        self._check_width(x, self.in_channels)
+        transform = gcn_layer_transform(graph_kind(edge_index), self.normalize, self.add_self_loops)
+        graph, c = self._features_and_graph(x, edge_index, edge_weight, transform)
+        out = self.lin(spmm(graph, c, reduce="sum", backend=self.backend))
+        return out + self.bias if self.bias is not None else out
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, k={self.k})"
+
+
+class MaxKGINConv(_MaxKConv):
+    r"""Graph isomorphism layer with the MaxK nonlinearity (MaxK-GNN):
+    :math:`c = \mathrm{drop}(\mathrm{maxk}(x, k))`,
+    :math:`x'_i = h_\Theta\big((1 + \epsilon) c_i + \sum_{j \to i} w_{ji} c_j\big)`.
+
+    Equals ``GINConv(nn, eps, train_eps)`` on ``maxk(x, k, dense=True)`` (parameters ``nn`` and
+    ``eps``, a parameter with ``train_eps``, else a buffer).
+
+    Args:
+        nn: the network :math:`h_\Theta` (reset when the layer is made, as in GINConv).
+        k: entries kept per row, ``1 <= k <= F`` (checked against ``x``).
+        dropout: probability of dropping a kept value in training.
+        eps: initial :math:`\epsilon`; ``train_eps`` makes it a parameter.
+        backend: ``"auto"``, ``"reference"``, ``"triton"`` or ``"cpu"``.
+
+    Shapes:
+        x: [N, F]; edge_index: Graph, [2, E], EdgeIndex, sparse adj_t [N, N] or SparseTensor;
+        edge_weight: [E] -> [N, F_out of nn].
+    """
+
+    _name = "MaxKGINConv"
+
+    def __init__(self, nn: Callable[[Tensor], Tensor], k: int, dropout: float = 0.0, eps: float = 0.0,
+                 train_eps: bool = False, backend: str = "auto") -> None:
+        super().__init__(k, dropout, backend, None)
+        self.nn = nn
+        self.initial_eps = eps
+        if train_eps:
+            self.eps = torch.nn.Parameter(torch.empty(1))
+        else:
+            self.register_buffer("eps", torch.empty(1))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        reset_module(self.nn)
+        self.eps.data.fill_(self.initial_eps)
+
+    def forward(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor] = None) -> Tensor:
+        graph, c = self._features_and_graph(x, edge_index, edge_weight, identity,
+                                            sparse_values=graph_kind(edge_index) != "sparse_tensor")
+        aggregated = spmm(graph, c, reduce="sum", backend=self.backend)
+        return self.nn(aggregated + (1 + self.eps) * c.to_dense())
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}(nn={self.nn}, k={self.k})"

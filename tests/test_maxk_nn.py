@@ -1,0 +1,323 @@
+"""MaxK-GNN layers, model, training options, the k sweep and the real-suite node datasets (CPU)."""
+import json
+import math
+
+import pytest
+import torch
+
+import sparsegnn as sg
+from sparsegnn.cli import main
+from sparsegnn.datasets import default_data_dir, load, load_real_node_dataset
+from sparsegnn.datasets.real_nodes import SUBSTITUTE_DIM, stratified_split
+from sparsegnn.nn import GCNConv, GINConv, MaxKGCNConv, MaxKGINConv, MaxKGNN, MaxKSAGEConv, SAGEConv
+from sparsegnn.training import build_model, train_node_classifier
+
+DATA = default_data_dir()
+needs_real = pytest.mark.skipif(DATA is None or not (DATA / "real" / "lastfm.npz").is_file(),
+                                reason="no shared datasets folder with real/ (set SPARSEGNN_DATA)")
+
+N, F_IN, F_OUT, K = 23, 12, 5, 4
+
+
+def _edges(seed=0):
+    """Random edges with self loops, a duplicate edge and isolated nodes (21, 22)."""
+    gen = torch.Generator().manual_seed(seed)
+    ei = torch.randint(0, N - 2, (2, 70), generator=gen)
+    extra = torch.tensor([[3, 3, 5, 7], [3, 4, 5, 4]])          # loops 3->3, 5->5; 3->4 duplicated below
+    return torch.cat([ei, extra, torch.tensor([[3], [4]])], dim=1)
+
+
+def _pair(kind):
+    """(MaxK layer, plain layer with the same parameters), float64."""
+    torch.manual_seed(1)
+    if kind == "sage":
+        plain, mk = SAGEConv(F_IN, F_OUT), MaxKSAGEConv(F_IN, F_OUT, K)
+    elif kind == "gcn":
+        plain, mk = GCNConv(F_IN, F_OUT), MaxKGCNConv(F_IN, F_OUT, K)
+    else:
+        plain = GINConv(torch.nn.Sequential(torch.nn.Linear(F_IN, 8), torch.nn.ReLU(), torch.nn.Linear(8, F_OUT)),
+                        eps=0.3, train_eps=True)
+        mk = MaxKGINConv(torch.nn.Sequential(torch.nn.Linear(F_IN, 8), torch.nn.ReLU(), torch.nn.Linear(8, F_OUT)),
+                         K, eps=0.0, train_eps=True)
+    plain, mk = plain.double(), mk.double()
+    assert set(mk.state_dict()) == set(plain.state_dict())
+    mk.load_state_dict(plain.state_dict())
+    return mk, plain
+
+
+def _graph_arg(form, ei, weight):
+    if form == "graph":
+        return sg.Graph.from_edge_index(ei, num_nodes=N), None
+    if form == "weighted_graph":
+        return sg.Graph.from_edge_index(ei, weight, num_nodes=N), None
+    if form == "edge_index":
+        return ei, weight
+    return torch.sparse_coo_tensor(ei.flip(0), weight, (N, N)).coalesce(), None       # adj_t[target, source]
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn", "gin"])
+@pytest.mark.parametrize("form", ["graph", "weighted_graph", "edge_index", "adj_t"])
+def test_layer_equals_plain_layer_on_dense_maxk(kind, form):
+    ei = _edges()
+    weight = torch.rand(ei.shape[1], dtype=torch.float64, generator=torch.Generator().manual_seed(2)) + 0.5
+    graph, edge_weight = _graph_arg(form, ei, weight)
+    mk, plain = _pair(kind)
+    x = torch.randn(N, F_IN, dtype=torch.float64, requires_grad=True)
+    out = mk(x, graph, edge_weight)
+    assert out.shape == (N, F_OUT) and out.dtype == torch.float64
+    x_ref = x.detach().clone().requires_grad_(True)
+    dense = sg.maxk(x_ref, K, dense=True)
+    ref = plain(dense, graph, edge_weight=edge_weight) if kind != "gcn" else plain(dense, graph, edge_weight)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    # the same gradients, reaching x at the kept positions only
+    w = torch.randn(N, F_OUT, dtype=torch.float64)
+    (out * w).sum().backward()
+    (ref * w).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-12, atol=1e-12)
+    kept = dense.detach() != 0
+    assert bool((x.grad[~kept] == 0).all()) and bool((x.grad[kept] != 0).any())
+    for (name, p_mk), (_, p_plain) in zip(mk.named_parameters(), plain.named_parameters()):
+        torch.testing.assert_close(p_mk.grad, p_plain.grad, rtol=1e-12, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn"])
+def test_edge_weight_gradient_matches_dense(kind):
+    ei = _edges(3)
+    mk, plain = _pair(kind)
+    x = torch.randn(N, F_IN, dtype=torch.float64)
+    w1 = (torch.rand(ei.shape[1], dtype=torch.float64) + 0.5).requires_grad_(True)
+    w2 = w1.detach().clone().requires_grad_(True)
+    mk(x, ei, w1).square().sum().backward()
+    plain(sg.maxk(x, K, dense=True), ei, edge_weight=w2).square().sum().backward()
+    torch.testing.assert_close(w1.grad, w2.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_gradcheck_gcn():
+    torch.manual_seed(0)
+    ei = _edges(4)
+    conv = MaxKGCNConv(F_IN, 3, K).double()
+    x = torch.randn(N, F_IN, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: conv(t, ei), (x,), eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn", "gin"])
+def test_dropout_acts_on_kept_values_only(kind):
+    g = sg.Graph.from_edge_index(_edges(), num_nodes=N)
+    mk, plain = _pair(kind)
+    mk.dropout = 0.5
+    mk.train()
+    x = torch.randn(N, F_IN, dtype=torch.float64)
+    torch.manual_seed(7)
+    out = mk(x, g)
+    torch.manual_seed(7)                                        # the same draw, made by hand
+    c = sg.maxk(x, K)
+    dropped = c.with_values(sg.dropout(c.values, 0.5, True))
+    dense = dropped.to_dense()
+    torch.testing.assert_close(out, plain(dense, g), rtol=1e-12, atol=1e-12)
+    zeroed = (dropped.values == 0).sum()
+    assert 0 < int(zeroed) < c.values.numel()                   # some kept values dropped, not all
+    assert int((dense != 0).sum()) == c.values.numel() - int(zeroed)  # nothing outside the kept entries
+    mk.eval()
+    torch.testing.assert_close(mk(x, g), plain(sg.maxk(x, K, dense=True), g), rtol=1e-12, atol=1e-12)
+
+
+def test_layer_errors():
+    g = sg.Graph.from_edge_index(_edges(), num_nodes=N)
+    with pytest.raises(ValueError, match=r"MaxKSAGEConv\(\): k must be an int in \[1, 12\]"):
+        MaxKSAGEConv(F_IN, F_OUT, 13)
+    with pytest.raises(ValueError, match=r"MaxKGCNConv\(\): k must be"):
+        MaxKGCNConv(F_IN, F_OUT, 0)
+    with pytest.raises(ValueError, match=r"MaxKSAGEConv\(\): aggr must be"):
+        MaxKSAGEConv(F_IN, F_OUT, K, aggr="max")
+    with pytest.raises(ValueError, match=r"MaxKGINConv\(\): dropout must be in \[0, 1\)"):
+        MaxKGINConv(torch.nn.Linear(F_IN, 2), K, dropout=1.0)
+    with pytest.raises(ValueError, match=r"MaxKGCNConv\(\): add_self_loops=True needs normalize=True"):
+        MaxKGCNConv(F_IN, F_OUT, K, normalize=False)
+    with pytest.raises(ValueError, match=r"MaxKSAGEConv\(\): x has 11 features but in_channels = 12"):
+        MaxKSAGEConv(F_IN, F_OUT, K)(torch.randn(N, 11), g)
+    with pytest.raises(ValueError, match=r"MaxKGINConv\(\): x has 3 features, fewer than k = 4"):
+        MaxKGINConv(torch.nn.Linear(3, 2), K)(torch.randn(N, 3), g)
+    with pytest.raises(ValueError, match=r"MaxKSAGEConv\(\): the graph has 23 source nodes but the source features"):
+        MaxKSAGEConv(F_IN, F_OUT, K)(torch.randn(N - 1, F_IN), g)
+    with pytest.raises(ValueError, match="bipartite"):
+        MaxKSAGEConv(F_IN, F_OUT, K)((torch.randn(N, F_IN), torch.randn(N, F_IN)), g)
+
+
+# ---------------------------------------------------------------- MaxKGNN
+@pytest.mark.parametrize("conv", ["sage", "gcn", "gin"])
+@pytest.mark.parametrize("nonlinearity", ["maxk", "relu"])
+def test_maxkgnn_forward_backward(conv, nonlinearity):
+    torch.manual_seed(0)
+    g = sg.Graph.from_edge_index(_edges(), num_nodes=N)
+    model = MaxKGNN(F_IN, 3, conv=conv, hidden=16, num_layers=2, k=4, nonlinearity=nonlinearity)
+    x = torch.randn(N, F_IN)
+    out = model(x, g)
+    assert out.shape == (N, 3)
+    out.logsumexp(1).sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    other = MaxKGNN(F_IN, 3, conv=conv, hidden=16, num_layers=2, k=4,
+                    nonlinearity="relu" if nonlinearity == "maxk" else "maxk")
+    assert {k: v.shape for k, v in model.state_dict().items()} == {k: v.shape for k, v in other.state_dict().items()}
+
+
+@pytest.mark.parametrize("conv", ["sage", "gcn", "gin"])
+def test_maxkgnn_is_lin_maxk_conv_norm_stack(conv):
+    """MaxK model == lin_in, then per layer the plain conv on maxk(h, k, dense=True) and LayerNorm, then lin_out."""
+    torch.manual_seed(0)
+    g = sg.Graph.from_edge_index(_edges(), num_nodes=N)
+    relu = MaxKGNN(F_IN, 3, conv=conv, hidden=16, num_layers=3, k=5, nonlinearity="relu").double().eval()
+    mk = MaxKGNN(F_IN, 3, conv=conv, hidden=16, num_layers=3, k=5, nonlinearity="maxk").double().eval()
+    mk.load_state_dict(relu.state_dict())
+    x = torch.randn(N, F_IN, dtype=torch.float64)
+    h = relu.lin_in(x)
+    for plain_conv, norm in zip(relu.convs, relu.norms):
+        h = norm(plain_conv(sg.maxk(h, 5, dense=True), g))
+    torch.testing.assert_close(mk(x, g), relu.lin_out(h), rtol=1e-10, atol=1e-12)
+    h = relu.lin_in(x)                                            # and the ReLU model is the ReLU stack
+    for plain_conv, norm in zip(relu.convs, relu.norms):
+        h = norm(plain_conv(torch.relu(h), g))
+    torch.testing.assert_close(relu(x, g), relu.lin_out(h), rtol=1e-10, atol=1e-12)
+
+
+def test_maxkgnn_errors():
+    with pytest.raises(ValueError, match=r"MaxKGNN\(\): k must be an int in \[1, hidden = 16\]"):
+        MaxKGNN(4, 2, hidden=16, k=17)
+    with pytest.raises(ValueError, match=r"MaxKGNN\(\): conv must be"):
+        MaxKGNN(4, 2, conv="gat")
+    with pytest.raises(ValueError, match=r"MaxKGNN\(\): nonlinearity must be"):
+        MaxKGNN(4, 2, nonlinearity="gelu")
+    assert MaxKGNN(4, 2, hidden=16, k=17, nonlinearity="relu").k is None      # k is unused with relu
+
+
+# ---------------------------------------------------------------- training and CLI
+def test_build_model_maxk_options():
+    model = build_model("sage", 10, 3, maxk=32)
+    assert isinstance(model, MaxKGNN) and model.k == 32 and model.conv == "sage"
+    assert model.lin_in.out_features == 256 and len(model.convs) == 3 and model.dropout == 0.5
+    assert isinstance(model.convs[0], MaxKSAGEConv)
+    base = build_model("GCN", 10, 3, hidden=64, dropout=0.2, maxk="relu")
+    assert base.nonlinearity == "relu" and isinstance(base.convs[0], GCNConv) and base.dropout == 0.2
+    with pytest.raises(ValueError, match=r"build_model\(\): maxk is available for the models sage, gcn, gin"):
+        build_model("gat", 10, 3, maxk=8)
+    for bad in (0, 257, True, 2.0, "8"):
+        with pytest.raises(ValueError, match=r"build_model\(\): maxk must be an int in \[1, hidden = 256\]"):
+            build_model("sage", 10, 3, maxk=bad)
+    with pytest.raises(ValueError, match=r"hidden = 16\]"):
+        build_model("gin", 10, 3, hidden=16, maxk=32)
+    with pytest.raises(ValueError, match=r"precision='ieee'"):
+        build_model("sage", 10, 3, precision="tf32", maxk=8)
+    data = load("cora")
+    with pytest.raises(ValueError, match=r"train_node_classifier\(\): maxk models train eagerly"):
+        train_node_classifier(data, "sage", epochs=1, maxk=8, compile="default")
+
+
+def test_train_node_classifier_maxk_learns():
+    result = train_node_classifier(load("cora"), "gin", epochs=30, hidden=64, maxk=8, progress=False)
+    assert result.maxk == 8 and result.losses[-1] < result.losses[0]
+    assert result.best_val_acc > 0.5                             # 7 classes: chance is ~0.14 (0.76 measured)
+
+
+def test_cli_train_maxk(capsys):
+    argv = ["train", "--model", "sage", "--maxk", "8", "--hidden", "32", "--epochs", "2", "--device", "cpu", "--json"]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["maxk"] == 8 and summary["model"] == "sage" and 0 <= summary["test_acc"] <= 1
+    assert main(["train", "--epochs", "1", "--device", "cpu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["maxk"] is None
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--model", "gat", "--maxk", "8"], "--maxk needs --model sage, gcn, gin"),
+    (["--model", "agnn", "--maxk", "8"], "--maxk needs --model"),
+    (["--model", "sage", "--maxk", "8", "--minibatch"], "drop --minibatch"),
+    (["--model", "sage", "--maxk", "8", "--precision", "tf32"], "drop --precision"),
+    (["--model", "sage", "--maxk", "8", "--compile", "default"], "drop --compile"),
+    (["--model", "sage", "--maxk", "0"], "--maxk must be in [1, hidden = 256], got 0"),
+    (["--model", "sage", "--maxk", "257"], "--maxk must be in [1, hidden = 256], got 257"),
+    (["--model", "gcn", "--maxk", "64", "--hidden", "32"], "--maxk must be in [1, hidden = 32], got 64"),
+])
+def test_cli_train_maxk_bad_combinations(capsys, extra, message):
+    assert main(["train", "--epochs", "1", "--device", "cpu", *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_maxk_sweep(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    argv = ["maxk-sweep", "--dataset", "cora", "--model", "sage", "--ks", "4,8", "--epochs", "2", "--runs", "2",
+            "--hidden", "32", "--device", "cpu", "--out", str(out)]
+    assert main(argv) == 0
+    result = json.loads((out / "maxk_sweep.json").read_text())
+    rows = result["rows"]
+    assert [r["config"] for r in rows] == ["relu", "k=4", "k=8"] and [r["k"] for r in rows] == [None, 4, 8]
+    assert result["meta"]["dataset"] == "cora" and result["meta"]["runs"] == 2 and result["meta"]["epochs"] == 2
+    assert result["meta"]["hidden"] == 32 and result["meta"]["device"].startswith("cpu")
+    for r in rows:
+        assert r["seeds"] == [0, 1] and len(r["test_acc_at_best_val_per_seed"]) == 2
+        assert r["test_acc_at_best_val"] == pytest.approx(sum(r["test_acc_at_best_val_per_seed"]) / 2)
+        assert r["mean_epoch_ms"] > 0 and 0 <= r["test_acc"] <= 1
+        assert r["speedup"] == pytest.approx(rows[0]["mean_epoch_ms"] / r["mean_epoch_ms"])
+    table = [line for line in (out / "maxk_sweep.md").read_text().splitlines() if line.startswith("| ")]
+    assert [line.split("|")[1].strip() for line in table[1:]] == ["relu", "4", "8"]      # header + one row each
+    assert "| relu |" in capsys.readouterr().out
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert (out / "maxk_sweep.png").stat().st_size > 0
+
+
+def test_cli_maxk_sweep_bad_ks(tmp_path, capsys):
+    argv = ["maxk-sweep", "--ks", "8,64", "--hidden", "32", "--epochs", "1", "--device", "cpu", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    assert "every k must be in [1, hidden = 32], got [64]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["maxk-sweep", "--ks", "0,8"])
+    assert not (tmp_path / "maxk_sweep.json").exists()
+
+
+# ---------------------------------------------------------------- real-suite node datasets
+def test_stratified_split():
+    y = torch.tensor([0] * 10 + [1] * 5 + [2] * 1)
+    train, val, test = stratified_split(y, seed=3)
+    assert bool((train.int() + val.int() + test.int() == 1).all())
+    assert [int(train[y == c].sum()) for c in range(3)] == [6, 3, 1]
+    assert [int(val[y == c].sum()) for c in range(3)] == [2, 1, 0]
+    assert torch.equal(stratified_split(y, seed=3)[0], train) and not torch.equal(stratified_split(y, seed=4)[0], train)
+
+
+def test_real_loader_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"load_real_node_dataset\(\): 'lastfm': missing .*lastfm\.npz"):
+        load_real_node_dataset("lastfm", data_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"load_real_node_dataset\(\): unknown dataset 'roadnet-pa-excerpt'"):
+        load_real_node_dataset("roadnet-pa-excerpt", data_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"load\(\): root is for raw Planetoid files"):
+        load("deezer", root=str(tmp_path))
+
+
+@needs_real
+def test_real_node_dataset_lastfm_substitute_features():
+    data = load("lastfm")                                        # found through default_data_dir()
+    n = 7624
+    assert data.name == "lastfm" and data.graph.num_nodes == n and data.num_classes == 18
+    assert data.x.shape == (n, SUBSTITUTE_DIM + 1) and data.x.dtype == torch.float32
+    torch.testing.assert_close(data.x[:, -1], torch.log1p(data.graph.in_degree().float()))
+    assert abs(float(data.x[:, :-1].mean())) < 0.02 and abs(float(data.x[:, :-1].std()) - 1) < 0.02
+    masks = torch.stack([data.train_mask, data.val_mask, data.test_mask]).int()
+    assert bool((masks.sum(0) == 1).all())
+    assert int(data.train_mask.sum()) == pytest.approx(0.6 * n, abs=18)
+    for c in range(18):                                          # every class in the training set, stratified
+        in_class = int((data.y == c).sum())
+        assert int(data.train_mask[data.y == c].sum()) == round(0.6 * in_class)
+    again = load_real_node_dataset("lastfm", data_dir=DATA)
+    assert torch.equal(again.x, data.x) and torch.equal(again.train_mask, data.train_mask)
+    other = load_real_node_dataset("lastfm", seed=1)
+    assert torch.equal(other.x, data.x) and not torch.equal(other.train_mask, data.train_mask)
+
+
+@needs_real
+def test_real_node_dataset_twitch_own_features_and_training():
+    data = load("twitch")
+    assert data.x.shape == (7126, 3170) and data.num_classes == 2
+    torch.testing.assert_close(data.x.sum(1), torch.ones(7126))   # row-normalised binary features
+    result = train_node_classifier(data, "sage", epochs=2, hidden=16, maxk=4, progress=False)
+    assert math.isfinite(result.losses[-1]) and 0 <= result.test_acc_at_best_val <= 1
