@@ -5,7 +5,7 @@
 # the Reddit stand-in per k against cuSPARSE and our SpMM (F = 256); select: the selection kernel
 # against relu / topk; train: MaxK GraphSAGE epochs against our ReLU models and PyG (Reddit
 # stand-in); accuracy: ReLU vs MaxK (k = 32) test accuracy, 5 seeds, on Cora, Citeseer and the
-# labelled real graphs.
+# labelled real graphs; sweep: `sparsegnn maxk-sweep` (accuracy vs epoch time per k) on real graphs.
 set -o pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1 SPARSEGNN_DATA=${SPARSEGNN_DATA:-.data}
 OUT=${OUT:-/tmp/sparsegnn-out}; mkdir -p "$OUT"
@@ -21,5 +21,9 @@ for stage in "$@"; do
     train) timeout ${TRAIN_TIMEOUT:-400} python3 scripts/bench_maxk_train.py --out "$OUT" ${TRAIN_ARGS:-} 2>&1 | tail -24 ;;
     accuracy) timeout ${ACC_TIMEOUT:-400} python3 scripts/maxk_accuracy.py --out "$OUT" --device cuda ${ACC_ARGS:-} 2>&1 \
                 | tail -14 ;;
+    sweep) for ds in ${SWEEP_DATASETS:-cora wikipedia}; do
+             timeout 300 python3 -m sparsegnn maxk-sweep --dataset $ds --lr 0.001 --runs ${SWEEP_RUNS:-3} --epochs 200 \
+               --device cuda --out "$OUT/sweep_$ds" 2>&1 | tail -9
+           done ;;
   esac
 done

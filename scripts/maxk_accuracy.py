@@ -3,11 +3,16 @@
 For Cora, Citeseer and the largest labelled graphs of the real suite (deezer 28k nodes, wikipedia
 11.6k, lastfm 7.6k; see ``sparsegnn.datasets.load_real_node_dataset`` for their features and
 60/20/20 split) it trains ``MaxKGNN`` (GraphSAGE, 3 layers, hidden 256, dropout 0.5, LayerNorm)
-with ReLU and with MaxK k = 32, ``--seeds`` seeds each (full graph, Adam, lr 0.01, weight decay
+with ReLU and with MaxK k = 32, ``--seeds`` seeds each (full graph, Adam, lr 0.001, weight decay
 5e-4, ``--epochs`` epochs), and writes ``<out>/maxk_accuracy.json`` (the settings, per-dataset
 rows with per-seed values) and ``<out>/maxk_accuracy.md``: mean test accuracy at the best
 validation epoch +- sample std per dataset and model, MaxK minus ReLU in points, whether that
 lies within 1 point, and the mean epoch times.
+
+Learning rate: 0.001 (MaxK-GNN's Table 3 rate for Flickr, Yelp and ogbn-products). At 0.01 this
+structure's ReLU baseline fails to train on several of these graphs (H100, 5 seeds, 200 epochs:
+lastfm 27.6 +- 6.8 %, Citeseer 48.6 +- 19.4 %, its loss stuck near the class prior) while MaxK
+trains (84.0 %, 64.4 %); a baseline that does not train would flatter MaxK.
 
     python scripts/maxk_accuracy.py --out benchmarks/h100 --device cuda --seeds 5 --epochs 200
     python scripts/maxk_accuracy.py --out /tmp/maxk --device cpu --seeds 1 --epochs 2     # smoke test
@@ -39,13 +44,15 @@ def markdown(report: dict) -> str:
              f"Cora / Citeseer: the Planetoid split; the real-suite graphs: a stratified 60/20/20 split (seed 0), "
              f"features: twitch's own, else 64 fixed N(0, 1) + log(1 + degree). {s['date']}, torch {s['torch']}, "
              f"{s['wall_s']:.0f} s in all.", "",
-             "| dataset | nodes | classes | ReLU (%) | MaxK k=32 (%) | MaxK - ReLU (points) | within 1 point | "
+             "| dataset | nodes | classes | ReLU (%) | MaxK k=32 (%) | MaxK - ReLU (points) | within 1 point "
+             "(MaxK not > 1 worse) | "
              "ReLU epoch ms | MaxK epoch ms |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         lines.append(f"| {r['dataset']} | {r['nodes']:,} | {r['classes']} | {100 * r['relu_acc']:.2f} +- "
                      f"{100 * r['relu_std']:.2f} | {100 * r['maxk_acc']:.2f} +- {100 * r['maxk_std']:.2f} | "
-                     f"{r['diff_points']:+.2f} | {'yes' if r['within_1_point'] else 'no'} | "
+                     f"{r['diff_points']:+.2f} | {'yes' if r['within_1_point'] else 'no'} "
+                     f"({'yes' if r['diff_points'] >= -1.0 else 'no'}) | "
                      f"{r['relu_epoch_ms']:.2f} | {r['maxk_epoch_ms']:.2f} |")
     return "\n".join(lines) + "\n"
 
@@ -58,7 +65,7 @@ def main(argv: List[str] = None) -> int:
     parser.add_argument("--epochs", type=int, default=200)
     parser.add_argument("--k", type=int, default=32)
     parser.add_argument("--model", default="sage", choices=["sage", "gcn", "gin"])
-    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--lr", type=float, default=0.001)
     parser.add_argument("--weight-decay", type=float, default=5e-4)
     parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated (default: %(default)s)")
     parser.add_argument("--data-dir", default=None, help="the datasets folder (default: SPARSEGNN_DATA, "
@@ -80,7 +87,7 @@ def main(argv: List[str] = None) -> int:
             "features": int(data.x.shape[1]), "classes": data.num_classes,
             "relu_acc": relu["test_acc_at_best_val"], "relu_std": relu["test_acc_at_best_val_std"],
             "maxk_acc": mk["test_acc_at_best_val"], "maxk_std": mk["test_acc_at_best_val_std"],
-            "diff_points": diff, "within_1_point": abs(diff) <= 1.0,
+            "diff_points": diff, "within_1_point": abs(diff) <= 1.0, "at_most_1_point_worse": diff >= -1.0,
             "relu_epoch_ms": relu["mean_epoch_ms"], "maxk_epoch_ms": mk["mean_epoch_ms"],
             "relu_per_seed": relu["test_acc_at_best_val_per_seed"],
             "maxk_per_seed": mk["test_acc_at_best_val_per_seed"], "seeds": relu["seeds"],

@@ -206,9 +206,12 @@ def test_build_model_maxk_options():
         build_model("gin", 10, 3, hidden=16, maxk=32)
     with pytest.raises(ValueError, match=r"precision='ieee'"):
         build_model("sage", 10, 3, precision="tf32", maxk=8)
-    data = load("cora")
-    with pytest.raises(ValueError, match=r"train_node_classifier\(\): maxk models train eagerly"):
-        train_node_classifier(data, "sage", epochs=1, maxk=8, compile="default")
+    data = load("cora")                                          # maxk compiles (tests/test_maxk_compile.py)
+    result = train_node_classifier(data, "sage", epochs=2, hidden=32, maxk=8, compile="default",
+                                   compile_backend="aot_eager", progress=False)
+    assert result.maxk == 8 and result.compile == "default" and len(result.losses) == 2
+    with pytest.raises(ValueError, match=r"compile='capture' replays CUDA graphs and needs a CUDA device"):
+        train_node_classifier(data, "sage", epochs=1, maxk=8, compile="capture")
 
 
 def test_train_node_classifier_maxk_learns():
@@ -224,6 +227,11 @@ def test_cli_train_maxk(capsys):
     assert summary["maxk"] == 8 and summary["model"] == "sage" and 0 <= summary["test_acc"] <= 1
     assert main(["train", "--epochs", "1", "--device", "cpu", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["maxk"] is None
+    argv = ["train", "--model", "sage", "--maxk", "8", "--hidden", "32", "--epochs", "2", "--device", "cpu",
+            "--compile", "default", "--compile-backend", "aot_eager", "--json"]
+    assert main(argv) == 0                                       # maxk compiles
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["maxk"] == 8 and summary["compile"] == "default" and 0 <= summary["test_acc"] <= 1
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -231,7 +239,6 @@ def test_cli_train_maxk(capsys):
     (["--model", "agnn", "--maxk", "8"], "--maxk needs --model"),
     (["--model", "sage", "--maxk", "8", "--minibatch"], "drop --minibatch"),
     (["--model", "sage", "--maxk", "8", "--precision", "tf32"], "drop --precision"),
-    (["--model", "sage", "--maxk", "8", "--compile", "default"], "drop --compile"),
     (["--model", "sage", "--maxk", "0"], "--maxk must be in [1, hidden = 256], got 0"),
     (["--model", "sage", "--maxk", "257"], "--maxk must be in [1, hidden = 256], got 257"),
     (["--model", "gcn", "--maxk", "64", "--hidden", "32"], "--maxk must be in [1, hidden = 32], got 64"),

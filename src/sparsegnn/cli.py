@@ -44,8 +44,6 @@ def _maxk_problem(args: argparse.Namespace) -> Optional[str]:
         return "--maxk trains on the full graph; drop --minibatch"
     if args.precision != "ieee":
         return "--maxk aggregates exactly; drop --precision"
-    if args.compile != "none":
-        return "--maxk trains eagerly (CBSR features do not compile yet); drop --compile"
     hidden = 256 if args.hidden is None else args.hidden
     if not 1 <= args.maxk <= hidden:
         return f"--maxk must be in [1, hidden = {hidden}], got {args.maxk}"

@@ -229,14 +229,12 @@ def train_node_classifier(
 
     ``maxk`` (``model_name`` sage, gcn or gin): an int ``K`` trains MaxK-GNN's model with the MaxK
     nonlinearity (``K`` kept of ``hidden``), ``"relu"`` its ReLU baseline (see :func:`build_model`);
-    eager only (``compile="none"``).
+    every ``compile`` mode (under ``torch.compile`` MaxK and the CBSR aggregation are the custom ops
+    ``sparsegnn::maxk`` / ``spmm_cbsr``).
     """
     if epochs < 1:
         raise ValueError(f"train_node_classifier(): epochs must be >= 1, got {epochs}")
     check_compile_mode(compile, device)
-    if maxk is not None and compile != "none":
-        raise ValueError(f"train_node_classifier(): maxk models train eagerly (CBSR features are not supported "
-                         f"under torch.compile or CUDA graph capture yet), got compile={compile!r}")
     torch.manual_seed(seed)
     data = data.to(device)
     if reorder is not None:

@@ -245,7 +245,6 @@ def sspmm_cbsr_cuda(rowptr: Tensor, order: Tensor, col32: Tensor, weight: Option
         weight: [E] float32 or None; row_scale: [N] float32 or None; grad: [N, F] float32;
         index: [M, k] uint8 -> [M, k] float32.
     """
-
     k = index.shape[1]
     out = torch.zeros((num_src, k), dtype=torch.float32, device=grad.device)
     num_rows, num_cols = grad.shape

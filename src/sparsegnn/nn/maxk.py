@@ -89,14 +89,16 @@ class _MaxKConv(GraphInputMixin, nn.Module):
         """``(graph, c)``: the transformed Graph of ``edge_index`` and the sparsified ``x``."""
         fn = self._name
         x, _, _ = split_features(fn, x, pairs=False, dims=2)
-        check(x.shape[1] >= self.k, fn, f"x has {x.shape[1]} features, fewer than k = {self.k}")
+        if x.shape[1] < self.k:     # messages on failure only (a symbolic shape cannot be formatted)
+            raise ValueError(f"{fn}(): x has {x.shape[1]} features, fewer than k = {self.k}")
         _, num_nodes = node_counts(fn, edge_index, x, x, None, -2, square=True)
         graph = self._graph(fn, edge_index, edge_weight, num_nodes, transform, sparse_values=sparse_values)
         return graph, self.sparsify(x)
 
     def _check_width(self, x: Tensor, width: int) -> None:
         if isinstance(x, Tensor) and x.dim() == 2 and width > 0:
-            check(x.shape[1] == width, self._name, f"x has {x.shape[1]} features but in_channels = {width}")
+            if x.shape[1] != width:
+                raise ValueError(f"{self._name}(): x has {x.shape[1]} features but in_channels = {width}")
 
 
 class MaxKSAGEConv(_MaxKConv):

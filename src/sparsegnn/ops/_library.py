@@ -4,8 +4,9 @@ A :class:`~sparsegnn.Graph` is not a tensor, so the ops take it as its process-u
 ``key`` (``graph_by_key``).  To the compiler the graph is a constant (dynamo guards on the
 key: another Graph recompiles), and its own tensors (CSR, transpose, plans, tuned configs)
 never enter the traced program: the implementations read them at run time.  Every
-implementation calls the functions of ``_dispatch.py`` that the eager autograd.Functions
-call, so the eager and the compiled paths compute the same thing the same way.
+implementation calls the functions of ``_dispatch.py`` (``maxk.py`` / ``cbsr.py`` for MaxK and
+CBSR features) that the eager autograd.Functions call, so the eager and the compiled paths
+compute the same thing the same way.
 
 Schemas (namespace ``sparsegnn``; ``graph`` is a Graph's key; ``backend`` is the user's
 ``"auto"`` / ``"reference"`` / ``"triton"``, resolved per call on the op's inputs):
@@ -26,14 +27,23 @@ Schemas (namespace ``sparsegnn``; ``graph`` is a Graph's key; ``backend`` is the
   into their target (or source) node: the backward of ``sddmm(op="add")``.
 - ``edge_softmax(Tensor scores, int graph, str backend) -> Tensor`` and
   ``edge_softmax_backward(Tensor out, Tensor grad_out, int graph, str backend) -> Tensor``.
+- ``maxk(Tensor x, int k, str backend) -> (Tensor values, Tensor index)``: the ``k`` largest
+  entries of each row (``ops.maxk.select``): values ``[N, k]``, columns ``[N, k]`` of
+  ``index_dtype(F)`` (not differentiable); backward ``dx = scatter(index, d values)`` in plain torch.
+- ``spmm_cbsr(Tensor values, Tensor index, int num_cols, Tensor? weight, int graph, str reduce, str backend) -> Tensor``:
+  ``A' X`` for the CBSR ``X`` (sum / mean; ``ops.cbsr.cbsr_forward``, its SpGEMM / dense schedule).
+- ``spmm_cbsr_backward(Tensor grad_out, Tensor values, Tensor index, int num_cols, Tensor? weight, int graph, str reduce, str backend, bool need_values, bool need_weight) -> (Tensor, Tensor)``:
+  ``(dvalues, dw)`` (``ops.cbsr.cbsr_backward``, its outer-product / dense schedule); ``[0]``
+  for a gradient not needed.
 
-``spmm``, ``sddmm`` and ``edge_softmax`` have autograd formulas (``register_autograd``)
-written with these ops, so the compiled backward is traced too; the backward ops themselves
-are not differentiable (as the eager ``once_differentiable`` backward).  Fake (meta)
+``spmm``, ``sddmm``, ``edge_softmax``, ``maxk`` and ``spmm_cbsr`` have autograd formulas
+(``register_autograd``) written with these ops (``maxk``'s with plain torch), so the compiled
+backward is traced too; the backward ops themselves are not differentiable (as the eager
+``once_differentiable`` backward).  Fake (meta)
 implementations give shapes from the inputs and, for per-edge outputs, ``E`` from the graph.
 
 Eager calls keep the lean autograd.Function path of ``spmm.py`` / ``sddmm.py`` /
-``softmax.py``; the public functions switch to these ops under
+``softmax.py`` / ``maxk.py`` / ``cbsr.py``; the public functions switch to these ops under
 ``torch.compiler.is_compiling()`` only (one check, about 0.1 us).  Host time per call,
 measured on the CPU (graph of 8 nodes and 20 edges, F = 4, reference backend, torch 2.13,
 best of 6 x 40 x 1000 calls), public function vs ``torch.ops.sparsegnn.*`` directly:
@@ -48,6 +58,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_same_device
+from ..formats.cbsr import index_dtype
 from ..graph import Graph, graph_by_key
 from . import _dispatch as dispatch
 
@@ -311,5 +322,98 @@ def _softmax_backward(ctx, grad_out: Tensor):
 edge_softmax_op.register_autograd(_softmax_backward, setup_context=_softmax_setup)
 
 
+# ---------------------------------------------------------------------------- MaxK and CBSR features
+@torch.library.custom_op(f"{_LIB}::maxk", mutates_args=(),
+                         schema="(Tensor x, int k, str backend) -> (Tensor values, Tensor index)")
+def maxk_op(x: Tensor, k: int, backend: str) -> Tuple[Tensor, Tensor]:
+    from .maxk import resolve_backend, select
+
+    values, index = select(x, k, resolve_backend(backend, x))
+    return _fresh(values), _fresh(index)
+
+
+@maxk_op.register_fake
+def _(x, k, backend):
+    from .maxk import resolve_backend
+
+    resolve_backend(backend, x)
+    return x.new_empty((x.shape[0], k)), x.new_empty((x.shape[0], k), dtype=index_dtype(x.shape[1]))
+
+
+def _maxk_setup(ctx, inputs, output) -> None:
+    ctx.num_cols = inputs[0].shape[1]
+    ctx.save_for_backward(output[1])
+
+
+def _maxk_backward(ctx, grad_values: Tensor, _grad_index):
+    """``dx = scatter(index, d values)`` in plain torch (traced into the compiled backward)."""
+    from .maxk import scatter_kept
+
+    (index,) = ctx.saved_tensors
+    return scatter_kept(grad_values, index, ctx.num_cols), None, None
+
+
+maxk_op.register_autograd(_maxk_backward, setup_context=_maxk_setup)
+
+
+@torch.library.custom_op(f"{_LIB}::spmm_cbsr", mutates_args=(),
+                         schema="(Tensor values, Tensor index, int num_cols, Tensor? weight, int graph, str reduce, str backend) -> Tensor")
+def spmm_cbsr_op(values: Tensor, index: Tensor, num_cols: int, weight: Optional[Tensor], graph: int, reduce: str,
+                 backend: str) -> Tensor:
+    from .cbsr import cbsr_forward
+
+    g = graph_of(graph, "spmm", values=values, index=index, weight=weight)
+    return _fresh(cbsr_forward(g, values, index, num_cols, weight, reduce, _backend("spmm", backend, values)))
+
+
+@spmm_cbsr_op.register_fake
+def _(values, index, num_cols, weight, graph, reduce, backend):
+    g = graph_of(graph, "spmm", values=values, index=index, weight=weight)
+    _backend("spmm", backend, values)
+    return values.new_empty((g.num_nodes, num_cols))
+
+
+@torch.library.custom_op(f"{_LIB}::spmm_cbsr_backward", mutates_args=(),
+                         schema="(Tensor grad_out, Tensor values, Tensor index, int num_cols, Tensor? weight, int graph, "
+                                "str reduce, str backend, bool need_values, bool need_weight) -> (Tensor, Tensor)")
+def spmm_cbsr_backward_op(grad_out: Tensor, values: Tensor, index: Tensor, num_cols: int, weight: Optional[Tensor],
+                          graph: int, reduce: str, backend: str, need_values: bool,
+                          need_weight: bool) -> Tuple[Tensor, Tensor]:
+    from .cbsr import cbsr_backward
+
+    g = graph_of(graph, "spmm", grad_out=grad_out, values=values, index=index, weight=weight)
+    chosen = _backend("spmm", backend, values)
+    grad_values, grad_weight = cbsr_backward(g, grad_out.contiguous(), values, index, num_cols, weight, reduce, chosen,
+                                             need_values, need_weight)
+    return (_fresh(grad_values) if grad_values is not None else values.new_empty(0),
+            _fresh(grad_weight) if grad_weight is not None else values.new_empty(0))
+
+
+@spmm_cbsr_backward_op.register_fake
+def _(grad_out, values, index, num_cols, weight, graph, reduce, backend, need_values, need_weight):
+    graph_of(graph, "spmm", grad_out=grad_out, values=values, index=index, weight=weight)
+    grad_values = values.new_empty(values.shape) if need_values else values.new_empty(0)
+    grad_weight = weight.new_empty(weight.shape) if need_weight and weight is not None else values.new_empty(0)
+    return grad_values, grad_weight
+
+
+def _spmm_cbsr_setup(ctx, inputs, output) -> None:
+    values, index, ctx.num_cols, weight, ctx.graph, ctx.reduce, ctx.backend = inputs
+    ctx.save_for_backward(values, index, weight)
+
+
+def _spmm_cbsr_backward(ctx, grad_out: Tensor):
+    values, index, weight = ctx.saved_tensors
+    want_values, want_weight = ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[3]
+    grad_values, grad_weight = torch.ops.sparsegnn.spmm_cbsr_backward(
+        grad_out.contiguous(), values, index, ctx.num_cols, weight, ctx.graph, ctx.reduce, ctx.backend, want_values,
+        want_weight)
+    return (grad_values if want_values else None, None, None, grad_weight if want_weight else None, None, None, None)
+
+
+spmm_cbsr_op.register_autograd(_spmm_cbsr_backward, setup_context=_spmm_cbsr_setup)
+
+
 __all__ = ["compiling", "not_traceable_graph", "graph_of", "spmm_op", "spmm_transposed_op", "spmm_weight_grad_op",
-           "spmm_max_backward_op", "sddmm_op", "edge_sum_op", "edge_softmax_op", "edge_softmax_backward_op"]
+           "spmm_max_backward_op", "sddmm_op", "edge_sum_op", "edge_softmax_op", "edge_softmax_backward_op", "maxk_op",
+           "spmm_cbsr_op", "spmm_cbsr_backward_op"]

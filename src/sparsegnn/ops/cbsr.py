@@ -15,10 +15,14 @@ CUDA (each ``dY`` row read once, products reduced into ``dvalues`` with atomics:
 bit-reproducible).  Elsewhere (large k, bf16, no CuPy, deterministic mode, other backends)
 both go through the dense product on our SpMM (exact; no bytes saved).  ``dw`` densifies ``X`` (only when the weights
 need a gradient).
+
+:func:`cbsr_forward` / :func:`cbsr_backward` hold the computation: the eager autograd.Function
+here and the custom ops ``sparsegnn::spmm_cbsr`` / ``spmm_cbsr_backward`` (``_library``, what
+``torch.compile`` traces) both call them.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -74,6 +78,51 @@ def _kernel_weights(graph: Graph, weight: Optional[Tensor], reduce: str):
     return w, (graph.inv_degree(torch.float32) if reduce == "mean" else None)
 
 
+def cbsr_forward(graph: Graph, values: Tensor, index: Tensor, num_cols: int, weight: Optional[Tensor], reduce: str,
+                 backend: str) -> Tensor:
+    """``Y = A' X`` for the CBSR ``X = (values, index, num_cols)`` on the ``forward_schedule``
+    (the eager autograd.Function and the custom op ``sparsegnn::spmm_cbsr`` both run this).
+
+    Shapes:
+        values, index: [M, k]; weight: [E] or None -> [N, num_cols].
+    """
+    if forward_schedule(values, index, num_cols, backend) == "spgemm":
+        from ..kernels import cbsr_cuda
+
+        w, scale = _kernel_weights(graph, weight, reduce)
+        return cbsr_cuda.spgemm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
+                                          values, index, graph.num_nodes, num_cols, scale)
+    return aggregate(backend, graph, CBSR(values, index, num_cols).to_dense(), weight, reduce)
+
+
+def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor, num_cols: int,
+                  weight: Optional[Tensor], reduce: str, backend: str, need_values: bool,
+                  need_weight: bool) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    """``(dvalues, dw)`` of :func:`cbsr_forward` for the upstream gradient ``dY`` (module doc):
+    ``dvalues[j, s] = (A'^T dY)[j, index[j, s]]`` on the ``backward_schedule``, ``dw_e =
+    s_i <dY_i, X_j>``; None for a gradient not asked for (``need_values`` / ``need_weight``;
+    ``dw`` also without weight).
+
+    Shapes:
+        grad_out: [N, num_cols] contiguous; values, index: [M, k]; weight: [E] or None ->
+        dvalues [M, k] of values' dtype, dw [E] of weight's dtype.
+    """
+    grad_values = grad_weight = None
+    if need_values and backward_schedule(values, index, num_cols, grad_out, backend) == "outer":
+        from ..kernels import cbsr_cuda
+
+        w, scale = _kernel_weights(graph, weight, reduce)
+        grad_values = cbsr_cuda.sspmm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
+                                                grad_out, index, values.shape[0], scale)
+    elif need_values:
+        dense = aggregate_transposed(backend, graph, grad_out, weight, reduce)
+        grad_values = dense.gather(1, index.long()).to(values.dtype)
+    if weight is not None and need_weight:
+        x = CBSR(values, index, num_cols).to_dense()
+        grad_weight = spmm_weight_grad(backend, graph, grad_out, x.to(grad_out.dtype), 0, reduce).to(weight.dtype)
+    return grad_values, grad_weight
+
+
 class _CBSRSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, graph: Graph, values: Tensor, index: Tensor, num_cols: int, weight: Optional[Tensor],
@@ -81,34 +130,15 @@ class _CBSRSpMM(torch.autograd.Function):
         ctx.graph, ctx.reduce, ctx.backend = graph, reduce, backend
         ctx.save_for_backward(values, index, weight)
         ctx.num_cols = num_cols
-        if forward_schedule(values, index, num_cols, backend) == "spgemm":
-            from ..kernels import cbsr_cuda
-
-            w, scale = _kernel_weights(graph, weight, reduce)
-            return cbsr_cuda.spgemm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
-                                              values, index, graph.num_nodes, num_cols, scale)
-        return aggregate(backend, graph, CBSR(values, index, num_cols).to_dense(), weight, reduce)
+        return cbsr_forward(graph, values, index, num_cols, weight, reduce, backend)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
         values, index, weight = ctx.saved_tensors
-        graph, reduce, backend = ctx.graph, ctx.reduce, ctx.backend
-        grad_out = grad_out.contiguous()
-        grad_values = grad_weight = None
-        if ctx.needs_input_grad[1] and backward_schedule(values, index, ctx.num_cols, grad_out, backend) == "outer":
-            from ..kernels import cbsr_cuda
-
-            w, scale = _kernel_weights(graph, weight, reduce)
-            grad_values = cbsr_cuda.sspmm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
-                                                    grad_out, index, values.shape[0], scale)
-        elif ctx.needs_input_grad[1]:
-            dense = aggregate_transposed(backend, graph, grad_out, weight, reduce)
-            grad_values = dense.gather(1, index.long()).to(values.dtype)
-        if weight is not None and ctx.needs_input_grad[4]:
-            x = CBSR(values, index, ctx.num_cols).to_dense()
-            grad_weight = spmm_weight_grad(backend, graph, grad_out, x.to(grad_out.dtype), 0,
-                                           reduce).to(weight.dtype)
+        grad_values, grad_weight = cbsr_backward(ctx.graph, grad_out.contiguous(), values, index, ctx.num_cols, weight,
+                                                 ctx.reduce, ctx.backend, ctx.needs_input_grad[1],
+                                                 ctx.needs_input_grad[4])
         return None, grad_values, None, None, grad_weight, None, None
 
 

@@ -22,6 +22,7 @@ from torch import Tensor
 from .._checks import check
 from ..formats.cbsr import CBSR, index_dtype
 from ..kernels import interpreting, triton_available
+from ._library import compiling
 
 BACKENDS = ("auto", "triton", "reference")
 
@@ -45,7 +46,8 @@ def _triton_runs(x: Tensor) -> bool:
     return x.shape[1] <= MAX_FEATS and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _backend(backend: str, x: Tensor) -> str:
+def resolve_backend(backend: str, x: Tensor) -> str:
+    """The user's ``backend`` resolved for ``x`` (``"triton"`` or ``"reference"``), checked."""
     check(backend in BACKENDS, "maxk", f"backend must be one of {BACKENDS}, got {backend!r}")
     runs = _triton_runs(x)
     if backend == "triton":
@@ -58,7 +60,13 @@ def _backend(backend: str, x: Tensor) -> str:
     return "reference"
 
 
-def _select(x: Tensor, k: int, backend: str) -> Tuple[Tensor, Tensor]:
+def select(x: Tensor, k: int, backend: str) -> Tuple[Tensor, Tensor]:
+    """``(values, index)`` of the ``k`` largest entries of each row with a resolved ``backend``
+    (the eager autograd.Function and the custom op ``sparsegnn::maxk`` both run this).
+
+    Shapes:
+        x: [N, F] -> values [N, k] of x's dtype, index [N, k] of ``index_dtype(F)``.
+    """
     idx_dtype = index_dtype(x.shape[1])
     if backend == "triton":
         from ..kernels.maxk import maxk_select
@@ -67,20 +75,29 @@ def _select(x: Tensor, k: int, backend: str) -> Tuple[Tensor, Tensor]:
     return _reference_select(x, k, idx_dtype)
 
 
+def scatter_kept(grad_values: Tensor, index: Tensor, num_cols: int) -> Tensor:
+    """MaxK's backward ``dx = scatter(index, d values)``: zeros off the kept positions (the
+    eager autograd.Function and the custom op's autograd formula both run this).
+
+    Shapes:
+        grad_values, index: [N, k] -> [N, num_cols].
+    """
+    return grad_values.new_zeros((grad_values.shape[0], num_cols)).scatter_(1, index.long(), grad_values)
+
+
 class _MaxK(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, k: int, backend: str):
-        values, index = _select(x.detach(), k, backend)
+        values, index = select(x.detach(), k, backend)
         ctx.save_for_backward(index)
-        ctx.shape = x.shape
+        ctx.num_cols = x.shape[1]
         ctx.mark_non_differentiable(index)
         return values, index
 
     @staticmethod
     def backward(ctx, grad_values: Tensor, _grad_index):
         (index,) = ctx.saved_tensors
-        grad = grad_values.new_zeros(ctx.shape).scatter_(1, index.long(), grad_values)
-        return grad, None, None
+        return scatter_kept(grad_values, index, ctx.num_cols), None, None
 
 
 def maxk(x: Tensor, k: int, *, dense: bool = False, backend: str = "auto") -> Union[CBSR, Tensor]:
@@ -95,11 +112,17 @@ def maxk(x: Tensor, k: int, *, dense: bool = False, backend: str = "auto") -> Un
     Shapes:
         x: [N, F] -> CBSR with values / index [N, k] (or dense [N, F]).
     """
-    check(isinstance(x, Tensor) and x.dim() == 2, "maxk", f"x must be a 2-D tensor [N, F], got "
-                                                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+    # messages built on failure only: a shape in an f-string breaks a torch.compile graph with dynamic shapes
+    if not (isinstance(x, Tensor) and x.dim() == 2):
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"maxk(): x must be a 2-D tensor [N, F], got {got}")
     check(x.is_floating_point(), "maxk", f"x must be a floating tensor, got {x.dtype}")
-    check(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= x.shape[1], "maxk",
-          f"k must be an int in [1, F = {x.shape[1]}], got {k!r}")
-    values, index = _MaxK.apply(x, k, _backend(backend, x))
+    if not (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= x.shape[1]):
+        raise ValueError(f"maxk(): k must be an int in [1, F = {x.shape[1]}], got {k!r}")
+    if compiling():     # the custom op sparsegnn::maxk (``_library``), which resolves the backend per call
+        check(backend in BACKENDS, "maxk", f"backend must be one of {BACKENDS}, got {backend!r}")
+        values, index = torch.ops.sparsegnn.maxk(x, k, backend)
+    else:
+        values, index = _MaxK.apply(x, k, resolve_backend(backend, x))
     out = CBSR(values, index, int(x.shape[1]))
     return out.to_dense() if dense else out

@@ -101,19 +101,25 @@ def _weight_in_graph_order(graph: Graph, edge_weight: Optional[Tensor], input_or
 
 
 def _spmm_of_cbsr(graph, x: CBSR, reduce: str, edge_weight: Optional[Tensor], backend: str, precision: str) -> Tensor:
-    """``spmm`` of CBSR features: sum / mean, exact (``ops.cbsr``)."""
+    """``spmm`` of CBSR features: sum / mean, exact (``ops.cbsr``; the custom op
+    ``sparsegnn::spmm_cbsr`` under torch.compile)."""
     from .cbsr import spmm_cbsr
 
     fn = "spmm"
     check(reduce in ("sum", "mean"), fn, f"CBSR features support reduce='sum' or 'mean', got {reduce!r}")
     check(precision == "ieee", fn, f"CBSR features are aggregated exactly (precision='ieee'), got {precision!r}")
-    check(not compiling(), fn, "CBSR features are not supported under torch.compile yet; pass x.to_dense()")
     if isinstance(graph, Graph):
         input_order = False
     else:
+        if compiling():
+            raise not_traceable_graph(fn, graph)
         graph, input_order = as_graph(graph, fn, num_nodes=x.shape[0])
-    check(x.shape[0] == graph.num_src, fn, f"x has {x.shape[0]} rows, the graph {graph.num_src} source nodes")
+    if x.shape[0] != graph.num_src:     # the message on failure only (a symbolic shape cannot be formatted)
+        raise ValueError(f"{fn}(): x has {x.shape[0]} rows, the graph {graph.num_src} source nodes")
     edge_weight = _weight_in_graph_order(graph, edge_weight, input_order, fn, max_dim=1)
+    if compiling():  # the custom op: graph tensors stay out of the traced program (devices checked there)
+        check(backend in BACKENDS, fn, f"backend must be one of {BACKENDS}, got {backend!r}")
+        return torch.ops.sparsegnn.spmm_cbsr(x.values, x.index, x.num_cols, edge_weight, graph.key, reduce, backend)
     check_same_device(fn, graph=graph.rowptr, x=x.values, edge_weight=edge_weight)
     return spmm_cbsr(graph, x, edge_weight, reduce, choose_backend(fn, backend, x.values))
 
