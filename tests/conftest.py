@@ -51,3 +51,37 @@ GRAPH_CASES = _cases()
 @pytest.fixture(params=GRAPH_CASES, ids=[c[0] for c in GRAPH_CASES])
 def graph_case(request):
     return request.param
+
+
+# ------------------------------------------------------------ torch.compile against eager
+def compile_case(n=30):
+    """``(graph, x)``: a small weighted graph with every awkward case and [n, 8] features."""
+    from sparsegnn import Graph
+
+    ei, w = random_graph(n, 120, seed=21, num_isolated=2, num_empty_rows=3, num_self_loops=3,
+                         num_duplicates=4, weighted=True)
+    x = torch.randn(n, 8, generator=torch.Generator().manual_seed(5))
+    return Graph.from_edge_index(ei, w, num_nodes=n), x
+
+
+def output_and_grads(model, x, graph, run=None):
+    """Forward output of ``run`` (default: ``model``) and the gradient of every parameter of
+    ``model`` (a loss that weighs each output differently)."""
+    model.zero_grad(set_to_none=True)
+    out = (model if run is None else run)(x, graph)
+    (out * torch.linspace(-1, 1, out.numel(), device=out.device).view_as(out)).sum().backward()
+    return out.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_compiled_step_matches_eager(model, x, graph):
+    """``torch.compile(model, fullgraph=True, backend="aot_eager")`` gives eager's output and
+    the gradient of every parameter (after ``sparsegnn.nn.prepare``)."""
+    from sparsegnn import nn as sgnn
+
+    sgnn.prepare(model, x, graph)
+    out_eager, grads_eager = output_and_grads(model, x, graph)
+    out, grads = output_and_grads(model, x, graph, torch.compile(model, fullgraph=True, backend="aot_eager"))
+    torch.testing.assert_close(out, out_eager, rtol=1e-5, atol=1e-6)
+    assert grads.keys() == grads_eager.keys() and len(grads) == len(list(model.parameters()))
+    for key in grads:
+        torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-5, atol=1e-6, msg=key)

@@ -13,6 +13,8 @@ from sparsegnn import Graph, nn as sgnn
 from sparsegnn.graph import graph_by_key
 from sparsegnn.kernels import interpreting
 
+from conftest import assert_compiled_step_matches_eager, compile_case, output_and_grads
+
 OPS = torch.ops.sparsegnn
 N = 12
 
@@ -176,34 +178,12 @@ def _models():
 MODELS = _models()
 
 
-def _data(n=30):
-    ei, w = sg.datasets.random_graph(n, 120, seed=21, num_isolated=2, num_empty_rows=3, num_self_loops=3,
-                                     num_duplicates=4, weighted=True)
-    x = torch.randn(n, 8, generator=torch.Generator().manual_seed(5))
-    return Graph.from_edge_index(ei, w, num_nodes=n), x
-
-
-def _step(model, x, graph, run=None):
-    """Forward output of ``run`` (default: ``model``) and the gradient of every parameter of
-    ``model`` (a loss that weighs each output differently)."""
-    model.zero_grad(set_to_none=True)
-    out = (model if run is None else run)(x, graph)
-    (out * torch.linspace(-1, 1, out.numel(), device=out.device).view_as(out)).sum().backward()
-    return out.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-
-
 @pytest.mark.parametrize("name", list(MODELS))
 def test_compiled_matches_eager(name):
     torch.manual_seed(0)
     model = MODELS[name]()
-    graph, x = _data()
-    sgnn.prepare(model, x, graph)
-    out_eager, grads_eager = _step(model, x, graph)
-    out, grads = _step(model, x, graph, torch.compile(model, fullgraph=True, backend="aot_eager"))
-    torch.testing.assert_close(out, out_eager, rtol=1e-5, atol=1e-6)
-    assert grads.keys() == grads_eager.keys() and len(grads) == len(list(model.parameters()))
-    for key in grads:
-        torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-5, atol=1e-6, msg=key)
+    graph, x = compile_case()
+    assert_compiled_step_matches_eager(model, x, graph)
 
 
 @pytest.mark.parametrize("name", ["GCNConv", "SAGEConv-max", "GATConv", "AGNNConv"])
@@ -215,11 +195,11 @@ def test_compiled_triton_backend_matches_eager(name):
     torch.manual_seed(0)
     model = MODELS[name]().to(device)
     model.backend = "triton"
-    graph, x = _data(12)
+    graph, x = compile_case(12)
     graph, x = graph.to(device), x.to(device)
     sgnn.prepare(model, x, graph)
-    out_eager, grads_eager = _step(model, x, graph)
-    out, grads = _step(model, x, graph, torch.compile(model, fullgraph=True, backend="aot_eager"))
+    out_eager, grads_eager = output_and_grads(model, x, graph)
+    out, grads = output_and_grads(model, x, graph, torch.compile(model, fullgraph=True, backend="aot_eager"))
     torch.testing.assert_close(out, out_eager, rtol=1e-5, atol=1e-6)
     for key in grads_eager:
         torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-5, atol=1e-6, msg=key)
@@ -238,12 +218,12 @@ def test_compiled_reduced_precision_matches_eager(name, monkeypatch):
     torch.manual_seed(0)
     make = {"GCN": sgnn.GCN, "AGNN": sgnn.AGNN}[name]
     model = make(8, 3, hidden=16, dropout=0.0, backend="triton", precision="tf32").to(device)
-    graph, x = _data(12)
+    graph, x = compile_case(12)
     graph, x = graph.to(device), x.to(device)
     sgnn.prepare(model, x, graph)
-    out_eager, grads_eager = _step(model, x, graph)
+    out_eager, grads_eager = output_and_grads(model, x, graph)
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    out, grads = _step(model, x, graph, compiled)
+    out, grads = output_and_grads(model, x, graph, compiled)
     torch.testing.assert_close(out, out_eager, rtol=1e-5, atol=1e-6)
     for key in grads_eager:
         torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-5, atol=1e-6, msg=key)
@@ -259,17 +239,17 @@ def test_inductor_on_cpu_matches_eager(name):
     """Inductor runs the custom ops as extern kernels, trusting their fake shapes and strides."""
     torch.manual_seed(0)
     model = MODELS[name]()
-    graph, x = _data()
+    graph, x = compile_case()
     sgnn.prepare(model, x, graph)
-    out_eager, grads_eager = _step(model, x, graph)
-    out, grads = _step(model, x, graph, torch.compile(model, fullgraph=True))
+    out_eager, grads_eager = output_and_grads(model, x, graph)
+    out, grads = output_and_grads(model, x, graph, torch.compile(model, fullgraph=True))
     torch.testing.assert_close(out, out_eager, rtol=1e-5, atol=1e-6)
     for key in grads_eager:
         torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
 def test_no_graph_breaks_in_any_model():
-    graph, x = _data()
+    graph, x = compile_case()
     for name, make in MODELS.items():
         torch._dynamo.reset()
         torch.manual_seed(0)
@@ -281,7 +261,7 @@ def test_no_graph_breaks_in_any_model():
 
 def test_ops_compile_into_one_graph_with_custom_ops():
     """The compiled program holds the sparsegnn ops, not the graph's tensors."""
-    graph, x = _data()
+    graph, x = compile_case()
     model = sgnn.prepare(sgnn.GCNConv(8, 4), x, graph)
     seen = []
 
@@ -306,7 +286,7 @@ def test_compiled_function_of_ops_follows_the_graph_argument():
         return sg.spmm(g, h, edge_weight=alpha, reduce="sum")
 
     compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
-    graphs = [_data()[0], Graph.from_edge_index(torch.randint(0, 30, (2, 90), generator=torch.Generator().manual_seed(3)),
+    graphs = [compile_case()[0], Graph.from_edge_index(torch.randint(0, 30, (2, 90), generator=torch.Generator().manual_seed(3)),
                                                 num_nodes=30)]
     x = torch.randn(30, 5)
     for g in graphs + graphs:
@@ -321,7 +301,7 @@ def test_compiled_function_of_ops_follows_the_graph_argument():
 
 def test_graph_edge_values_that_require_grad_get_gradients():
     """Identity transforms (GIN, SAGE) aggregate with the Graph's own edge_val: gradients flow to it."""
-    graph, x = _data()
+    graph, x = compile_case()
     values = torch.nn.Parameter(graph.edge_val.clone())
     g = graph.with_values(values)
     conv = sgnn.GINConv(torch.nn.Linear(8, 4))
@@ -335,7 +315,7 @@ def test_graph_edge_values_that_require_grad_get_gradients():
 def test_dynamic_shapes_compile():
     torch.manual_seed(0)
     model = sgnn.GraphSAGE(8, 3, hidden=16, dropout=0.0)
-    graph, x = _data()
+    graph, x = compile_case()
     sgnn.prepare(model, x, graph)
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager", dynamic=True)
     torch.testing.assert_close(compiled(x, graph), model(x, graph))
@@ -349,7 +329,7 @@ def _compile_error(fn, *args):
 
 
 def test_edge_index_under_compile_says_to_pass_a_graph():
-    graph, x = _data()
+    graph, x = compile_case()
     edge_index = graph.edge_index()
     message = _compile_error(sgnn.SAGEConv(8, 4), x, edge_index)
     assert "must be a sparsegnn.Graph" in message and "Graph.from_edge_index" in message
@@ -358,7 +338,7 @@ def test_edge_index_under_compile_says_to_pass_a_graph():
 
 
 def test_unprepared_graph_under_compile_says_to_run_eagerly_first():
-    graph, x = _data()
+    graph, x = compile_case()
     model = sgnn.GCN(8, 3, dropout=0.0)
     message = _compile_error(model, x, graph)
     assert "not built yet" in message and "sparsegnn.nn.prepare(model, x, graph)" in message
@@ -367,7 +347,7 @@ def test_unprepared_graph_under_compile_says_to_run_eagerly_first():
 
 
 def test_grad_values_with_normalisation_are_refused_under_compile():
-    graph, x = _data()
+    graph, x = compile_case()
     g = graph.with_values(torch.nn.Parameter(graph.edge_val.clone()))
     conv = sgnn.GCNConv(8, 4)
     conv(x, g)
@@ -375,7 +355,7 @@ def test_grad_values_with_normalisation_are_refused_under_compile():
 
 
 def test_prepare_leaves_gradients_and_mode_alone():
-    graph, x = _data()
+    graph, x = compile_case()
     model = sgnn.GCN(8, 3)
     model.train()
     rng = torch.get_rng_state()
@@ -494,12 +474,12 @@ def test_decide_under_capture_takes_the_zero_shot_pick(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", ["GCN", "GAT", "AGNN"])
 def test_inductor_on_cuda_matches_eager(name):
     torch.manual_seed(0)
-    graph, x = _data(200)
+    graph, x = compile_case(200)
     graph, x = graph.to("cuda"), x.cuda()
     model = MODELS[name]().cuda()
     sgnn.prepare(model, x, graph)
-    out_eager, grads_eager = _step(model, x, graph)
-    out, grads = _step(model, x, graph, torch.compile(model, fullgraph=True))
+    out_eager, grads_eager = output_and_grads(model, x, graph)
+    out, grads = output_and_grads(model, x, graph, torch.compile(model, fullgraph=True))
     torch.testing.assert_close(out, out_eager, rtol=1e-4, atol=1e-5)
     for key in grads_eager:
         torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-4, atol=1e-5, msg=key)

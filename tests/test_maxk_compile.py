@@ -16,6 +16,8 @@ from sparsegnn.formats.cbsr import index_dtype
 from sparsegnn.kernels import interpreting
 from sparsegnn.training import train_node_classifier
 
+from conftest import assert_compiled_step_matches_eager, compile_case, output_and_grads
+
 OPS = torch.ops.sparsegnn
 N, F = 12, 10
 
@@ -133,43 +135,17 @@ def test_custom_ops_match_the_eager_functions(reduce):
 
 
 # ---------------------------------------------------------------- MaxK-GNN under torch.compile
-def _data(n=30):
-    ei, w = sg.datasets.random_graph(n, 120, seed=21, num_isolated=2, num_empty_rows=3, num_self_loops=3,
-                                     num_duplicates=4, weighted=True)
-    x = torch.randn(n, 8, generator=torch.Generator().manual_seed(5))
-    return Graph.from_edge_index(ei, w, num_nodes=n), x
-
-
-def _step(model, x, graph, run=None):
-    """Forward output of ``run`` (default: ``model``) and the gradient of every parameter of
-    ``model`` (a loss that weighs each output differently)."""
-    model.zero_grad(set_to_none=True)
-    out = (model if run is None else run)(x, graph)
-    (out * torch.linspace(-1, 1, out.numel(), device=out.device).view_as(out)).sum().backward()
-    return out.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-
-
-def _assert_same_step(model, x, graph):
-    sgnn.prepare(model, x, graph)
-    out_eager, grads_eager = _step(model, x, graph)
-    out, grads = _step(model, x, graph, torch.compile(model, fullgraph=True, backend="aot_eager"))
-    torch.testing.assert_close(out, out_eager, rtol=1e-5, atol=1e-6)
-    assert grads.keys() == grads_eager.keys() and len(grads) == len(list(model.parameters()))
-    for key in grads:
-        torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-5, atol=1e-6, msg=key)
-
-
 @pytest.mark.parametrize("conv", ["sage", "gcn", "gin"])
 def test_compiled_maxkgnn_matches_eager(conv):
     torch.manual_seed(0)
-    graph, x = _data()
-    _assert_same_step(sgnn.MaxKGNN(8, 3, conv=conv, hidden=32, k=8, dropout=0.0), x, graph)
+    graph, x = compile_case()
+    assert_compiled_step_matches_eager(sgnn.MaxKGNN(8, 3, conv=conv, hidden=32, k=8, dropout=0.0), x, graph)
 
 
 @pytest.mark.parametrize("conv", ["sage", "gcn", "gin"])
 def test_maxkgnn_compiles_into_one_graph_with_the_custom_ops(conv):
     torch.manual_seed(0)
-    graph, x = _data()
+    graph, x = compile_case()
     model = sgnn.prepare(sgnn.MaxKGNN(8, 3, conv=conv, hidden=32, k=8, dropout=0.0), x, graph)
     explanation = torch._dynamo.explain(model)(x, graph)
     assert explanation.graph_break_count == 0, explanation.break_reasons
@@ -181,10 +157,10 @@ def test_maxkgnn_compiles_into_one_graph_with_the_custom_ops(conv):
 def test_compiled_maxkgnn_in_training_mode_with_dropout():
     """Dropout on the kept values inside the compiled code: runs, and backpropagates."""
     torch.manual_seed(0)
-    graph, x = _data()
+    graph, x = compile_case()
     model = sgnn.prepare(sgnn.MaxKGNN(8, 3, conv="sage", hidden=32, k=8, dropout=0.5), x, graph)
     model.train()
-    out, grads = _step(model, x, graph, torch.compile(model, fullgraph=True, backend="aot_eager"))
+    out, grads = output_and_grads(model, x, graph, torch.compile(model, fullgraph=True, backend="aot_eager"))
     assert out.shape == (30, 3) and torch.isfinite(out).all()
     assert len(grads) == len(list(model.parameters())) and all(torch.isfinite(g).all() for g in grads.values())
 
@@ -195,14 +171,14 @@ def test_compiled_maxkgnn_triton_backend_matches_eager():
         pytest.skip("needs CUDA or TRITON_INTERPRET=1")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
-    graph, x = _data(12)
+    graph, x = compile_case(12)
     model = sgnn.MaxKGNN(8, 3, conv="gcn", hidden=32, k=8, num_layers=1, dropout=0.0, backend="triton").to(device)
-    _assert_same_step(model, x.to(device), graph.to(device))
+    assert_compiled_step_matches_eager(model, x.to(device), graph.to(device))
 
 
 def test_compiled_maxkgnn_with_dynamic_shapes():
     torch.manual_seed(0)
-    graph, x = _data()
+    graph, x = compile_case()
     model = sgnn.prepare(sgnn.MaxKGNN(8, 3, conv="sage", hidden=32, k=8, dropout=0.0), x, graph)
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager", dynamic=True)
     torch.testing.assert_close(compiled(x, graph), model(x, graph))
@@ -213,10 +189,10 @@ def test_compiled_maxkgnn_with_dynamic_shapes():
 def test_inductor_on_cpu_matches_eager():
     """Inductor runs the custom ops as extern kernels, trusting their fake shapes, dtypes and strides."""
     torch.manual_seed(0)
-    graph, x = _data()
+    graph, x = compile_case()
     model = sgnn.prepare(sgnn.MaxKGNN(8, 3, conv="gcn", hidden=32, k=8, num_layers=2, dropout=0.0), x, graph)
-    out_eager, grads_eager = _step(model, x, graph)
-    out, grads = _step(model, x, graph, torch.compile(model, fullgraph=True))
+    out_eager, grads_eager = output_and_grads(model, x, graph)
+    out, grads = output_and_grads(model, x, graph, torch.compile(model, fullgraph=True))
     torch.testing.assert_close(out, out_eager, rtol=1e-5, atol=1e-6)
     for key in grads_eager:
         torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-5, atol=1e-6, msg=key)
@@ -254,7 +230,7 @@ def test_compiled_cbsr_spmm_matches_eager(reduce):
 
 
 def test_cbsr_with_edge_index_under_compile_says_to_pass_a_graph():
-    graph, x = _data()
+    graph, x = compile_case()
     with pytest.raises((ValueError, torch._dynamo.exc.Unsupported)) as info:
         torch.compile(lambda x, ei: sg.spmm(ei, sg.maxk(x, 3)), fullgraph=True, backend="aot_eager")(
             x, graph.edge_index())

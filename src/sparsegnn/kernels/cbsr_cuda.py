@@ -1,7 +1,7 @@
 """CBSR SpGEMM forward and SSpMM backward as CUDA kernels compiled at run time (CuPy ``RawModule``, NVRTC).
 
 Why not Triton: the forward adds each edge's ``k`` entries into scattered columns of the
-target row.  Triton has no shared-memory scatter, and its atomic form (``kernels/cbsr.py``)
+target row.  Triton has no shared-memory scatter, and its atomic form (removed; ``notes/maxk.md``)
 ran at 44 G atomics/s on the H100: 83.6 ms for the Reddit stand-in at k = 32 against 23.8 ms
 for cuSPARSE's dense SpMM.  Here a warp owns a target row and accumulates it in shared memory
 (``F`` floats per warp), as in MaxK-GNN: per edge, lane ``s`` adds ``w_e values[j, s]`` at
@@ -14,8 +14,8 @@ weight; a mean's ``1 / deg`` is applied once per row) + ``k (4 + 1)`` (values, u
 instead of ``4 F``.
 
 Backward (``sspmm_cbsr_cuda``), MaxK-GNN's outer product: ``dvalues[j, s] += w_e dY[i,
-index[j, s]]`` for every edge ``j -> i``.  The gather over the transpose (Triton,
-``kernels/cbsr.py``) reads ``k`` scattered floats of a ``dY`` row per edge, ~21 of its 32
+index[j, s]]`` for every edge ``j -> i``.  A gather over the transpose (Triton,
+removed) reads ``k`` scattered floats of a ``dY`` row per edge, ~21 of its 32
 sectors at k = 32 of 256 (27.5 ms on the Reddit stand-in, 0.86x cuSPARSE).  Here a warp owns a
 row ``i`` of ``A``: it reads ``dY[i]`` once, coalesced, into shared memory, then for each edge
 lane ``q`` takes ``VEC`` entries: ``index[j, VEC q ..]`` (one 4-byte read), ``VEC`` shared-memory
@@ -23,10 +23,10 @@ reads, and one vector reduction (``atomicAdd`` of a ``float4``, sm_90) into the 
 ``dvalues[j]``: ``k`` floats, coalesced across the lanes of an edge.  Bytes per edge: 8 (column,
 weight) + ``k`` (columns) + ``4 k`` reduced in L2 (``dvalues`` of the Reddit stand-in, 30 MB at
 k = 32, stays there).  The order of additions into one entry is not fixed (atomics): results
-agree with the reference to rounding; ``torch.use_deterministic_algorithms(True)`` takes the
-Triton gather instead.
+agree with the reference to rounding; under ``torch.use_deterministic_algorithms(True)``
+``ops/cbsr.py`` takes the dense product instead.
 
-``available()`` is False without CuPy or a GPU; the caller then uses the Triton kernels.
+``available()`` is False without CuPy or a GPU; ``ops/cbsr.py`` then takes the dense product.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from ._inputs import (GraphArg, message_passing_options, node_counts, propagate,
                       unsupported)
 from ._linear import Linear
 
-__all__ = ["GCNConv", "gcn_layer_transform"]
+__all__ = ["GCNConv", "gcn_layer_transform", "add_gcn_parameters", "reset_gcn_parameters"]
 
 #: How PyG adds GCN's self loops for each graph form (see ``_graph_input.gcn_transform``).
 _LOOPS_BY_KIND = {"torch_sparse": "added", "sparse_tensor": "replaced"}
@@ -28,6 +28,22 @@ def gcn_layer_transform(kind: str, normalize: bool = True, add_self_loops: bool 
     if not add_self_loops:
         return gcn_transform(None)
     return gcn_transform(_LOOPS_BY_KIND.get(kind, "remaining"), 2.0 if improved else 1.0)
+
+
+def add_gcn_parameters(module: nn.Module, in_channels: int, out_channels: int, bias: bool) -> None:
+    """GCN's parameters on ``module``, PyG's names: ``lin`` (no bias, glorot) and ``bias`` (or None)."""
+    module.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
+    if bias:
+        module.bias = nn.Parameter(torch.empty(out_channels))
+    else:
+        module.register_parameter("bias", None)
+
+
+def reset_gcn_parameters(module: nn.Module) -> None:
+    """Re-initialise what :func:`add_gcn_parameters` added (glorot weight, zero bias)."""
+    module.lin.reset_parameters()
+    if module.bias is not None:
+        nn.init.zeros_(module.bias)
 
 
 class GCNConv(GraphInputMixin, nn.Module):
@@ -89,17 +105,11 @@ class GCNConv(GraphInputMixin, nn.Module):
         self.add_self_loops, self.normalize = add_self_loops, normalize
         self.aggr, self.flow, self.node_dim, self.backend = aggr, flow, node_dim, backend
         self.precision = check_precision("GCNConv", precision)
-        self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
-        if bias:
-            self.bias = nn.Parameter(torch.empty(out_channels))
-        else:
-            self.register_parameter("bias", None)
+        add_gcn_parameters(self, in_channels, out_channels, bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        self.lin.reset_parameters()
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        reset_gcn_parameters(self)
         self.reset_cache()
 
     def _transform(self, kind: str):

@@ -37,7 +37,7 @@ from ..ops.spmm import spmm
 from ._graph_input import GraphInputMixin, graph_kind, identity
 from ._inputs import GraphArg, node_counts, split_features
 from ._linear import Linear
-from .gcn import gcn_layer_transform
+from .gcn import add_gcn_parameters, gcn_layer_transform, reset_gcn_parameters
 from .gin import reset_module
 
 __all__ = ["MaxKSAGEConv", "MaxKGCNConv", "MaxKGINConv"]
@@ -196,17 +196,11 @@ class MaxKGCNConv(_MaxKConv):
               "add_self_loops=True needs normalize=True (as in GCNConv); pass a graph with self loops instead")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.add_self_loops, self.normalize = add_self_loops, normalize
-        self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
-        if bias:
-            self.bias = nn.Parameter(torch.empty(out_channels))
-        else:
-            self.register_parameter("bias", None)
+        add_gcn_parameters(self, in_channels, out_channels, bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        self.lin.reset_parameters()
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        reset_gcn_parameters(self)
 
     def forward(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor] = None) -> Tensor:
         self._check_width(x, self.in_channels)

@@ -50,7 +50,7 @@ def forward_schedule(values: Tensor, index: Tensor, num_cols: int, backend: str)
     """``"spgemm"`` (the CUDA shared-memory kernel) or ``"dense"`` (our SpMM of the densified
     features).  Reddit stand-in, F = 256, H100: SpGEMM 5.4 / 6.2 / 10.0 / 19.7 ms at k = 8 / 32 /
     64 / 128 against 15.0 ms dense, so the SpGEMM runs while ``4 k <= F``; Triton's atomic
-    form (18.1 ms at k = 8) never beats the dense product and is not dispatched."""
+    form (18.1 ms at k = 8) never beat the dense product (removed at stop 14; ``notes/maxk.md``)."""
     k = values.shape[1]
     return "spgemm" if backend == "triton" and 4 * k <= num_cols and _cuda_kernels(values, index) else "dense"
 
@@ -61,9 +61,9 @@ def backward_schedule(values: Tensor, index: Tensor, num_cols: int, grad: Tensor
     16.1 / 37.0 ms at k = 8 / 32 / 64 / 128 against ~15 ms dense: the atomics run at ~600 G/s
     while ``dvalues`` ([M, k] fp32) stays in L2 and slow down past it (30 MB at k = 32, 60 MB
     at k = 64).  So: outer while ``8 k <= F``, or ``4 k <= F`` with ``dvalues`` L2-sized; dense
-    under ``torch.use_deterministic_algorithms(True)`` (atomics add in no fixed order).  The
-    Triton gather over the transpose (``kernels/cbsr.py``: 15.1 / 27.4 ms at k = 8 / 32) never
-    beats the dense product there and is not dispatched."""
+    under ``torch.use_deterministic_algorithms(True)`` (atomics add in no fixed order).  A
+    Triton gather over the transpose (15.1 / 27.4 ms at k = 8 / 32) never beat the dense
+    product there (removed at stop 14; ``notes/maxk.md``)."""
     k = values.shape[1]
     if backend != "triton" or torch.are_deterministic_algorithms_enabled() or not _cuda_kernels(values, index, grad):
         return "dense"
