@@ -55,8 +55,8 @@ def spgemm_table(args, out: Path) -> int:
                    ms_ours_dense=ours, ms_spgemm=bench(fwd), ms_sspmm=bench(bwd), ms_dense_fwd=bench(dense_fwd),
                    ms_dense_bwd=bench(dense_bwd), err_fwd=float((fwd() - want).norm() / want.norm()),
                    err_bwd=float((bwd() - want_b).norm() / want_b.norm()), cuda_deterministic=bool(torch.equal(fwd(), fwd())),
-                   fwd_schedule=forward_schedule(c.values, c.index, args.cols, "triton"),
-                   bwd_schedule=backward_schedule(c.values, c.index, args.cols, grad, "triton"))
+                   fwd_schedule=forward_schedule(c.values, c.index, args.cols, "triton", g),
+                   bwd_schedule=backward_schedule(c.values, c.index, args.cols, grad, "triton", g))
         row["ms_fwd_op"] = row["ms_spgemm"] if row["fwd_schedule"] == "spgemm" else row["ms_dense_fwd"]
         row["ms_bwd_op"] = row["ms_sspmm"] if row["bwd_schedule"] == "outer" else row["ms_dense_bwd"]
         row.update(fwd_vs_cusparse=cusp / row["ms_fwd_op"], bwd_vs_cusparse=cusp / row["ms_bwd_op"],

@@ -245,6 +245,11 @@ def test_cbsr_schedules_follow_k_and_deterministic_mode():
         c = sg.maxk(x, k)
         assert forward_schedule(c.values, c.index, 256, "triton") == fwd
         assert backward_schedule(c.values, c.index, 256, x, "triton") == bwd
+    c = sg.maxk(x, 32)
+    star = Graph.from_edge_index(torch.stack([torch.arange(1, 4000) % 300, torch.zeros(3999, dtype=torch.long)]),
+                                 num_nodes=300).to(DEVICE)          # one row of 3,999 edges: a warp's hub
+    assert forward_schedule(c.values, c.index, 256, "triton", star) == "dense"
+    assert backward_schedule(c.values, c.index, 256, x, "triton", star) == "dense"
     big = sg.maxk(torch.randn(200_000, 256, device=DEVICE), 64)         # dvalues of 51 MB: past L2
     assert backward_schedule(big.values, big.index, 256, x, "triton") == "dense"
     ei, w = sg.datasets.random_graph(300, 4000, seed=13, num_isolated=3, num_self_loops=4, num_duplicates=9,

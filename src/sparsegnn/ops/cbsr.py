@@ -46,16 +46,31 @@ def _cuda_kernels(values: Tensor, index: Tensor, grad: Optional[Tensor] = None) 
 _L2_RESIDENT_BYTES = 24 << 20
 
 
-def forward_schedule(values: Tensor, index: Tensor, num_cols: int, backend: str) -> str:
+#: The row-per-warp CUDA kernels run while the heaviest row holds at most this many times the
+#: edges a warp gets on average (at least 16): past it they wait on their hub's one warp.
+_HUB_RATIO = 16
+
+
+def _rows_balanced(graph: Graph) -> bool:
+    """Whether no row outweighs the rest for a warp-per-row kernel (H100, F = 256, k = 32:
+    wikipedia, max degree 3,546 = 88x a warp's share: SpGEMM 0.415 vs dense 0.123 ms; deezer,
+    7.8x: 0.040 vs 0.169 ms; the Reddit stand-in ~2x: 6.1 vs 15.0 ms)."""
+    warps = torch.cuda.get_device_properties(graph.rowptr.device).multi_processor_count * 64
+    return plan_of(graph).max_degree <= _HUB_RATIO * max(graph.num_edges / warps, 16.0)
+
+
+def forward_schedule(values: Tensor, index: Tensor, num_cols: int, backend: str, graph: Optional[Graph] = None) -> str:
     """``"spgemm"`` (the CUDA shared-memory kernel) or ``"dense"`` (our SpMM of the densified
     features).  Reddit stand-in, F = 256, H100: SpGEMM 5.4 / 6.2 / 10.0 / 19.7 ms at k = 8 / 32 /
     64 / 128 against 15.0 ms dense, so the SpGEMM runs while ``4 k <= F``; Triton's atomic
     form (18.1 ms at k = 8) never beat the dense product (removed at stop 14; ``notes/maxk.md``)."""
     k = values.shape[1]
-    return "spgemm" if backend == "triton" and 4 * k <= num_cols and _cuda_kernels(values, index) else "dense"
+    fits = backend == "triton" and 4 * k <= num_cols and _cuda_kernels(values, index)
+    return "spgemm" if fits and (graph is None or _rows_balanced(graph)) else "dense"   # None: no hub check
 
 
-def backward_schedule(values: Tensor, index: Tensor, num_cols: int, grad: Tensor, backend: str) -> str:
+def backward_schedule(values: Tensor, index: Tensor, num_cols: int, grad: Tensor, backend: str,
+                      graph: Optional[Graph] = None) -> str:
     """``"outer"`` (the CUDA outer product with atomics) or ``"dense"`` (``A'^T dY`` by our
     SpMM, then the kept entries gathered).  Reddit stand-in, F = 256, H100: outer 2.4 / 6.1 /
     16.1 / 37.0 ms at k = 8 / 32 / 64 / 128 against ~15 ms dense: the atomics run at ~600 G/s
@@ -68,7 +83,7 @@ def backward_schedule(values: Tensor, index: Tensor, num_cols: int, grad: Tensor
     if backend != "triton" or torch.are_deterministic_algorithms_enabled() or not _cuda_kernels(values, index, grad):
         return "dense"
     small = 4 * k <= num_cols and values.shape[0] * k * 4 <= _L2_RESIDENT_BYTES
-    return "outer" if 8 * k <= num_cols or small else "dense"
+    return "outer" if (8 * k <= num_cols or small) and (graph is None or _rows_balanced(graph)) else "dense"
 
 
 def _kernel_weights(graph: Graph, weight: Optional[Tensor], reduce: str):
@@ -86,7 +101,7 @@ def cbsr_forward(graph: Graph, values: Tensor, index: Tensor, num_cols: int, wei
     Shapes:
         values, index: [M, k]; weight: [E] or None -> [N, num_cols].
     """
-    if forward_schedule(values, index, num_cols, backend) == "spgemm":
+    if forward_schedule(values, index, num_cols, backend, graph) == "spgemm":
         from ..kernels import cbsr_cuda
 
         w, scale = _kernel_weights(graph, weight, reduce)
@@ -108,7 +123,7 @@ def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor,
         dvalues [M, k] of values' dtype, dw [E] of weight's dtype.
     """
     grad_values = grad_weight = None
-    if need_values and backward_schedule(values, index, num_cols, grad_out, backend) == "outer":
+    if need_values and backward_schedule(values, index, num_cols, grad_out, backend, graph) == "outer":
         from ..kernels import cbsr_cuda
 
         w, scale = _kernel_weights(graph, weight, reduce)
