@@ -85,6 +85,51 @@ def spgemm_table(args, out: Path) -> int:
     return 0
 
 
+def root_table(args, out: Path) -> int:
+    """The root term ``X W^T + b`` of CBSR features per k (N = --rows, F_in = F_out = --cols, fp32):
+    the CUDA root kernel against cuBLAS on the densified matrix (``F.linear``), and its sampled
+    gradient ``(dY W)`` at the kept entries against the cuBLAS product plus a gather."""
+    from sparsegnn.kernels import cbsr_cuda
+    from sparsegnn.ops.cbsr import root_schedule
+
+    bench = lambda fn: float(do_bench(fn, warmup=5, rep=40, return_mode="median"))  # noqa: E731
+    h = torch.randn(args.rows, args.cols, device="cuda")
+    w = torch.randn(args.cols, args.cols, device="cuda") / args.cols ** 0.5
+    b = torch.randn(args.cols, device="cuda")
+    wt = w.t().contiguous()
+    up = torch.randn(args.rows, args.cols, device="cuda")
+    rows = []
+    for k in [int(v) for v in args.ks.split(",")]:
+        c = sg.maxk(h, k)
+        dense = c.to_dense()
+        fwd, dense_fwd = bench(lambda: cbsr_cuda.cbsr_root_cuda(c.values, c.index, wt, b)), \
+            bench(lambda: torch.nn.functional.linear(c.to_dense(), w, b))
+        bwd, dense_bwd = bench(lambda: cbsr_cuda.cbsr_root_grad_cuda(up, c.index, wt)), \
+            bench(lambda: up.mm(w).gather(1, c.index.long()))
+        want = torch.nn.functional.linear(dense.double(), w.double(), b.double())
+        want_g = up.double().mm(w.double()).gather(1, c.index.long())
+        row = dict(rows=args.rows, cols=args.cols, k=k, ms_root=fwd, ms_dense=dense_fwd, ms_root_grad=bwd,
+                   ms_dense_grad=dense_bwd, schedule=root_schedule(c.values, c.index, w, "triton"),
+                   err=float((cbsr_cuda.cbsr_root_cuda(c.values, c.index, wt, b).double() - want).norm() / want.norm()),
+                   err_grad=float((cbsr_cuda.cbsr_root_grad_cuda(up, c.index, wt).double() - want_g).norm()
+                                  / want_g.norm()))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    (out / "maxk_root.json").write_text(json.dumps({"meta": {"script": "scripts/time_maxk.py --root",
+                                                              "device": torch.cuda.get_device_name()}, "rows": rows}, indent=1))
+    lines = [f"# Root term of CBSR features, {args.rows:,} x {args.cols} -> {args.cols}, fp32 ({torch.cuda.get_device_name()})",
+             "", "Median ms of `triton.testing.do_bench`. root = the CUDA kernel (`cbsr_root`, W^T tiles in shared memory, "
+             "k multiply-adds per output); dense = `F.linear(c.to_dense(), W, b)` (densify + cuBLAS). grad = `dvalues = "
+             "(dY W)` at the kept entries: CUDA `cbsr_root_grad` against cuBLAS `dY W` + gather.", "",
+             "| k | root | dense | x | root grad | dense grad | x | schedule | err | err grad |", "|" + "---|" * 10]
+    lines += [f"| {r['k']} | {r['ms_root']:.3f} | {r['ms_dense']:.3f} | {r['ms_dense'] / r['ms_root']:.2f}x | "
+              f"{r['ms_root_grad']:.3f} | {r['ms_dense_grad']:.3f} | {r['ms_dense_grad'] / r['ms_root_grad']:.2f}x | "
+              f"{r['schedule']} | {r['err']:.1e} | {r['err_grad']:.1e} |" for r in rows]
+    (out / "maxk_root.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=232_965)
@@ -94,10 +139,14 @@ def main() -> int:
     parser.add_argument("--configs", action="store_true", help="also time every num_warps at k = 32, fp32")
     parser.add_argument("--spgemm", default="", help="a stand-in graph: time the CBSR forward / backward at F = --cols "
                                                      "against cuSPARSE and our SpMM (no selection timing)")
+    parser.add_argument("--root", action="store_true", help="time the CBSR root term (X W^T + b) and its gradient "
+                                                             "against cuBLAS on the densified matrix")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    if args.root:
+        return root_table(args, out)
     if args.spgemm:
         return spgemm_table(args, out)
     bench = lambda fn: float(do_bench(fn, warmup=10, rep=50, return_mode="median"))  # noqa: E731

@@ -272,3 +272,108 @@ def test_cbsr_schedules_follow_k_and_deterministic_mode():
     finally:
         torch.use_deterministic_algorithms(False)
     assert torch.allclose(atomic, first, rtol=1e-5, atol=1e-5)
+
+
+def _cbsr_linear_case(n, f_in, f_out, k, seed, device=DEVICE):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, f_in, generator=g)
+    x[:3] = 0.0                                     # rows of ties: the kept columns are the first k
+    c = sg.maxk(x.to(device), k)
+    w = torch.randn(f_out, f_in, generator=g).to(device)
+    b = torch.randn(f_out, generator=g).to(device)
+    return c, w, b
+
+
+@pytest.mark.parametrize("k,f_in,f_out", [(3, 20, 7), (8, 64, 64)])
+def test_cbsr_linear_matches_the_dense_linear_and_gradchecks(k, f_in, f_out):
+    """X W^T + b of CBSR features against the dense map of the densified matrix (float64), and
+    float64 gradcheck in values, weight and bias (the reference path on the CPU)."""
+    from sparsegnn.ops.cbsr import cbsr_linear
+
+    c, w, b = _cbsr_linear_case(30, f_in, f_out, k, seed=3, device="cpu")
+    vals = c.values.double().requires_grad_()
+    w64, b64 = w.double().requires_grad_(), b.double().requires_grad_()
+    got = cbsr_linear(c.with_values(vals), w64, b64)
+    dense = torch.zeros(30, f_in, dtype=torch.float64)
+    for i in range(30):
+        for s in range(k):
+            dense[i, int(c.index[i, s])] = vals[i, s]
+    torch.testing.assert_close(got, dense @ w64.t() + b64)
+    assert torch.autograd.gradcheck(lambda v, ww, bb: cbsr_linear(c.with_values(v), ww, bb), (vals, w64, b64))
+
+
+def test_cbsr_linear_rejects_bad_input():
+    from sparsegnn.ops.cbsr import cbsr_linear
+
+    c, w, b = _cbsr_linear_case(10, 16, 8, 4, seed=4, device="cpu")
+    with pytest.raises(ValueError, match=r"cbsr_linear\(\): weight must be \[F_out, 16\]"):
+        cbsr_linear(c, w.t(), b)
+    with pytest.raises(ValueError, match=r"cbsr_linear\(\): bias must be \[8\]"):
+        cbsr_linear(c, w, b[:3])
+    with pytest.raises(ValueError, match=r"cbsr_linear\(\): x must be a CBSR"):
+        cbsr_linear(c.to_dense(), w, b)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA root kernels need a GPU (and CuPy)")
+@pytest.mark.parametrize("k,f_in,f_out", [(32, 256, 256), (5, 256, 256), (12, 64, 100), (64, 256, 260),
+                                          (40, 200, 128), (1, 8, 4)])
+def test_cuda_cbsr_root_kernels_match_float64(k, f_in, f_out):
+    """The CUDA root forward and its sampled gradient (vector / scalar entry loads, one to three
+    column tiles, partial tiles, k above a warp's width) against float64, whatever the schedule
+    would pick; the forward bit-equal run to run, and the gradient too while at most two tiles add."""
+    from sparsegnn.kernels import cbsr_cuda
+
+    if not cbsr_cuda.available():
+        pytest.skip("CuPy is not installed")
+    n = 301                                              # not a multiple of the 4 rows a warp takes
+    c, w, b = _cbsr_linear_case(n, f_in, f_out, k, seed=5)
+    wt = w.t().contiguous()
+    dense = c.to_dense().double()
+    out = cbsr_cuda.cbsr_root_cuda(c.values, c.index, wt, b)
+    want = dense @ w.double().t() + b.double()
+    assert float((out.double() - want).norm() / want.norm()) < 1e-6
+    assert torch.equal(out, cbsr_cuda.cbsr_root_cuda(c.values, c.index, wt, b))
+    up = torch.randn(n, f_out, device=DEVICE)
+    got = cbsr_cuda.cbsr_root_grad_cuda(up, c.index, wt)
+    want_g = (up.double() @ w.double()).gather(1, c.index.long())
+    assert float((got.double() - want_g).norm() / want_g.norm()) < 1e-6
+    if f_out <= 2 * cbsr_cuda.ROOT_TILE:
+        assert torch.equal(got, cbsr_cuda.cbsr_root_grad_cuda(up, c.index, wt))
+    same, db = cbsr_cuda.cbsr_root_grad_cuda(up, c.index, wt, bias_grad=True)   # with the fused bias gradient
+    torch.testing.assert_close(same, got, rtol=0, atol=0 if f_out <= 2 * cbsr_cuda.ROOT_TILE else 1e-5)
+    torch.testing.assert_close(db.double(), up.double().sum(0), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA densify kernel needs a GPU (and CuPy)")
+@pytest.mark.parametrize("k,f", [(32, 256), (3, 30), (40, 200), (256, 256)])
+def test_cuda_densify_equals_the_torch_scatter(k, f):
+    """One-pass densify (maxk's backward, the root term's weight gradient) bit-equal to zeros +
+    scatter, also for widths that are not a multiple of 4 and k = F."""
+    from sparsegnn.kernels import cbsr_cuda
+
+    if not cbsr_cuda.available():
+        pytest.skip("CuPy is not installed")
+    c = sg.maxk(torch.randn(1001, f, device=DEVICE), k)
+    want = torch.zeros(1001, f, device=DEVICE).scatter_(1, c.index.long(), c.values)
+    assert torch.equal(cbsr_cuda.densify_cuda(c.values, c.index, f), want)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA root kernels need a GPU (and CuPy)")
+def test_cbsr_linear_on_the_gpu_takes_the_kernels_and_matches_autograd_of_the_dense_map():
+    """cbsr_linear on CUDA runs the root kernels while 4 k <= F_in (dense past it); values,
+    weight and bias gradients equal those of F.linear on the densified matrix."""
+    from sparsegnn.ops.cbsr import cbsr_linear, root_schedule
+
+    c, w, b = _cbsr_linear_case(500, 256, 256, 32, seed=6)
+    assert root_schedule(c.values, c.index, w, "triton") == "cuda"
+    wide = sg.maxk(torch.randn(10, 256, device=DEVICE), 65)
+    assert root_schedule(wide.values, wide.index, w, "triton") == "dense"
+    outs = []
+    for fn in (lambda v, ww, bb: cbsr_linear(c.with_values(v), ww, bb),
+               lambda v, ww, bb: torch.nn.functional.linear(c.with_values(v).to_dense(), ww, bb)):
+        v, ww, bb = (t.detach().clone().requires_grad_() for t in (c.values, w, b))
+        y = fn(v, ww, bb)
+        y.backward(0.5 + y.detach().sin())
+        outs.append((y.detach(), v.grad, ww.grad, bb.grad))
+    for got, want in zip(outs[0], outs[1]):
+        torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-4)

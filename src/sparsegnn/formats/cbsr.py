@@ -76,7 +76,7 @@ class CBSR:
     def to_dense(self) -> Tensor:
         """The ``[N, num_cols]`` matrix, zeros off the kept entries (differentiable in ``values``)."""
         out = self.values.new_zeros(self.shape)
-        return out.scatter(1, self.long_index(), self.values)
+        return out.scatter_(1, self.long_index(), self.values)    # in place: no copy of the zeros
 
     def gather(self, dense: Tensor) -> Tensor:
         """``dense`` sampled at the kept positions: ``[N, k]`` with ``out[i, s] = dense[i, index[i, s]]``."""

@@ -154,6 +154,218 @@ extern "C" __global__ void cbsr_sspmm(
 }
 """
 
+_ROOT_SOURCE = r"""
+// The linear map of a CBSR matrix, X W^T with X = (vals, idx) of K entries per row, and its
+// sampled transpose.  Wt = W^T is [FI, FO] row-major; a block holds one tile of TW = 128 of
+// its columns in shared memory ([FI][TW]: 128 KB at FI = 256).  A warp takes 4 rows at once,
+// 8 lanes per row; lane l of a row owns the tile's columns 32 j + 4 l .. + 3 (j < 4), so the
+// 8 lanes of a row read one 128-byte line of a Wt row per float4 access: one conflict-free
+// wavefront per quarter warp.  The lanes of a row read its K values and columns themselves
+// (broadcasts), 16 at a time as vectors when K % 16 == 0; entries come from registers.
+#define TW 128
+#define FULL 0xffffffffu
+#define RB 16          // entries per transposed reduction of the gradient kernel
+#if K % 16 == 0
+#define CHUNK 16
+#else
+#define CHUNK 1
+#endif
+
+// entries s0 .. s0 + CHUNK - 1 of row `row`: columns c[] and (with vals) values v[]
+__device__ __forceinline__ void load_chunk(const float* __restrict__ vals, const unsigned char* __restrict__ idx,
+                                           long long row, int s0, int* c, float* v)
+{
+#if CHUNK == 16
+    const uint4 iw = __ldg(reinterpret_cast<const uint4*>(idx + row * K + s0));
+    const unsigned int words[4] = {iw.x, iw.y, iw.z, iw.w};
+    #pragma unroll
+    for (int u = 0; u < 16; ++u) c[u] = (words[u >> 2] >> (8 * (u & 3))) & 0xff;
+    if (vals != nullptr) {
+        #pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float4 f = __ldg(reinterpret_cast<const float4*>(vals + row * K + s0) + q);
+            v[4 * q] = f.x; v[4 * q + 1] = f.y; v[4 * q + 2] = f.z; v[4 * q + 3] = f.w;
+        }
+    }
+#else
+    c[0] = __ldg(idx + row * K + s0);
+    if (vals != nullptr) v[0] = __ldg(vals + row * K + s0);
+#endif
+}
+
+// this block's tile of Wt into shared memory; returns its first column
+__device__ __forceinline__ int load_tile(float4* w4, const float* __restrict__ Wt, int FI, int FO)
+{
+    const int tiles = (FO + TW - 1) / TW, c0 = (blockIdx.x % tiles) * TW;
+    for (int t = threadIdx.x; t < FI * (TW / 4); t += blockDim.x) {
+        const int r = t / (TW / 4), col = c0 + 4 * (t % (TW / 4));
+        w4[t] = col < FO ? *reinterpret_cast<const float4*>(Wt + (long long)r * FO + col) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    __syncthreads();
+    return c0;
+}
+
+#define FMA4(acc, v, w) { acc.x = fmaf(v, w.x, acc.x); acc.y = fmaf(v, w.y, acc.y); \
+                          acc.z = fmaf(v, w.z, acc.z); acc.w = fmaf(v, w.w, acc.w); }
+
+extern "C" __global__ void __launch_bounds__(512) cbsr_root(
+    const float* __restrict__ vals, const unsigned char* __restrict__ idx, const float* __restrict__ Wt,
+    const float* __restrict__ bias, float* __restrict__ out, int N, int FI, int FO, int has_b)
+{
+    // out[i, o] = b[o] + sum_s vals[i, s] Wt[idx[i, s], o]
+    extern __shared__ float4 w4[];
+    const int tiles = (FO + TW - 1) / TW, per = gridDim.x / tiles, b = blockIdx.x / tiles;
+    const int c0 = load_tile(w4, Wt, FI, FO);
+    const int lane = threadIdx.x & 31, l = lane & 7, grp = lane >> 3;
+    const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    float4 bb[4];
+    #pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int col = c0 + 32 * j + 4 * l;
+        bb[j] = (has_b && col < FO) ? *reinterpret_cast<const float4*>(bias + col) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (long long r0 = 4 * ((long long)b * warps + warp); r0 < N; r0 += 4LL * per * warps) {
+        const long long row = r0 + grp;
+        if (row >= N) break;
+        float4 acc[4] = {bb[0], bb[1], bb[2], bb[3]};
+        for (int s0 = 0; s0 < K; s0 += CHUNK) {
+            int c[CHUNK]; float v[CHUNK];
+            load_chunk(vals, idx, row, s0, c, v);
+            #pragma unroll
+            for (int u = 0; u < CHUNK; ++u) {
+                const float4* wr = w4 + c[u] * (TW / 4) + l;
+                #pragma unroll
+                for (int j = 0; j < 4; ++j) { const float4 w = wr[8 * j]; FMA4(acc[j], v[u], w); }
+            }
+        }
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int col = c0 + 32 * j + 4 * l;
+            if (col < FO) *reinterpret_cast<float4*>(out + row * FO + col) = acc[j];
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(512) cbsr_root_grad(
+    const float* __restrict__ grad, const unsigned char* __restrict__ idx, const float* __restrict__ Wt,
+    float* __restrict__ dval, float* __restrict__ dbias, int N, int FI, int FO)
+{
+    // dval[i, s] (+)= sum_{o in tile} grad[i, o] Wt[idx[i, s], o]  (several tiles add into zeros atomically);
+    // with dbias: dbias[w, o] = sum over the rows warp w of this tile took of grad[i, o] (partial sums of
+    // the bias gradient, [per * warps, FO], summed by the caller: a fixed order)
+    extern __shared__ float4 w4[];
+    const int tiles = (FO + TW - 1) / TW, per = gridDim.x / tiles, b = blockIdx.x / tiles;
+    const int c0 = load_tile(w4, Wt, FI, FO);
+    const int lane = threadIdx.x & 31, l = lane & 7, grp = lane >> 3;
+    const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    float4 gs[4];
+    #pragma unroll
+    for (int j = 0; j < 4; ++j) gs[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (long long r0 = 4 * ((long long)b * warps + warp); r0 < N; r0 += 4LL * per * warps) {
+        // all lanes stay in the loop (the reduction shuffles across the warp): rows past N are masked
+        const long long row = r0 + grp;
+        const bool real = row < N;
+        const long long rr = real ? row : r0;
+        float4 g[4];
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int col = c0 + 32 * j + 4 * l;
+            g[j] = (real && col < FO) ? *reinterpret_cast<const float4*>(grad + rr * FO + col) : make_float4(0.f, 0.f, 0.f, 0.f);
+            gs[j].x += g[j].x; gs[j].y += g[j].y; gs[j].z += g[j].z; gs[j].w += g[j].w;
+        }
+        for (int s0 = 0; s0 < K; s0 += RB) {
+            float p[RB];
+            #pragma unroll
+            for (int u0 = 0; u0 < RB; u0 += CHUNK) {
+                int c[CHUNK];
+                if (s0 + u0 < K) load_chunk(nullptr, idx, rr, s0 + u0, c, nullptr);
+                #pragma unroll
+                for (int u = 0; u < CHUNK; ++u) {
+                    float acc = 0.f;
+                    if (s0 + u0 < K) {
+                        const float4* wr = w4 + c[u] * (TW / 4) + l;
+                        #pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            const float4 w = wr[8 * j];
+                            acc = fmaf(g[j].x, w.x, fmaf(g[j].y, w.y, fmaf(g[j].z, w.z, fmaf(g[j].w, w.w, acc))));
+                        }
+                    }
+                    p[u0 + u] = acc;
+                }
+            }
+            // transposed reduction over the 8 lanes of a row: afterwards lane l holds in
+            // p[0 .. RB / 8) the sums of entries s0 + (RB / 8) l + q
+            #pragma unroll
+            for (int q = 0; q < RB / 2; ++q) {
+                const bool up = (l & 4) != 0;
+                const float send = up ? p[q] : p[q + RB / 2], keep = up ? p[q + RB / 2] : p[q];
+                p[q] = keep + __shfl_xor_sync(FULL, send, 4);
+            }
+            #pragma unroll
+            for (int q = 0; q < RB / 4; ++q) {
+                const bool up = (l & 2) != 0;
+                const float send = up ? p[q] : p[q + RB / 4], keep = up ? p[q + RB / 4] : p[q];
+                p[q] = keep + __shfl_xor_sync(FULL, send, 2);
+            }
+            #pragma unroll
+            for (int q = 0; q < RB / 8; ++q) {
+                const bool up = (l & 1) != 0;
+                const float send = up ? p[q] : p[q + RB / 8], keep = up ? p[q + RB / 8] : p[q];
+                p[q] = keep + __shfl_xor_sync(FULL, send, 1);
+            }
+            if (real) {
+                #pragma unroll
+                for (int q = 0; q < RB / 8; ++q) {
+                    const int s = s0 + (RB / 8) * l + q;
+                    if (s < K) {
+                        if (tiles == 1) dval[row * K + s] = p[q];
+                        else atomicAdd(dval + row * K + s, p[q]);
+                    }
+                }
+            }
+        }
+    }
+    if (dbias != nullptr) {         // the 4 row groups of the warp summed, then one row of partials per warp
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            #pragma unroll
+            for (int m = 8; m <= 16; m <<= 1) {
+                gs[j].x += __shfl_xor_sync(FULL, gs[j].x, m); gs[j].y += __shfl_xor_sync(FULL, gs[j].y, m);
+                gs[j].z += __shfl_xor_sync(FULL, gs[j].z, m); gs[j].w += __shfl_xor_sync(FULL, gs[j].w, m);
+            }
+            const int col = c0 + 32 * j + 4 * l;
+            if (grp == 0 && col < FO)
+                *reinterpret_cast<float4*>(dbias + ((long long)b * warps + warp) * FO + col) = gs[j];
+        }
+    }
+}
+
+extern "C" __global__ void cbsr_densify(
+    const float* __restrict__ vals, const unsigned char* __restrict__ idx, float* __restrict__ out, int N, int F, int k)
+{
+    // out[i] = zeros with vals[i, s] at idx[i, s]: a warp per row, built in shared memory, stored coalesced
+    extern __shared__ float rowbuf[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    float* buf = rowbuf + (long long)warp * F;
+    for (long long row = (long long)blockIdx.x * warps + warp; row < N; row += (long long)gridDim.x * warps) {
+        for (int f = lane; f < F; f += 32) buf[f] = 0.f;
+        __syncwarp();
+        for (int s = lane; s < k; s += 32) buf[idx[row * k + s]] = vals[row * k + s];
+        __syncwarp();
+        if ((F & 3) == 0) {
+            for (int f = 4 * lane; f < F; f += 128)
+                *reinterpret_cast<float4*>(out + row * F + f) = *reinterpret_cast<const float4*>(buf + f);
+        } else {
+            for (int f = lane; f < F; f += 32) out[row * F + f] = buf[f];
+        }
+        __syncwarp();
+    }
+}
+"""
+
+#: Columns of ``W^T`` one block of the root kernels holds in shared memory.
+ROOT_TILE = 128
+
 WARPS = 8
 
 
@@ -177,6 +389,22 @@ def _sspmm_kernel(k: int, vec: int):
     except cupy.cuda.compiler.CompileException:
         module = cupy.RawModule(code=_SSPMM_SOURCE, options=options + ("-DNO_VEC_ATOMIC",))
     return module.get_function("cbsr_sspmm")
+
+
+@functools.lru_cache(maxsize=None)
+def _root_kernels(k: int):
+    """``(cbsr_root, cbsr_root_grad)`` for ``k`` entries per row."""
+    import cupy
+
+    module = cupy.RawModule(code=_ROOT_SOURCE, options=("--std=c++14", f"-DK={k}"))
+    return module.get_function("cbsr_root"), module.get_function("cbsr_root_grad")
+
+
+@functools.lru_cache(maxsize=None)
+def _densify_kernel():
+    import cupy
+
+    return cupy.RawModule(code=_ROOT_SOURCE, options=("--std=c++14", "-DK=1")).get_function("cbsr_densify")
 
 
 @functools.lru_cache(maxsize=None)
@@ -254,4 +482,113 @@ def sspmm_cbsr_cuda(rowptr: Tensor, order: Tensor, col32: Tensor, weight: Option
     vec = 4 if k % 4 == 0 and index.data_ptr() % 4 == 0 else 1
     _run(_sspmm_kernel(k, vec), num_rows, grad, rowptr, order, col32, weight, row_scale, (grad, index, out),
          (num_cols,), 4 * num_cols * WARPS)
+    return out
+
+
+#: Warps per block of the root kernels.
+_ROOT_WARPS = 16
+
+
+def _root_blocks(rows: int, fi: int, fo: int, like: Tensor) -> int:
+    """Blocks of a root kernel: per column tile, as many as fit the multiprocessors (each holds a
+    ``[fi, ROOT_TILE]`` tile of ``W^T``), at most one per 4 x 16 rows."""
+    props = torch.cuda.get_device_properties(like.device)
+    per_sm = max(1, min(4, (props.shared_memory_per_multiprocessor - 1024) // (fi * ROOT_TILE * 4 + 1024)))
+    tiles = (fo + ROOT_TILE - 1) // ROOT_TILE
+    return tiles * max(1, min(props.multi_processor_count * per_sm // tiles, (rows + 4 * _ROOT_WARPS - 1)
+                              // (4 * _ROOT_WARPS)))
+
+
+def _root_run(kernel, blocks: int, fi: int, like: Tensor, args) -> None:
+    """Launch a root kernel on ``blocks`` blocks of ``_ROOT_WARPS`` warps on the current torch stream."""
+    import cupy
+
+    smem = fi * ROOT_TILE * 4
+    if kernel.max_dynamic_shared_size_bytes < smem:
+        kernel.max_dynamic_shared_size_bytes = smem
+    with cupy.cuda.Device(like.device.index), cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+        kernel((blocks,), (32 * _ROOT_WARPS,), args, shared_mem=smem)
+
+
+def root_shared_bytes(fi: int) -> int:
+    """Shared memory a root kernel block needs for an input width ``fi``."""
+    return fi * ROOT_TILE * 4
+
+
+def cbsr_root_cuda(values: Tensor, index: Tensor, weight_t: Tensor, bias: Optional[Tensor]) -> Tensor:
+    """``X W^T + b`` for the CBSR ``X = (values, index)``: ``out[i, o] = b[o] + sum_s values[i, s]
+    Wt[index[i, s], o]`` (``k`` fused multiply-adds per output instead of ``F_in``), fp32.
+
+    Shapes:
+        values, index: [N, k] float32 / uint8; weight_t: [F_in, F_out] float32 (= W^T, contiguous,
+        F_out % 4 == 0); bias: [F_out] or None -> [N, F_out] float32.
+    """
+    import cupy
+
+    n, k = values.shape
+    fi, fo = weight_t.shape
+    out = torch.empty((n, fo), dtype=torch.float32, device=values.device)
+    if n == 0:
+        return out
+    values, index, weight_t = values.contiguous(), index.contiguous(), weight_t.contiguous()
+    b = bias.contiguous() if bias is not None else weight_t
+    ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
+    _root_run(_root_kernels(k)[0], _root_blocks(n, fi, fo, values), fi, values,
+              (ptr(values), ptr(index), ptr(weight_t), ptr(b), ptr(out), cupy.int32(n), cupy.int32(fi), cupy.int32(fo),
+               cupy.int32(bias is not None)))
+    return out
+
+
+def cbsr_root_grad_cuda(grad: Tensor, index: Tensor, weight_t: Tensor, bias_grad: bool = False):
+    """The gradient of :func:`cbsr_root_cuda` in ``values``: ``dvalues[i, s] = sum_o grad[i, o]
+    Wt[index[i, s], o]`` (``grad W`` sampled at the kept columns).  Deterministic while
+    ``F_out <= 2 ROOT_TILE`` (at most two partial sums per entry, added into zeros).  With
+    ``bias_grad``, also ``db = grad.sum(0)`` from the same read of ``grad`` (per-warp partial
+    sums added in a fixed order) and returns ``(dvalues, db)``.
+
+    Shapes:
+        grad: [N, F_out] float32; index: [N, k] uint8; weight_t: [F_in, F_out] -> [N, k] float32
+        (and [F_out]).
+    """
+    import cupy
+
+    n, k = index.shape
+    fi, fo = weight_t.shape
+    tiles = (fo + ROOT_TILE - 1) // ROOT_TILE
+    out = (torch.zeros if tiles > 1 else torch.empty)((n, k), dtype=torch.float32, device=grad.device)
+    if n == 0:
+        return (out, grad.new_zeros(fo)) if bias_grad else out
+    grad, index, weight_t = grad.contiguous(), index.contiguous(), weight_t.contiguous()
+    ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
+    blocks = _root_blocks(n, fi, fo, grad)
+    partial = torch.zeros((blocks // tiles * _ROOT_WARPS, fo), dtype=torch.float32, device=grad.device) \
+        if bias_grad else None
+    _root_run(_root_kernels(k)[1], blocks, fi, grad,
+              (ptr(grad), ptr(index), ptr(weight_t), ptr(out), cupy.uint64(0 if partial is None else partial.data_ptr()),
+               cupy.int32(n), cupy.int32(fi), cupy.int32(fo)))
+    return (out, partial.sum(0)) if bias_grad else out
+
+
+def densify_cuda(values: Tensor, index: Tensor, num_cols: int) -> Tensor:
+    """The dense ``[N, num_cols]`` matrix of a CBSR (zeros off the kept entries) in one pass:
+    a warp builds a row in shared memory and stores it coalesced (``torch.zeros`` + ``scatter_``
+    write the matrix twice).  Not differentiable.
+
+    Shapes:
+        values, index: [N, k] float32 / uint8 -> [N, num_cols] float32.
+    """
+    import cupy
+
+    n, k = values.shape
+    out = torch.empty((n, num_cols), dtype=torch.float32, device=values.device)
+    if n == 0:
+        return out
+    values, index = values.contiguous(), index.contiguous()
+    ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
+    sms = torch.cuda.get_device_properties(values.device).multi_processor_count
+    blocks = min((n + WARPS - 1) // WARPS, sms * 8)
+    with cupy.cuda.Device(values.device.index), cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+        _densify_kernel()((blocks,), (32 * WARPS,), (ptr(values), ptr(index), ptr(out), cupy.int32(n),
+                                                     cupy.int32(num_cols), cupy.int32(k)),
+                          shared_mem=4 * num_cols * WARPS)
     return out

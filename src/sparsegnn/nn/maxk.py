@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from .._checks import check
 from ..formats.cbsr import CBSR
 from ..ops.dropout import dropout as dropout_fn
+from ..ops.cbsr import cbsr_linear
 from ..ops.maxk import maxk
 from ..ops.spmm import spmm
 from ._graph_input import GraphInputMixin, graph_kind, identity
@@ -149,10 +150,13 @@ class MaxKSAGEConv(_MaxKConv):
         self._check_width(x, self.in_channels)
         graph, c = self._features_and_graph(x, edge_index, edge_weight, identity,
                                             sparse_values=graph_kind(edge_index) != "sparse_tensor")
-        out = self.lin_l(spmm(graph, c, reduce=self.reduce, backend=self.backend))
-        if self.lin_r is not None:
-            out = torch.addmm(out, c.to_dense(), self.lin_r.weight.t())     # the root term, added in the GEMM
-        return out
+        agg = spmm(graph, c, reduce=self.reduce, backend=self.backend)
+        if self.lin_r is None:
+            return self.lin_l(agg)
+        # the root term W_r c_i + b from the kept entries only (k multiply-adds per output), then
+        # W_l agg_i added onto it in the GEMM
+        root = cbsr_linear(c, self.lin_r.weight, self.lin_l.bias, backend=self.backend)
+        return root.addmm_(agg, self.lin_l.weight.t())       # in place: addmm would copy root first
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, k={self.k}, aggr={self.aggr})"

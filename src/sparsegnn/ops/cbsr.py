@@ -30,7 +30,8 @@ from torch.autograd.function import once_differentiable
 
 from ..formats.cbsr import CBSR
 from ..graph import Graph
-from ._dispatch import aggregate, aggregate_transposed, plan_of, spmm_weight_grad
+from ._dispatch import aggregate, aggregate_transposed, choose_backend, plan_of, spmm_weight_grad
+from ._library import compiling
 
 
 def _cuda_kernels(values: Tensor, index: Tensor, grad: Optional[Tensor] = None) -> bool:
@@ -164,3 +165,94 @@ def spmm_cbsr(graph: Graph, x: CBSR, weight: Optional[Tensor], reduce: str, back
         x: CBSR of [M, F] (k per row); weight: [E] or None -> [N, F].
     """
     return _CBSRSpMM.apply(graph, x.values, x.index, x.num_cols, weight, reduce, backend)
+
+
+def densify(values: Tensor, index: Tensor, num_cols: int) -> Tensor:
+    """The dense ``[N, num_cols]`` matrix of a CBSR, not differentiable (for backward formulas):
+    one pass of the CUDA kernel for fp32 / uint8 CUDA tensors, else ``CBSR.to_dense``.
+
+    Shapes:
+        values, index: [N, k] -> [N, num_cols].
+    """
+    if not compiling() and _cuda_kernels(values, index):
+        from ..kernels import cbsr_cuda
+
+        return cbsr_cuda.densify_cuda(values, index, num_cols)
+    return CBSR(values, index, num_cols).to_dense()
+
+
+def root_schedule(values: Tensor, index: Tensor, weight: Tensor, backend: str) -> str:
+    """``"cuda"`` (``kernels/cbsr_cuda.py: cbsr_root*``: ``k`` multiply-adds per output from a
+    shared-memory tile of ``W^T``) or ``"dense"`` (``X.to_dense() W^T`` by cuBLAS).  The CUDA
+    form pays while ``4 k <= F_in`` (it reads a 512-byte tile row per kept entry from shared
+    memory; the dense GEMM does ``F_in`` multiply-adds per output at the SIMT fp32 rate);
+    fp32, ``F_out % 4 == 0``; dense under ``torch.use_deterministic_algorithms(True)`` when more
+    than two column tiles would add into one entry of the gradient."""
+    from ..kernels import cbsr_cuda
+
+    f_out, f_in = weight.shape
+    if backend != "triton" or not _cuda_kernels(values, index) or weight.dtype != torch.float32:
+        return "dense"
+    if f_out % 4 or 4 * values.shape[1] > f_in or f_in > 256:
+        return "dense"
+    tiles = (f_out + cbsr_cuda.ROOT_TILE - 1) // cbsr_cuda.ROOT_TILE
+    if tiles > 2 and torch.are_deterministic_algorithms_enabled():
+        return "dense"
+    return "cuda"
+
+
+class _CBSRLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, values: Tensor, index: Tensor, num_cols: int, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+        from ..kernels import cbsr_cuda
+
+        weight_t = weight.detach().t().contiguous()
+        ctx.save_for_backward(values, index, weight_t)
+        ctx.num_cols, ctx.has_bias = num_cols, bias is not None
+        return cbsr_cuda.cbsr_root_cuda(values.detach(), index, weight_t, None if bias is None else bias.detach())
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        from ..kernels import cbsr_cuda
+
+        values, index, weight_t = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        grad_values = grad_weight = grad_bias = None
+        need_bias = ctx.has_bias and ctx.needs_input_grad[4]
+        if ctx.needs_input_grad[0]:
+            grad_values = cbsr_cuda.cbsr_root_grad_cuda(grad_out, index, weight_t, bias_grad=need_bias)
+            if need_bias:                   # the bias gradient from the same read of grad_out
+                grad_values, grad_bias = grad_values
+        if ctx.needs_input_grad[3]:
+            grad_weight = grad_out.t().mm(densify(values, index, ctx.num_cols))
+        if need_bias and grad_bias is None:
+            grad_bias = grad_out.sum(0)
+        return grad_values, None, None, grad_weight, grad_bias
+
+
+def cbsr_linear(x: CBSR, weight: Tensor, bias: Optional[Tensor] = None, backend: str = "auto") -> Tensor:
+    r"""The linear map of CBSR features, :math:`X W^\top + b` with :math:`X` = ``x.to_dense()``:
+    ``out[i, o] = b[o] + sum_s values[i, s] W[o, index[i, s]]``, ``k`` multiply-adds per output
+    instead of ``F_in`` (MaxK's sparsity in a root / self term).  Differentiable in ``values``
+    (``dvalues[i, s] = (dY W)[i, index[i, s]]``, sampled), ``weight`` (``dY^T X``) and ``bias``.
+
+    Backends: ``"triton"`` (``"auto"`` on CUDA) takes the CUDA kernels where ``root_schedule``
+    says they pay; otherwise, and under ``torch.compile``, the dense ``F.linear(x.to_dense(), W, b)``.
+
+    Shapes:
+        x: CBSR of [N, F_in] (k per row); weight: [F_out, F_in]; bias: [F_out] or None -> [N, F_out].
+    """
+    fn = "cbsr_linear"
+    if not isinstance(x, CBSR):
+        raise ValueError(f"{fn}(): x must be a CBSR, got {type(x).__name__}")
+    if not (isinstance(weight, Tensor) and weight.dim() == 2 and weight.shape[1] == x.num_cols):
+        got = tuple(weight.shape) if isinstance(weight, Tensor) else type(weight).__name__
+        raise ValueError(f"{fn}(): weight must be [F_out, {x.num_cols}], got {got}")
+    if bias is not None and not (isinstance(bias, Tensor) and tuple(bias.shape) == (weight.shape[0],)):
+        raise ValueError(f"{fn}(): bias must be [{weight.shape[0]}], got {tuple(getattr(bias, 'shape', ()))}")
+    if not compiling():
+        chosen = choose_backend(fn, backend, x.values)
+        if root_schedule(x.values, x.index, weight, chosen) == "cuda":
+            return _CBSRLinear.apply(x.values, x.index, x.num_cols, weight, bias)
+    return torch.nn.functional.linear(x.to_dense(), weight, bias)

@@ -76,8 +76,9 @@ def select(x: Tensor, k: int, backend: str) -> Tuple[Tensor, Tensor]:
 
 
 def scatter_kept(grad_values: Tensor, index: Tensor, num_cols: int) -> Tensor:
-    """MaxK's backward ``dx = scatter(index, d values)``: zeros off the kept positions (the
-    eager autograd.Function and the custom op's autograd formula both run this).
+    """MaxK's backward ``dx = scatter(index, d values)``: zeros off the kept positions, in plain
+    torch (the custom op's autograd formula, traced by torch.compile; the eager autograd.Function
+    takes ``ops.cbsr.densify``, one pass on CUDA).
 
     Shapes:
         grad_values, index: [N, k] -> [N, num_cols].
@@ -96,8 +97,10 @@ class _MaxK(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_values: Tensor, _grad_index):
+        from .cbsr import densify       # one pass on CUDA (the custom op's formula keeps the traceable scatter)
+
         (index,) = ctx.saved_tensors
-        return scatter_kept(grad_values, index, ctx.num_cols), None, None
+        return densify(grad_values.contiguous(), index, ctx.num_cols), None, None
 
 
 def maxk(x: Tensor, k: int, *, dense: bool = False, backend: str = "auto") -> Union[CBSR, Tensor]:
