@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -326,8 +326,29 @@ class Graph:
         def build():
             rowptr_t, col_t, perm = self.transpose_parts()
             vals = self.edge_val[perm] if self.edge_val is not None else None
-            return Graph(rowptr_t, col_t, vals, self.num_src, num_src=self.num_nodes, transient=self.transient)
+            return Graph(rowptr_t, col_t, vals, self.num_src, num_src=self.num_nodes, transient=self.transient,
+                         ptr=self.ptr)          # a block-diagonal batch transposes block by block
         return self._cached("t", build)
+
+    def batch_stats(self) -> Optional[Tuple[int, float, bool]]:
+        """``(largest graph's nodes, mean degree, every edge inside its graph)`` of a batch
+        (``ptr`` set; None otherwise), computed once (one host sync) and cached.
+
+        Shapes:
+            ptr: [B + 1] -> three Python scalars.
+        """
+        if self.ptr is None:
+            return None
+
+        def build():
+            sizes = self.ptr[1:] - self.ptr[:-1]
+            if sizes.numel() == 0 or int(self.ptr[-1]) != self.num_nodes or self.num_src != self.num_nodes:
+                return (int(sizes.max()) if sizes.numel() else 0, 0.0, False)
+            graph_of_row = torch.repeat_interleave(torch.arange(sizes.numel(), device=sizes.device), sizes)
+            graph_of_edge = graph_of_row[self.row] if self.num_edges else graph_of_row[:0]
+            inside = ((self.col >= self.ptr[graph_of_edge]) & (self.col < self.ptr[graph_of_edge + 1])).all()
+            return (int(sizes.max()), self.num_edges / max(self.num_nodes, 1), bool(inside))
+        return self._cached("batch_stats", build)
 
     def row_plan(self, chunk: int) -> RowPlan:
         """Degree-aware work partition of the CSR rows at ``chunk`` edges (cached per chunk)."""

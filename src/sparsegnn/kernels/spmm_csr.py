@@ -221,23 +221,15 @@ def _spmm_split_kernel(
 
 
 @triton.jit
-def _rowgroup_kernel(
-    rows_ptr, rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr,
-    num_listed, num_feats, stride_x, stride_out,
-    REDUCE: tl.constexpr, HAS_VAL: tl.constexpr,
-    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+def _rows_side_by_side(
+    start, deg, max_deg, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
+    REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
-    """``ROWS`` listed rows side by side: step ``k`` gathers edges ``k..k+BLOCK_E`` of every
-    row at once (a [ROWS, BLOCK_E, BLOCK_F] tile), until the group's largest degree."""
-    listed = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    row_mask = listed < num_listed
-    row = tl.load(rows_ptr + listed, mask=row_mask, other=0).to(tl.int64)
-    start = tl.load(rowptr_ptr + row, mask=row_mask, other=0)
-    end = tl.load(rowptr_ptr + row + 1, mask=row_mask, other=0)
-    deg = end - start
-    max_deg = tl.max(deg, axis=0)
-    feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
-    feat_mask = feat < num_feats
+    """``reduce_{e in row} w_e x[col[e], feat]`` of ``ROWS`` rows at once (edges ``start[r] ..
+    start[r] + deg[r]``), as a fp32 ``[ROWS, BLOCK_F]`` tile: step ``k`` gathers edges
+    ``k..k+BLOCK_E`` of every row (a [ROWS, BLOCK_E, BLOCK_F] tile), until ``max_deg``.  Mean
+    divides by the degree; the max of no edges is 0.  (The row-group kernel here and the batched
+    kernels of ``spmm_batched`` share it.)"""
     if REDUCE == 2:
         acc = tl.full([ROWS, BLOCK_E, BLOCK_F], float("-inf"), dtype=tl.float32)
     else:
@@ -263,6 +255,28 @@ def _rowgroup_kernel(
         result = tl.sum(acc, axis=1)
         if REDUCE == 1:
             result = result / tl.maximum(deg, 1).to(tl.float32)[:, None]
+    return result
+
+
+@triton.jit
+def _rowgroup_kernel(
+    rows_ptr, rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr,
+    num_listed, num_feats, stride_x, stride_out,
+    REDUCE: tl.constexpr, HAS_VAL: tl.constexpr,
+    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+):
+    """``ROWS`` listed rows side by side (``_rows_side_by_side``), until the group's largest degree."""
+    listed = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_mask = listed < num_listed
+    row = tl.load(rows_ptr + listed, mask=row_mask, other=0).to(tl.int64)
+    start = tl.load(rowptr_ptr + row, mask=row_mask, other=0)
+    end = tl.load(rowptr_ptr + row + 1, mask=row_mask, other=0)
+    deg = end - start
+    max_deg = tl.max(deg, axis=0)
+    feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    feat_mask = feat < num_feats
+    result = _rows_side_by_side(start, deg, max_deg, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
+                                REDUCE, HAS_VAL, ROWS, BLOCK_E, BLOCK_F)
     tl.store(out_ptr + row[:, None] * stride_out + feat[None, :], result.to(out_ptr.dtype.element_ty),
              mask=row_mask[:, None] & feat_mask[None, :])
 

@@ -73,10 +73,10 @@ def _kernels():
     if _KERNELS is None:
         from types import SimpleNamespace
 
-        from ..kernels import configs, sddmm_csr, spmm_csr
+        from ..kernels import configs, sddmm_csr, spmm_batched, spmm_csr
         from ..tune import decide
 
-        _KERNELS = SimpleNamespace(configs=configs, spmm=spmm_csr, sddmm=sddmm_csr, decide=decide)
+        _KERNELS = SimpleNamespace(configs=configs, spmm=spmm_csr, sddmm=sddmm_csr, batched=spmm_batched, decide=decide)
     return _KERNELS
 
 
@@ -95,13 +95,28 @@ def spmm_detail(weight: Optional[Tensor], reduce: str) -> str:
     return f"{reduce}|val{int(weight is not None)}|h{heads}"
 
 
+#: Batches whose graphs all have at most this many nodes take the one-program-per-graph kernels
+#: (``kernels/spmm_batched.py``); larger graphs have enough rows to fill the planned kernels.
+BATCHED_MAX_NODES = 128
+
+
 def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
     k = _kernels()
+    multi_head = weight is not None and weight.dim() == 2
+    stats = graph.batch_stats() if graph.ptr is not None and not multi_head else None
+    if stats is not None and stats[2] and stats[0] <= BATCHED_MAX_NODES:  # a batch of small graphs: one program each
+        cfg = k.batched.batched_config(stats[0], x.shape[1], stats[1], reduce)
+        tiles = None
+        if cfg["DENSE"]:    # dense per-graph tiles of the effective weights, built once per weights' version
+            def build():
+                eff = scaled(weight, mean_scale(graph, torch.float32)) if reduce == "mean" else weight
+                return k.batched.batch_tiles(graph.ptr, graph.row, graph.col, eff, cfg["MAXN"], graph.num_nodes)
+            tiles = derived_values(graph, ("batch_tiles", reduce, cfg["MAXN"]), weight, build)
+        return k.batched.spmm_batched(graph.ptr, graph.rowptr, graph.col, weight, x, cfg, reduce, tiles=tiles)
     if graph.transient:   # one step: the plan-free row kernel, no plan, no tuning (see Graph.transient)
         return k.spmm.spmm_csr(graph.rowptr, graph.col, weight, x, reduce=reduce)
     plan = plan_of(graph)
     run = lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg)  # noqa: E731
-    multi_head = weight is not None and weight.dim() == 2
     candidates = lambda: k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1],  # noqa: E731
                                                    x.element_size(), plan.max_degree, multi_head=multi_head)
     config = k.decide("spmm", graph, spmm_detail(weight, reduce), x.shape[1], x.dtype, x.device, candidates, run,
