@@ -12,6 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[chem]" || echo "make: RDKit (extra [chem]) could not be installed; the RDKit tests will skip" >&2
 	touch $@
 
 venv: $(VENV)/.installed

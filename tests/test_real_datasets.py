@@ -222,7 +222,8 @@ def test_load_molecules_small(tmp_path):
     g = mols.graph
     assert g.ptr.tolist() == [0, 3, 9, 11] and g.num_edges == 2 * (2 + 6) and g.edge_val is None
     assert torch.equal(g.to_dense(), g.to_dense().T)
-    assert mols.x.shape == (11, NUM_ATOM_FEATURES) and torch.equal(mols.x.sum(1), torch.full((11,), 2.0))
+    assert mols.x.shape == (11, NUM_ATOM_FEATURES)
+    assert torch.equal(mols.x[:, :len(ATOM_ELEMENTS) + 7].sum(1), torch.full((11,), 2.0))   # element + degree one-hots
     element, degree = mols.x[:, :len(ATOM_ELEMENTS) + 1].argmax(1), mols.x[:, len(ATOM_ELEMENTS) + 1:].argmax(1)
     assert [ATOM_ELEMENTS[i] for i in element[:3]] == ["C", "C", "O"] and degree.tolist() == [1, 2, 1] + [2] * 6 + [0, 0]
     assert mols.y_mask.tolist() == [[True, False], [False, True], [True, True]]

@@ -12,11 +12,12 @@ ours (weights kept); :mod:`sparsegnn.sampling` has a neighbour loader for mini-b
 from .graph import Graph
 from .formats.cbsr import CBSR
 from .ops import agnn_attention, dropout, edge_softmax, gat_attention, maxk, sddmm, spmm
+from .ops.pool import global_pool
 
 __version__ = "0.1.0"
 
 __all__ = ["Graph", "CBSR", "spmm", "sddmm", "edge_softmax", "gat_attention", "agnn_attention", "dropout", "maxk",
-           "accelerate",
+           "global_pool", "accelerate",
            "nn", "datasets", "sampling", "__version__"]
 
 

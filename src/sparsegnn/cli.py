@@ -50,14 +50,28 @@ def _maxk_problem(args: argparse.Namespace) -> Optional[str]:
     return None
 
 
+#: Node-classification defaults of the ``train`` options whose graph-level defaults differ.
+_NODE_DEFAULTS = {"epochs": 200, "lr": 0.01, "weight_decay": 5e-4}
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from .datasets import load
+    from .graph_training import GRAPH_MODELS, is_graph_dataset
     from .training import train_minibatch, train_node_classifier
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("train: --device cuda requested but no CUDA device is available", file=sys.stderr)
         return 2
-    if args.minibatch is None and args.batch_size != 1024:
+    if is_graph_dataset(args.dataset) or args.model in GRAPH_MODELS:
+        return _cmd_train_graphs(args)
+    for key, value in _NODE_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.split is not None or args.folds is not None:
+        print("train: --split and --folds are for graph-level datasets (tox21, PROTEINS_full, ENZYMES)",
+              file=sys.stderr)
+        return 2
+    if args.minibatch is None and args.batch_size is not None:
         print("train: --batch-size needs --minibatch (full-graph training has no batches)", file=sys.stderr)
         return 2
     if args.minibatch is not None and args.reorder is not None:
@@ -82,7 +96,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                       dropout=args.dropout, seed=args.seed + run, device=args.device, backend=args.backend,
                       progress=progress)
         if args.minibatch is not None:
-            result = train_minibatch(data, args.model, fanouts=args.minibatch, batch_size=args.batch_size, **common)
+            result = train_minibatch(data, args.model, fanouts=args.minibatch, batch_size=args.batch_size or 1024,
+                                     **common)
         else:
             result = train_node_classifier(data, args.model, compile=args.compile,
                                            compile_backend=args.compile_backend, reorder=args.reorder,
@@ -96,7 +111,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     summary = {
         "model": args.model, "dataset": args.dataset, "device": args.device, "backend": args.backend,
         "compile": args.compile, "precision": args.precision, "maxk": args.maxk, "minibatch": args.minibatch,
-        "batch_size": args.batch_size if args.minibatch else None,
+        "batch_size": (args.batch_size or 1024) if args.minibatch else None,
         "epochs": args.epochs, "runs": args.runs, "seeds": [r.seed for r in results],
         "val_acc": mean("val_acc"), "test_acc": mean("test_acc"),
         "test_acc_at_best_val": mean("test_acc_at_best_val"), "mean_epoch_ms": mean("mean_epoch_ms"),
@@ -110,6 +125,76 @@ def _cmd_train(args: argparse.Namespace) -> int:
               f"val {100 * summary['val_acc']:.2f}%  test {100 * summary['test_acc']:.2f}%  "
               f"mean epoch {summary['mean_epoch_ms']:.2f} ms"
               + ("" if args.compile == "none" else f" (compile {args.compile})"))
+    return 0
+
+
+def _given(value, default):
+    """``value`` unless the option was left out (None)."""
+    return default if value is None else value
+
+
+def _graph_problem(args: argparse.Namespace) -> Optional[str]:
+    """Why graph-level ``train`` cannot run with the other options (None when it can)."""
+    from .graph_training import GRAPH_MODELS, is_graph_dataset
+
+    if not is_graph_dataset(args.dataset):
+        return f"--model {args.model} is a graph-level model; use --dataset tox21, PROTEINS_full, ENZYMES or a file"
+    if args.model not in GRAPH_MODELS:
+        return f"--dataset {args.dataset} is graph-level; use --model {', '.join(GRAPH_MODELS)}"
+    node_only = {"--minibatch": args.minibatch is not None, "--reorder": args.reorder is not None,
+                 "--precision": args.precision != "ieee", "--maxk": args.maxk is not None,
+                 "--compile": args.compile != "none", "--root": args.root is not None, "--runs": args.runs != 1}
+    given = [name for name, on in node_only.items() if on]
+    if given:
+        return f"{', '.join(given)} apply to node classification; drop them for {args.dataset}"
+    if args.batch_size is not None and args.batch_size < 1:
+        return f"--batch-size must be >= 1, got {args.batch_size}"
+    if args.backend == "triton" and not args.device.startswith("cuda"):
+        return "--backend triton needs --device cuda"
+    return None
+
+
+def _cmd_train_graphs(args: argparse.Namespace) -> int:
+    """``train`` on a graph-level dataset: molecules (ROC-AUC) or a TU collection (k-fold accuracy)."""
+    from .graph_training import resolve_graph_dataset, train_molecules, train_tu_kfold
+
+    problem = _graph_problem(args)
+    if problem is not None:
+        print(f"train: {problem}", file=sys.stderr)
+        return 2
+    kind, path = resolve_graph_dataset(args.dataset, args.data_dir)
+    progress = not args.json and sys.stderr.isatty() or args.progress
+    common = dict(hidden=args.hidden, dropout=args.dropout, seed=args.seed, device=args.device, backend=args.backend,
+                  progress=progress, weight_decay=_given(args.weight_decay, 0.0))
+    if kind == "molecules":
+        if args.folds is not None or args.node_attributes:
+            print("train: --folds and --node-attributes are for TU collections; molecules use --split", file=sys.stderr)
+            return 2
+        result = train_molecules(path, args.model, epochs=_given(args.epochs, 50),
+                                 batch_size=_given(args.batch_size, 50), split=_given(args.split, "scaffold"),
+                                 lr=_given(args.lr, 1e-3), **common)
+        summary = result.as_dict()
+        line = (f"{args.model} on {result.dataset} ({args.device}, {result.split} split "
+                f"{result.num_train}/{result.num_valid}/{result.num_test}, batch {result.batch_size}): "
+                f"test ROC-AUC {result.test_auc_at_best_val:.4f} at best val ({result.best_val_auc:.4f}), "
+                f"{result.test_auc:.4f} at the last epoch; train {result.train_molecules_per_s:,.0f} molecules/s "
+                f"(epoch {result.mean_epoch_ms:.1f} ms), inference {result.inference_molecules_per_s:,.0f} molecules/s "
+                f"(batch {result.inference_batch_size})")
+    else:
+        if args.split is not None:
+            print("train: --split is for molecules; TU collections use --folds", file=sys.stderr)
+            return 2
+        result = train_tu_kfold(path, args.model, epochs=_given(args.epochs, 350),
+                                batch_size=_given(args.batch_size, 32), folds=_given(args.folds, 10),
+                                lr=_given(args.lr, 0.01), node_attributes=args.node_attributes, **common)
+        summary = result.as_dict()
+        line = (f"{args.model} on {result.dataset} ({args.device}, {result.folds}-fold, {result.epochs} epochs, "
+                f"batch {result.batch_size}): test accuracy {100 * result.test_acc_mean:.2f} +- "
+                f"{100 * result.test_acc_std:.2f}% (last epoch), {100 * result.test_acc_best_epoch_mean:.2f} +- "
+                f"{100 * result.test_acc_best_epoch_std:.2f}% at the best epoch {result.best_epoch + 1}; "
+                f"epoch {result.mean_epoch_ms:.1f} ms ({result.train_graphs_per_s:,.0f} graphs/s)")
+    summary["kind"] = kind
+    print(json.dumps(summary) if args.json else line)
     return 0
 
 
@@ -136,11 +221,13 @@ def _cmd_maxk_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_data_args(parser: argparse.ArgumentParser) -> None:
+def _add_data_args(parser: argparse.ArgumentParser, graphs: bool = False) -> None:
     parser.add_argument("--dataset", default="cora",
                         help="cora (bundled), citeseer (the data folder's planetoid/ or --root), or a labelled "
                              "real-suite graph: deezer, lastfm, twitch, wikipedia (the data folder's real/; "
-                             "stratified 60/20/20 split)")
+                             "stratified 60/20/20 split)"
+                             + ("; graph-level: tox21 (molecules/), PROTEINS_full, ENZYMES (tu/), or a "
+                                "MoleculeNet-style .csv / a TU .zip path" if graphs else ""))
     parser.add_argument("--root", default=None, help="directory with raw Planetoid files")
     parser.add_argument("--data-dir", default=None,
                         help="the datasets folder (with planetoid/, real/; default: SPARSEGNN_DATA, "
@@ -289,12 +376,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparsegnn", description="Fast sparse GNN operations for PyTorch.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train a node classifier (full graph, or sampled mini-batches with --minibatch)")
-    _add_data_args(train)
-    train.add_argument("--model", default="gcn", choices=["gcn", "agnn", "sage", "gin", "gat"])
-    train.add_argument("--epochs", type=int, default=200)
-    train.add_argument("--lr", type=float, default=0.01)
-    train.add_argument("--weight-decay", type=float, default=5e-4)
+    train = sub.add_parser("train", help="train a node classifier (full graph, or sampled mini-batches with "
+                                         "--minibatch), or a graph classifier (--dataset tox21, PROTEINS_full, ENZYMES)")
+    _add_data_args(train, graphs=True)
+    train.add_argument("--model", default="gcn", choices=["gcn", "agnn", "sage", "gin", "gat", "chemgcn", "chemgcn-wide"],
+                       help="node models: gcn, agnn, sage, gin, gat; graph-level: chemgcn (2 x 64), chemgcn-wide "
+                            "(3 x 512), gin (GIN paper: 5 layers of 64, sum pooling)")
+    train.add_argument("--epochs", type=int, default=None,
+                       help="default 200 (nodes), 50 (molecules), 350 (TU, the GIN paper's)")
+    train.add_argument("--lr", type=float, default=None, help="default 0.01 (nodes, TU), 0.001 (molecules)")
+    train.add_argument("--weight-decay", type=float, default=None, help="default 5e-4 (nodes), 0 (graph-level)")
     train.add_argument("--hidden", type=int, default=None, help="hidden width (default: the model's)")
     train.add_argument("--dropout", type=float, default=None, help="dropout (default: the model's)")
     train.add_argument("--device", default=_default_device())
@@ -312,7 +403,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--minibatch", nargs="?", type=_fanouts, const=[15, 10], default=None, metavar="FANOUTS",
                        help="train on neighbour-sampled mini-batches (sparsegnn.sampling.NeighborLoader); "
                             "fanouts per hop, comma-separated (default 15,10; -1 = all neighbours)")
-    train.add_argument("--batch-size", type=int, default=1024, help="seed nodes per mini-batch (with --minibatch)")
+    train.add_argument("--batch-size", type=int, default=None,
+                       help="seed nodes per mini-batch with --minibatch (default 1024); graphs per batch for "
+                            "graph-level datasets (default 50 molecules, 32 TU graphs)")
+    train.add_argument("--split", default=None, choices=["scaffold", "random"],
+                       help="molecules: 80/10/10 Bemis-Murcko scaffold split (default; needs RDKit) or random")
+    train.add_argument("--folds", type=int, default=None, help="TU collections: stratified k-fold (default 10)")
+    train.add_argument("--node-attributes", action="store_true",
+                       help="TU collections: use the continuous node attributes (standardised) besides the one-hot "
+                            "node labels (default: labels only, as the GIN paper and PyG's TUDataset)")
     train.add_argument("--reorder", default=None, choices=["rcm", "degree", "metis", "lpa"],
                        help="renumber the nodes for locality before full-graph training (Graph.reorder)")
     train.add_argument("--precision", default="ieee", choices=["ieee", "tf32", "bf16"],

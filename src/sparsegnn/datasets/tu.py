@@ -45,6 +45,16 @@ def _array(members: Dict[str, bytes], name: str, dtype) -> Optional[np.ndarray]:
     return np.loadtxt(io.BytesIO(data), delimiter=",", dtype=dtype, ndmin=2)
 
 
+def tu_attribute_width(path, name: Optional[str] = None) -> int:
+    """Columns of continuous node attributes (``NAME_node_attributes.txt``) of a TU collection;
+    0 without that file.  The node features of :func:`load_tu` / ``load_tu_batch`` start with them."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"tu_attribute_width(): {path} does not exist")
+    attrs = _array(_read_members(path), f"{name or path.stem}_node_attributes.txt", np.float32)
+    return 0 if attrs is None else attrs.shape[1]
+
+
 def load_tu(path, name: Optional[str] = None) -> List[GraphSample]:
     """Read a TU collection from a ``.zip`` or a directory.
 

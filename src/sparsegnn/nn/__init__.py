@@ -1,11 +1,13 @@
-"""Layers (PyG-compatible signatures), MaxK-GNN layers and model, reference models, ``prepare``
+"""Layers (PyG-compatible signatures), MaxK-GNN layers and model, reference models, graph-level
+models for batches of small graphs (``ChemGCN``, ``GINClassifier``), ``prepare``
 for ``torch.compile``, and ``accelerate`` (a PyG model's convs swapped for ours)."""
 from .conv import AGNNConv, GATConv, GATv2Conv, GCNConv, GINConv, GINEConv, SAGEConv
 from .maxk import MaxKGCNConv, MaxKGINConv, MaxKSAGEConv
 from .models import AGNN, GAT, GCN, GIN, GraphSAGE, MaxKGNN
+from .graphclass import ChemGCN, GINClassifier
 from .accelerate import AccelerateReport, accelerate
 from .prepare import prepare
 
 __all__ = ["GCNConv", "SAGEConv", "GINConv", "GINEConv", "AGNNConv", "GATConv", "GATv2Conv", "GCN", "AGNN",
            "GraphSAGE", "GIN", "GAT", "MaxKSAGEConv", "MaxKGCNConv", "MaxKGINConv", "MaxKGNN", "prepare", "accelerate",
-           "AccelerateReport"]
+           "AccelerateReport", "ChemGCN", "GINClassifier"]
