@@ -104,9 +104,9 @@ def main() -> int:
 
                 stats = g.batch_stats()
                 row["rule"] = batched_config(stats[0], f, stats[1], "sum")
-                tiles = batch_tiles(g.ptr, g.row, g.col, g.edge_val, row["rule"]["MAXN"], g.num_nodes)
-                row["us_tiles_build"] = bench(lambda: batch_tiles(g.ptr, g.row, g.col, g.edge_val,
-                                                                  row["rule"]["MAXN"], g.num_nodes)) * 1e3
+                tiles = batch_tiles(g.ptr, g.rowptr, g.row, g.col, g.edge_val, "sum", row["rule"]["MAXN"])
+                row["us_tiles_build"] = bench(lambda: batch_tiles(g.ptr, g.rowptr, g.row, g.col, g.edge_val, "sum",
+                                                                  row["rule"]["MAXN"])) * 1e3
                 best = None
                 for dense in (0, 1):
                     for block_e in ((1,) if dense else (1, 2, 4)):

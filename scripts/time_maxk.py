@@ -111,7 +111,7 @@ def root_table(args, out: Path) -> int:
         row = dict(rows=args.rows, cols=args.cols, k=k, ms_root=fwd, ms_dense=dense_fwd, ms_root_grad=bwd,
                    ms_dense_grad=dense_bwd, schedule=root_schedule(c.values, c.index, w, "triton"),
                    err=float((cbsr_cuda.cbsr_root_cuda(c.values, c.index, wt, b).double() - want).norm() / want.norm()),
-                   err_grad=float((cbsr_cuda.cbsr_root_grad_cuda(up, c.index, wt).double() - want_g).norm()
+                   err_grad=float((cbsr_cuda.cbsr_root_grad_cuda(up, c.index, wt)[0].double() - want_g).norm()
                                   / want_g.norm()))
         rows.append(row)
         print(json.dumps(row), flush=True)

@@ -85,3 +85,17 @@ def assert_compiled_step_matches_eager(model, x, graph):
     assert grads.keys() == grads_eager.keys() and len(grads) == len(list(model.parameters()))
     for key in grads:
         torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+def empty_graph():
+    """A 4-node graph with no edges (float64 edge values): the empty case of the op checks."""
+    from sparsegnn import Graph
+
+    return Graph.from_edge_index(torch.zeros(2, 0, dtype=torch.int64), torch.zeros(0, dtype=torch.float64),
+                                 num_nodes=4)
+
+
+def rand_input(*shape, seed=0, grad=True, dtype=torch.float64):
+    """A seeded normal tensor (a leaf that requires grad unless ``grad=False``)."""
+    t = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    return t.requires_grad_(grad)

@@ -77,7 +77,7 @@ def test_batch_tiles_hold_each_graphs_adjacency():
 
     ei, w, ptr, n = _awkward_batch("dense", seed=2)
     g = Graph.from_edge_index(ei, w, num_nodes=n)
-    tiles = batch_tiles(ptr, g.row, g.col, g.edge_val, 32, n)
+    tiles = batch_tiles(ptr, g.rowptr, g.row, g.col, g.edge_val, "sum", 32)
     a = dense_adjacency(ei, n, w)
     for b in range(ptr.numel() - 1):
         lo, hi = int(ptr[b]), int(ptr[b + 1])

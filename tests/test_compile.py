@@ -13,7 +13,7 @@ from sparsegnn import Graph, nn as sgnn
 from sparsegnn.graph import graph_by_key
 from sparsegnn.kernels import interpreting
 
-from conftest import assert_compiled_step_matches_eager, compile_case, output_and_grads
+from conftest import assert_compiled_step_matches_eager, compile_case, empty_graph, output_and_grads, rand_input
 
 OPS = torch.ops.sparsegnn
 N = 12
@@ -33,16 +33,6 @@ def _graph(weighted=True, dtype=torch.float64, n=N, edges=40, seed=1):
     return Graph.from_edge_index(ei, w.to(dtype) if weighted else None, num_nodes=n)
 
 
-def _empty_graph():
-    return Graph.from_edge_index(torch.zeros(2, 0, dtype=torch.int64), torch.zeros(0, dtype=torch.float64),
-                                 num_nodes=4)
-
-
-def _rand(*shape, seed=0, grad=True, dtype=torch.float64):
-    t = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-    return t.requires_grad_(grad)
-
-
 # ---------------------------------------------------------------- graph handle
 def test_graph_keys_are_unique_and_looked_up_weakly():
     g = _graph()
@@ -57,17 +47,17 @@ def test_graph_keys_are_unique_and_looked_up_weakly():
 
 
 # ---------------------------------------------------------------- opcheck and gradients of every op
-@pytest.mark.parametrize("make", [_graph, _empty_graph], ids=["mixed", "no-edges"])
+@pytest.mark.parametrize("make", [_graph, empty_graph], ids=["mixed", "no-edges"])
 def test_opcheck_forward_ops(make):
     g = make()
     n, e = g.num_nodes, g.num_edges
-    x = _rand(n, 4)
+    x = rand_input(n, 4)
     weight = g.edge_val.clone().requires_grad_(True)
-    heads = _rand(e, 2, seed=1).detach().abs().add(0.5).requires_grad_(True)
+    heads = rand_input(e, 2, seed=1).detach().abs().add(0.5).requires_grad_(True)
     cases = [(OPS.spmm, (x, w, g.key, reduce, "reference")) for reduce in ("sum", "mean", "max") for w in (None, weight)]
     cases += [(OPS.spmm, (x, heads, g.key, reduce, "reference")) for reduce in ("sum", "mean")]
-    cases += [(OPS.sddmm, (x, _rand(n, 4, seed=2), g.key, op, "reference")) for op in ("dot", "add", "mul")]
-    cases += [(OPS.edge_softmax, (_rand(*shape, seed=3), g.key, "reference")) for shape in ((e,), (e, 3))]
+    cases += [(OPS.sddmm, (x, rand_input(n, 4, seed=2), g.key, op, "reference")) for op in ("dot", "add", "mul")]
+    cases += [(OPS.edge_softmax, (rand_input(*shape, seed=3), g.key, "reference")) for shape in ((e,), (e, 3))]
     for op, args in cases:
         torch.library.opcheck(op, args)
 
@@ -75,16 +65,16 @@ def test_opcheck_forward_ops(make):
 def test_opcheck_backward_ops():
     g = _graph()
     n, e = g.num_nodes, g.num_edges
-    x, dy = _rand(n, 4, grad=False), _rand(n, 4, seed=1, grad=False)
+    x, dy = rand_input(n, 4, grad=False), rand_input(n, 4, seed=1, grad=False)
     out = OPS.spmm(x, g.edge_val, g.key, "max", "reference")
-    y = OPS.edge_softmax(_rand(e, 2, seed=2, grad=False), g.key, "reference")
+    y = OPS.edge_softmax(rand_input(e, 2, seed=2, grad=False), g.key, "reference")
     cases = [(OPS.spmm_transposed, (dy, w, g.key, reduce, "reference"))
              for reduce in ("sum", "mean") for w in (None, g.edge_val)]
     cases += [(OPS.spmm_weight_grad, (dy, x, g.key, heads, reduce, "reference"))
               for heads in (0, 2) for reduce in ("sum", "mean")]
     cases += [(OPS.spmm_max_backward, (dy, x, w, out, g.key)) for w in (None, g.edge_val)]
-    cases += [(OPS.edge_sum, (_rand(e, 3, grad=False), g.key, by_source)) for by_source in (False, True)]
-    cases += [(OPS.edge_softmax_backward, (y, _rand(e, 2, seed=4, grad=False), g.key, "reference"))]
+    cases += [(OPS.edge_sum, (rand_input(e, 3, grad=False), g.key, by_source)) for by_source in (False, True)]
+    cases += [(OPS.edge_softmax_backward, (y, rand_input(e, 2, seed=4, grad=False), g.key, "reference"))]
     for op, args in cases:
         torch.library.opcheck(op, args)
 
@@ -93,28 +83,28 @@ def test_opcheck_backward_ops():
 def test_custom_op_gradients(reduce):
     """gradcheck of the autograd formulas registered for the custom ops (float64)."""
     g = _graph()
-    x, w = _rand(N, 3), g.edge_val.clone().requires_grad_(True)
+    x, w = rand_input(N, 3), g.edge_val.clone().requires_grad_(True)
     assert torch.autograd.gradcheck(lambda x, w: OPS.spmm(x, w, g.key, reduce, "reference"), (x, w))
     assert torch.autograd.gradcheck(lambda x: OPS.spmm(x, None, g.key, reduce, "reference"), (x,))
     if reduce != "max":
-        heads = _rand(g.num_edges, 3, seed=5).detach().abs().add(0.5).requires_grad_(True)
-        x6 = _rand(N, 6, seed=6)
+        heads = rand_input(g.num_edges, 3, seed=5).detach().abs().add(0.5).requires_grad_(True)
+        x6 = rand_input(N, 6, seed=6)
         assert torch.autograd.gradcheck(lambda x, w: OPS.spmm(x, w, g.key, reduce, "reference"), (x6, heads))
 
 
 def test_custom_op_gradients_sddmm_softmax():
     g = _graph()
-    a, b = _rand(N, 3, seed=7), _rand(N, 3, seed=8)
+    a, b = rand_input(N, 3, seed=7), rand_input(N, 3, seed=8)
     for op in ("dot", "add", "mul"):
         assert torch.autograd.gradcheck(lambda a, b: OPS.sddmm(a, b, g.key, op, "reference"), (a, b))
     for shape in ((g.num_edges,), (g.num_edges, 2)):
-        s = _rand(*shape, seed=9)
+        s = rand_input(*shape, seed=9)
         assert torch.autograd.gradcheck(lambda s: OPS.edge_softmax(s, g.key, "reference"), (s,))
 
 
 def test_custom_ops_match_the_eager_functions():
     g = _graph()
-    x, w = _rand(N, 4), g.edge_val.clone().requires_grad_(True)
+    x, w = rand_input(N, 4), g.edge_val.clone().requires_grad_(True)
     for reduce in ("sum", "mean", "max"):
         ours = OPS.spmm(x, w, g.key, reduce, "auto")
         eager = sg.spmm(g, x, reduce, edge_weight=w)

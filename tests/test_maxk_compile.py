@@ -16,7 +16,7 @@ from sparsegnn.formats.cbsr import index_dtype
 from sparsegnn.kernels import interpreting
 from sparsegnn.training import train_node_classifier
 
-from conftest import assert_compiled_step_matches_eager, compile_case, output_and_grads
+from conftest import assert_compiled_step_matches_eager, compile_case, empty_graph, output_and_grads, rand_input
 
 OPS = torch.ops.sparsegnn
 N, F = 12, 10
@@ -36,32 +36,22 @@ def _graph(dtype=torch.float64, n=N, edges=40, seed=1):
     return Graph.from_edge_index(ei, w.to(dtype), num_nodes=n)
 
 
-def _empty_graph():
-    return Graph.from_edge_index(torch.zeros(2, 0, dtype=torch.int64), torch.zeros(0, dtype=torch.float64),
-                                 num_nodes=4)
-
-
-def _rand(*shape, seed=0, grad=True, dtype=torch.float64):
-    t = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-    return t.requires_grad_(grad)
-
-
 def _cbsr(n, k=3, seed=0):
     """Kept values (a leaf that requires grad) and columns of ``maxk`` of a random [n, F]."""
-    values, index = OPS.maxk(_rand(n, F, seed=seed, grad=False), k, "reference")
+    values, index = OPS.maxk(rand_input(n, F, seed=seed, grad=False), k, "reference")
     return values.requires_grad_(True), index
 
 
 # ---------------------------------------------------------------- opcheck and gradients of the ops
 @pytest.mark.parametrize("backend", ["reference", "auto"])
 def test_opcheck_maxk(backend):
-    x = _rand(N, F)
+    x = rand_input(N, F)
     x.data[1] = 0.5                                  # a row of ties
     for k in (1, 3, F):
         torch.library.opcheck(OPS.maxk, (x, k, backend))
     values, index = OPS.maxk(x, 3, backend)
     assert values.shape == index.shape == (N, 3) and index.dtype == index_dtype(F) == torch.uint8
-    wide = _rand(3, 300, seed=1)
+    wide = rand_input(3, 300, seed=1)
     assert OPS.maxk(wide, 4, backend)[1].dtype == torch.int16
 
 
@@ -75,7 +65,7 @@ def test_opcheck_maxk_triton_in_interpreter():
         OPS.maxk(x.double(), 5, "triton")
 
 
-@pytest.mark.parametrize("make", [_graph, _empty_graph], ids=["mixed", "no-edges"])
+@pytest.mark.parametrize("make", [_graph, empty_graph], ids=["mixed", "no-edges"])
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 def test_opcheck_spmm_cbsr(make, reduce):
     g = make()
@@ -91,7 +81,7 @@ def test_opcheck_spmm_cbsr_backward(reduce):
     g = _graph()
     values, index = _cbsr(N)
     values = values.detach()
-    grad_out = _rand(N, F, seed=3, grad=False)
+    grad_out = rand_input(N, F, seed=3, grad=False)
     for w in (None, g.edge_val):
         for need_values in (False, True):
             for need_weight in (False, True):
@@ -112,7 +102,7 @@ def test_custom_op_gradients(reduce):
                                     (values, w))
     assert torch.autograd.gradcheck(lambda v: OPS.spmm_cbsr(v, index, F, None, g.key, reduce, "reference"),
                                     (values,))
-    x = _rand(N, F, seed=4)
+    x = rand_input(N, F, seed=4)
     assert torch.autograd.gradcheck(lambda x: OPS.maxk(x, 4, "reference")[0], (x,))
     chained = lambda x, w: OPS.spmm_cbsr(*OPS.maxk(x, 4, "reference"), F, w, g.key, reduce, "reference")  # noqa: E731
     assert torch.autograd.gradcheck(chained, (x, w))
@@ -121,8 +111,8 @@ def test_custom_op_gradients(reduce):
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 def test_custom_ops_match_the_eager_functions(reduce):
     g = _graph()
-    x, w = _rand(N, F, seed=5), g.edge_val.clone().requires_grad_(True)
-    up = _rand(N, F, seed=6, grad=False)
+    x, w = rand_input(N, F, seed=5), g.edge_val.clone().requires_grad_(True)
+    up = rand_input(N, F, seed=6, grad=False)
     for backend in ("auto", "reference"):
         c = sg.maxk(x, 4, backend=backend)
         values, index = OPS.maxk(x, 4, backend)

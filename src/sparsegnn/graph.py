@@ -326,9 +326,18 @@ class Graph:
         def build():
             rowptr_t, col_t, perm = self.transpose_parts()
             vals = self.edge_val[perm] if self.edge_val is not None else None
-            return Graph(rowptr_t, col_t, vals, self.num_src, num_src=self.num_nodes, transient=self.transient,
-                         ptr=self.ptr)          # a block-diagonal batch transposes block by block
+            g = Graph(rowptr_t, col_t, vals, self.num_src, num_src=self.num_nodes, transient=self.transient,
+                      ptr=self.ptr)             # a block-diagonal batch transposes block by block
+            if "batch_stats" in self._cache:     # same blocks, same sizes, same E / N: no second sync
+                g._cache["batch_stats"] = self._cache["batch_stats"]
+            return g
         return self._cached("t", build)
+
+    def set_batch_stats(self, max_nodes: int) -> None:
+        """Declare this batch block-diagonal (every edge inside its graph of ``ptr``) with at
+        most ``max_nodes`` nodes per graph, as a loader that built it knows on the host:
+        ``batch_stats`` then skips its check and the host sync it costs.  Trusted, not checked."""
+        self._cache["batch_stats"] = (int(max_nodes), self.num_edges / max(self.num_nodes, 1), True)
 
     def batch_stats(self) -> Optional[Tuple[int, float, bool]]:
         """``(largest graph's nodes, mean degree, every edge inside its graph)`` of a batch

@@ -215,12 +215,6 @@ class GraphDataset:
         return self.y.cpu()
 
 
-def _set_batch_stats(graph: Graph, max_nodes: int) -> None:
-    """``Graph.batch_stats()`` from what the loader knows on the host (its largest graph, E / N,
-    block-diagonal by construction), so the batched kernels need not sync to measure it."""
-    graph.cache["batch_stats"] = (max_nodes, graph.num_edges / max(graph.num_nodes, 1), True)
-
-
 def _concat_ranges(starts: Tensor, counts: Tensor, total: int):
     """``(owner, positions)`` of the ranges ``starts[b] .. starts[b] + counts[b]`` laid end to end:
     ``owner[k]`` = the range of output ``k``, ``positions[k]`` its position in the source; and
@@ -277,7 +271,8 @@ def collate(dataset: GraphDataset, index: Tensor, *, transient: bool = True) -> 
     graph.cache["in_degree"] = degree
     graph.cache["transpose"] = (rowptr_t, dataset.col_t_local.index_select(0, edges) + shift,
                                 dataset.perm_local.index_select(0, edges) + edge_offsets.index_select(0, edge_owner))
-    _set_batch_stats(graph, int(dataset._node_counts_cpu.index_select(0, index_cpu).max()) if index_cpu.numel() else 0)
+    # block-diagonal by construction, largest graph known on the host: the batched kernels need not sync
+    graph.set_batch_stats(int(dataset._node_counts_cpu.index_select(0, index_cpu).max()) if index_cpu.numel() else 0)
     y_mask = None if dataset.y_mask is None else dataset.y_mask.index_select(0, idx)
     return GraphBatch(graph, dataset.x.index_select(0, nodes), dataset.y.index_select(0, idx), y_mask, batch, idx)
 
@@ -354,7 +349,7 @@ class GraphLoader:
         for b0 in range(0, order.numel(), self.batch_size):
             b1 = min(b0 + self.batch_size, order.numel())
             batch = _slice(whole, b0, b1, node_off[b0], node_off[b1], edge_off[b0], edge_off[b1], move)
-            _set_batch_stats(batch.graph, int(node_counts[b0:b1].max()))
+            batch.graph.set_batch_stats(int(node_counts[b0:b1].max()))
             yield batch
 
     def __iter__(self) -> Iterator[GraphBatch]:

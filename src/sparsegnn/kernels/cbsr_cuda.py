@@ -31,7 +31,7 @@ agree with the reference to rounding; under ``torch.use_deterministic_algorithms
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -539,16 +539,17 @@ def cbsr_root_cuda(values: Tensor, index: Tensor, weight_t: Tensor, bias: Option
     return out
 
 
-def cbsr_root_grad_cuda(grad: Tensor, index: Tensor, weight_t: Tensor, bias_grad: bool = False):
+def cbsr_root_grad_cuda(grad: Tensor, index: Tensor, weight_t: Tensor,
+                        bias_grad: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
     """The gradient of :func:`cbsr_root_cuda` in ``values``: ``dvalues[i, s] = sum_o grad[i, o]
     Wt[index[i, s], o]`` (``grad W`` sampled at the kept columns).  Deterministic while
-    ``F_out <= 2 ROOT_TILE`` (at most two partial sums per entry, added into zeros).  With
-    ``bias_grad``, also ``db = grad.sum(0)`` from the same read of ``grad`` (per-warp partial
-    sums added in a fixed order) and returns ``(dvalues, db)``.
+    ``F_out <= 2 ROOT_TILE`` (at most two partial sums per entry, added into zeros).  Returns
+    ``(dvalues, db)``: with ``bias_grad``, ``db = grad.sum(0)`` from the same read of ``grad``
+    (per-warp partial sums added in a fixed order), else None.
 
     Shapes:
-        grad: [N, F_out] float32; index: [N, k] uint8; weight_t: [F_in, F_out] -> [N, k] float32
-        (and [F_out]).
+        grad: [N, F_out] float32; index: [N, k] uint8; weight_t: [F_in, F_out] -> [N, k] float32,
+        [F_out] or None.
     """
     import cupy
 
@@ -557,7 +558,7 @@ def cbsr_root_grad_cuda(grad: Tensor, index: Tensor, weight_t: Tensor, bias_grad
     tiles = (fo + ROOT_TILE - 1) // ROOT_TILE
     out = (torch.zeros if tiles > 1 else torch.empty)((n, k), dtype=torch.float32, device=grad.device)
     if n == 0:
-        return (out, grad.new_zeros(fo)) if bias_grad else out
+        return out, (grad.new_zeros(fo) if bias_grad else None)
     grad, index, weight_t = grad.contiguous(), index.contiguous(), weight_t.contiguous()
     ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
     blocks = _root_blocks(n, fi, fo, grad)
@@ -566,7 +567,7 @@ def cbsr_root_grad_cuda(grad: Tensor, index: Tensor, weight_t: Tensor, bias_grad
     _root_run(_root_kernels(k)[1], blocks, fi, grad,
               (ptr(grad), ptr(index), ptr(weight_t), ptr(out), cupy.uint64(0 if partial is None else partial.data_ptr()),
                cupy.int32(n), cupy.int32(fi), cupy.int32(fo)))
-    return (out, partial.sum(0)) if bias_grad else out
+    return out, (partial.sum(0) if bias_grad else None)
 
 
 def densify_cuda(values: Tensor, index: Tensor, num_cols: int) -> Tensor:

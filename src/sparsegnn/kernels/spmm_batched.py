@@ -76,16 +76,18 @@ def _batched_tile_kernel(
              result.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def batch_tiles(ptr: Tensor, row: Tensor, col: Tensor, weight: Optional[Tensor], maxn: int, num_nodes: int) -> Tensor:
+def batch_tiles(ptr: Tensor, rowptr: Tensor, row: Tensor, col: Tensor, weight: Optional[Tensor], reduce: str,
+                maxn: int) -> Tensor:
     """Every graph's adjacency as a dense ``[maxn, maxn]`` fp32 tile: ``tiles[b, i - ptr[b], j -
-    ptr[b]] = sum of w_e over the edges j -> i``, built once per structure and weights (cached by
+    ptr[b]] = sum of w'_e over the edges j -> i`` (``w' = w``, or ``w / deg(i)`` for ``reduce =
+    "mean"``; ones for None), built once per structure and weights (cached by
     the caller) and read whole by ``_batched_tile_kernel``.  One ``index_add_`` (atomic on CUDA:
     an entry of two duplicate edges still sums in a fixed order, a + b = b + a; three or more may
     round differently run to run unless ``torch.use_deterministic_algorithms`` is on).  (An
     ``index_put_(accumulate=True)``, sort-based, took 320-500 us on 200 graphs.)
 
     Shapes:
-        ptr: [B + 1] (``num_nodes = ptr[-1]``); row, col: [E] (each edge inside its graph); weight: [E] or
+        ptr: [B + 1]; rowptr: [N + 1]; row, col: [E] (each edge inside its graph); weight: [E] or
         None -> [B, maxn, maxn].
     """
     num_graphs = ptr.numel() - 1
@@ -93,11 +95,14 @@ def batch_tiles(ptr: Tensor, row: Tensor, col: Tensor, weight: Optional[Tensor],
     if row.numel() == 0:
         return tiles
     sizes = ptr[1:] - ptr[:-1]
-    graph_of_node = torch.repeat_interleave(torch.arange(num_graphs, device=ptr.device), sizes, output_size=num_nodes)
+    graph_of_node = torch.repeat_interleave(torch.arange(num_graphs, device=ptr.device), sizes,
+                                            output_size=rowptr.numel() - 1)
     graph = graph_of_node[row]
     base = ptr[graph]
     flat = (graph * maxn + (row - base)) * maxn + (col.to(base.dtype) - base)
     w = weight.float() if weight is not None else torch.ones(row.numel(), dtype=torch.float32, device=ptr.device)
+    if reduce == "mean":
+        w = w / rowptr.diff().clamp(min=1).float()[row]
     tiles.view(-1).index_add_(0, flat, w)
     return tiles
 
@@ -128,8 +133,8 @@ def spmm_batched(ptr: Tensor, rowptr: Tensor, col: Tensor, edge_val: Optional[Te
             ``BLOCK_F``, ``BLOCK_E`` (gather), ``num_warps`` (``batched_config``).
         reduce: ``"sum"``, ``"mean"`` or ``"max"`` (max: gather kernel only; 0 for empty rows).
         out: optional contiguous [N, F] output of ``x``'s dtype.
-        tiles: with ``DENSE``, the ``batch_tiles`` of this reduce's effective weights (``w`` /
-            deg for mean), ``[B, MAXN, MAXN]``; built here when None.
+        tiles: with ``DENSE``, ``batch_tiles`` of these weights and ``reduce``, ``[B, MAXN, MAXN]``
+            (the dispatcher caches them per graph); built here when None.
 
     Returns:
         [N, F] of ``x``'s dtype, fp32 accumulation, deterministic.
@@ -146,12 +151,9 @@ def spmm_batched(ptr: Tensor, rowptr: Tensor, col: Tensor, edge_val: Optional[Te
     args = (ptr, rowptr, col, val, x, out, x.shape[1], x.stride(0), out.stride(0))
     if config["DENSE"]:
         if tiles is None:
-            row = torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=rowptr.device), rowptr.diff())
-            w = edge_val
-            if reduce == "mean":
-                inv = 1.0 / rowptr.diff().clamp(min=1).float()
-                w = inv[row] if w is None else w.float() * inv[row]
-            tiles = batch_tiles(ptr, row, col, w, config["MAXN"], rowptr.numel() - 1)
+            row = torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=rowptr.device), rowptr.diff(),
+                                          output_size=col.numel())
+            tiles = batch_tiles(ptr, rowptr, row, col, edge_val, reduce, config["MAXN"])
         grid = (num_graphs, triton.cdiv(x.shape[1], config["BLOCK_F"]))     # feature blocks in parallel
         launch(_batched_tile_kernel, grid, (ptr, tiles, x, out, x.shape[1], x.stride(0), out.stride(0)),
                dict(MAXN=config["MAXN"], BLOCK_F=config["BLOCK_F"]), config["num_warps"])

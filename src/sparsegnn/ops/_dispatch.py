@@ -108,10 +108,8 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str)
         cfg = k.batched.batched_config(stats[0], x.shape[1], stats[1], reduce)
         tiles = None
         if cfg["DENSE"]:    # dense per-graph tiles of the effective weights, built once per weights' version
-            def build():
-                eff = scaled(weight, mean_scale(graph, torch.float32)) if reduce == "mean" else weight
-                return k.batched.batch_tiles(graph.ptr, graph.row, graph.col, eff, cfg["MAXN"], graph.num_nodes)
-            tiles = derived_values(graph, ("batch_tiles", reduce, cfg["MAXN"]), weight, build)
+            tiles = derived_values(graph, ("batch_tiles", reduce, cfg["MAXN"]), weight, lambda: k.batched.batch_tiles(
+                graph.ptr, graph.rowptr, graph.row, graph.col, weight, reduce, cfg["MAXN"]))
         return k.batched.spmm_batched(graph.ptr, graph.rowptr, graph.col, weight, x, cfg, reduce, tiles=tiles)
     if graph.transient:   # one step: the plan-free row kernel, no plan, no tuning (see Graph.transient)
         return k.spmm.spmm_csr(graph.rowptr, graph.col, weight, x, reduce=reduce)

@@ -220,10 +220,8 @@ class _CBSRLinear(torch.autograd.Function):
         grad_out = grad_out.contiguous()
         grad_values = grad_weight = grad_bias = None
         need_bias = ctx.has_bias and ctx.needs_input_grad[4]
-        if ctx.needs_input_grad[0]:
-            grad_values = cbsr_cuda.cbsr_root_grad_cuda(grad_out, index, weight_t, bias_grad=need_bias)
-            if need_bias:                   # the bias gradient from the same read of grad_out
-                grad_values, grad_bias = grad_values
+        if ctx.needs_input_grad[0]:     # with the bias gradient from the same read of grad_out
+            grad_values, grad_bias = cbsr_cuda.cbsr_root_grad_cuda(grad_out, index, weight_t, bias_grad=need_bias)
         if ctx.needs_input_grad[3]:
             grad_weight = grad_out.t().mm(densify(values, index, ctx.num_cols))
         if need_bias and grad_bias is None:
