@@ -35,6 +35,17 @@ REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2}
 
 
 @triton.jit
+def graph_rows(rowptr_ptr, n0, n1, MAXN: tl.constexpr):
+    """The rows ``n0 .. n1`` of one graph side by side (``MAXN`` lanes): ``(row, row_mask,
+    start, deg, max_deg)`` with each row's first edge and degree, and the largest degree."""
+    row = n0 + tl.arange(0, MAXN)
+    row_mask = row < n1
+    start = tl.load(rowptr_ptr + row, mask=row_mask, other=0)
+    deg = tl.load(rowptr_ptr + row + 1, mask=row_mask, other=0) - start
+    return row, row_mask, start, deg, tl.max(deg, axis=0)
+
+
+@triton.jit
 def _batched_gather_kernel(
     ptr_ptr, rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr, num_feats, stride_x, stride_out,
     REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, MAXN: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
@@ -42,11 +53,7 @@ def _batched_gather_kernel(
     b = tl.program_id(0)
     n0 = tl.load(ptr_ptr + b)
     n1 = tl.load(ptr_ptr + b + 1)
-    row = n0 + tl.arange(0, MAXN)
-    row_mask = row < n1
-    start = tl.load(rowptr_ptr + row, mask=row_mask, other=0)
-    deg = tl.load(rowptr_ptr + row + 1, mask=row_mask, other=0) - start
-    max_deg = tl.max(deg, axis=0)
+    row, row_mask, start, deg, max_deg = graph_rows(rowptr_ptr, n0, n1, MAXN)
     for f0 in range(0, num_feats, BLOCK_F):
         feat = f0 + tl.arange(0, BLOCK_F)
         feat_mask = feat < num_feats

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_precision
+from ..ops.gcn_fused import FUSED_MAX_WIDTH, fused_batched_gcn, fused_gcn_applies
 from ._graph_input import GraphInputMixin, GraphTransform, gcn_transform, graph_kind, identity
 from ._inputs import (GraphArg, message_passing_options, node_counts, propagate, split_features,
                       unsupported)
@@ -64,6 +65,11 @@ class GCNConv(GraphInputMixin, nn.Module):
     With ``normalize=False``: :math:`X' = A X \Theta + b` (the edge weights as given).  The
     aggregation runs on the narrower side (:math:`\hat A (X \Theta) = (\hat A X) \Theta`) for the
     linear ``aggr`` ("add"/"sum", "mean"); "max" and "min" aggregate :math:`X \Theta`.
+
+    On a batch of small graphs (a block-diagonal Graph with ``ptr``, every graph of at most 128
+    nodes) with the Triton backend, ``aggr`` "add"/"sum", exact ``precision``, 2-D ``x``, widths
+    of at most 128 and no autocast, the layer's forward is one fused kernel (:func:`sparsegnn.ops.gcn_fused.batched_gcn`:
+    aggregation, :math:`\Theta` and bias in one launch; ``lin``'s forward hooks do not run then).
 
     Args:
         in_channels: input width, or ``-1`` to take it from the first input (lazy).
@@ -124,12 +130,22 @@ class GCNConv(GraphInputMixin, nn.Module):
         graph = self._graph(fn, edge_index, edge_weight, num_nodes, self._transform(graph_kind(edge_index)))
         width = x.size(-1)
         self.lin.initialize(width)
+        if self._fused(graph, x):    # a batch of small graphs: aggregation, weight and bias in one launch
+            return fused_batched_gcn(x, graph, self.lin.weight.t(), self.bias)
         if self.reduce in ("sum", "mean") and self.out_channels > width:     # A (X W) == (A X) W
             out = self.lin(propagate(graph, x, self.reduce, self.node_dim, backend=self.backend, precision=self.precision))
         else:
             out = propagate(graph, self.lin(x), self.reduce, self.node_dim, backend=self.backend,
                             precision=self.precision)
         return out + self.bias if self.bias is not None else out
+
+    def _fused(self, graph, x: Tensor) -> bool:
+        """Whether this call takes :func:`batched_gcn`'s fused kernel (see the class doc)."""
+        weight = self.lin.weight
+        return (self.reduce == "sum" and self.precision == "ieee" and x.dim() == 2 and self.node_dim in (-2, 0)
+                and weight.shape[0] <= FUSED_MAX_WIDTH and weight.shape[1] <= FUSED_MAX_WIDTH
+                and weight.dtype == x.dtype and (self.bias is None or self.bias.dtype == x.dtype)
+                and not torch.is_autocast_enabled(x.device.type) and fused_gcn_applies(graph, x, self.backend))
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels})"
