@@ -16,13 +16,16 @@ Two modes:
   mean epoch time.
 
 Implementations: ``ours`` = ``sparsegnn.graph_training`` (GraphLoader batches, collated on the
-device; ChemGCN's normalisation computed once for the dataset); ``pyg`` = ``torch_geometric``'s
+device; ChemGCN's normalisation computed once for the dataset; on CUDA every training step a
+CUDA graph replay on a batch padded to one of a few shapes); ``ours-eager`` = the same without
+capture; ``ours-unfused`` = captured, with GCNConv's fused batched layer off (SpMM + matmul +
+bias); ``pyg`` = ``torch_geometric``'s
 ``GCNConv`` / ``GINConv`` + ``global_mean_pool`` / ``global_add_pool`` + its ``DataLoader``
 over a list of ``Data`` (collated on the CPU, moved with ``.to(device)``; the standard recipe).
 
 Writes ``<out>/bench_<model>_<dataset>.json`` (rows + meta) and ``.md`` and prints the table::
 
-    PYTHONPATH=src python scripts/bench_molecules.py --out benchmarks/h100 --device cuda
+    PYTHONPATH=src python scripts/bench_molecules.py --out benchmarks/h100 --device cuda --seeds 0,1,2
     PYTHONPATH=src python scripts/bench_molecules.py --model gin --dataset PROTEINS_full --out benchmarks/h100
     python scripts/bench_molecules.py --quick --device cpu --out /tmp/bench     # smoke test (a few epochs)
 """
@@ -212,6 +215,25 @@ def pyg_kfold(data, folds, epochs, batch_size, device, seed):
 
 
 # ---------------------------------------------------------------------------- runs
+class _Fused:
+    """``with _Fused(impl):`` GCNConv's fused batched layer off for ``ours-unfused``."""
+
+    def __init__(self, impl):
+        self.off = impl == "ours-unfused"
+
+    def __enter__(self):
+        import sparsegnn.nn.gcn as gcn
+
+        self.saved = gcn.fused_gcn_applies
+        if self.off:
+            gcn.fused_gcn_applies = lambda *args, **kwargs: False
+
+    def __exit__(self, *exc):
+        import sparsegnn.nn.gcn as gcn
+
+        gcn.fused_gcn_applies = self.saved
+
+
 def run_molecules(args, path):
     from sparsegnn.datasets import load_molecules
     from sparsegnn.datasets.splits import random_split, scaffold_split
@@ -233,19 +255,24 @@ def run_molecules(args, path):
         parts, split = random_split(len(smiles), seed=args.seed), "random"
     rows = []
     for batch_size in args.batch_sizes:
-        for impl in args.impls:
-            if impl == "ours":
-                r = train_molecules(None, args.model, epochs=args.epochs, batch_size=batch_size, split=split,
-                                    seed=args.seed, device=args.device, eval_batch_size=args.infer_batch,
-                                    progress=False, dataset=(data, smiles))
-                res = {"epoch_ms": r.mean_epoch_ms, "train_per_s": r.train_molecules_per_s,
-                       "test_auc": r.test_auc_at_best_val, "inference_per_s": r.inference_molecules_per_s}
-            else:
-                res = pyg_molecules(data, parts, args.model, args.epochs, batch_size, args.infer_batch, args.device,
-                                    args.seed)
-            rows.append({"impl": impl, "model": args.model, "dataset": args.dataset, "split": split,
-                         "batch_size": batch_size, "epochs": args.epochs, "device": args.device, **res})
-            print(json.dumps(rows[-1]), file=sys.stderr)
+        for seed in args.seeds:
+            for impl in args.impls:
+                if impl.startswith("ours"):
+                    with _Fused(impl):
+                        r = train_molecules(None, args.model, epochs=args.epochs, batch_size=batch_size, split=split,
+                                            seed=seed, device=args.device, eval_batch_size=args.infer_batch,
+                                            progress=False, dataset=(data, smiles),
+                                            capture=False if impl == "ours-eager" else None)
+                    res = {"epoch_ms": r.mean_epoch_ms, "train_per_s": r.train_molecules_per_s,
+                           "test_auc": r.test_auc_at_best_val, "inference_per_s": r.inference_molecules_per_s,
+                           "captured_shapes": r.captured_shapes}
+                else:
+                    res = pyg_molecules(data, parts, args.model, args.epochs, batch_size, args.infer_batch,
+                                        args.device, seed)
+                rows.append({"impl": impl, "model": args.model, "dataset": args.dataset, "split": split,
+                             "batch_size": batch_size, "epochs": args.epochs, "seed": seed, "device": args.device,
+                             **res})
+                print(json.dumps(rows[-1]), file=sys.stderr)
     return rows
 
 
@@ -253,38 +280,55 @@ def run_tu(args, path):
     data = GraphDataset.from_tu(path)
     rows = []
     for impl in args.impls:
-        if impl == "ours":
-            r = train_tu_kfold(None, "gin", epochs=args.epochs, batch_size=32, folds=args.folds, seed=args.seed,
-                               device=args.device, progress=False, dataset=data)
-            res = {"epoch_ms": r.mean_epoch_ms, "test_acc_mean": r.test_acc_mean, "test_acc_std": r.test_acc_std}
+        folds, epochs = (args.pyg_folds or args.folds, args.pyg_epochs or args.epochs) if impl == "pyg" else \
+            (args.folds, args.epochs)
+        if impl.startswith("ours"):
+            r = train_tu_kfold(None, "gin", epochs=epochs, batch_size=32, folds=folds, seed=args.seed,
+                               device=args.device, progress=False, dataset=data,
+                               capture=False if impl == "ours-eager" else None)
+            res = {"epoch_ms": r.mean_epoch_ms, "test_acc_mean": r.test_acc_mean, "test_acc_std": r.test_acc_std,
+                   "test_acc_best_epoch_mean": r.test_acc_best_epoch_mean,
+                   "test_acc_best_epoch_std": r.test_acc_best_epoch_std, "best_epoch": r.best_epoch,
+                   "captured_shapes": r.captured_shapes}
         else:
-            res = pyg_kfold(data, args.folds, args.epochs, 32, args.device, args.seed)
-        rows.append({"impl": impl, "model": "gin", "dataset": args.dataset, "folds": args.folds, "batch_size": 32,
-                     "epochs": args.epochs, "device": args.device, **res})
+            res = pyg_kfold(data, folds, epochs, 32, args.device, args.seed)
+        rows.append({"impl": impl, "model": "gin", "dataset": args.dataset, "folds": folds, "batch_size": 32,
+                     "epochs": epochs, "seed": args.seed, "device": args.device, **res})
         print(json.dumps(rows[-1]), file=sys.stderr)
     return rows
 
 
 def markdown(rows, meta) -> str:
     lines = [f"# {meta['model']} on {meta['dataset']} ({meta['device_name']}, {meta['date']})", ""]
-    by = {(r["impl"], r["batch_size"]): r for r in rows}
     if "test_auc" in rows[0]:
-        lines += ["| impl | batch | epoch ms | train mol/s | inference mol/s | test ROC-AUC | epoch speedup vs PyG |",
-                  "|---|---|---|---|---|---|---|"]
+        groups = {}
         for r in rows:
-            pyg = by.get(("pyg", r["batch_size"]))
-            speed = f"{pyg['epoch_ms'] / r['epoch_ms']:.2f}x" if pyg else ""
-            lines.append(f"| {r['impl']} | {r['batch_size']} | {r['epoch_ms']:.1f} | {r['train_per_s']:,.0f} | "
-                         f"{r['inference_per_s']:,.0f} | {r['test_auc']:.4f} | {speed} |")
-        lines += ["", f"Split: {rows[0]['split']}, {rows[0]['epochs']} epochs. {PAPER_P100}."]
+            groups.setdefault((r["impl"], r["batch_size"]), []).append(r)
+        mean = lambda rs, k: statistics.fmean(r[k] for r in rs)  # noqa: E731
+        std = lambda rs, k: statistics.pstdev([r[k] for r in rs]) if len(rs) > 1 else 0.0  # noqa: E731
+        lines += ["| impl | batch | seeds | epoch ms | train mol/s | inference mol/s | test ROC-AUC (mean +- std) | "
+                  "ROC-AUC - PyG | epoch speedup vs PyG |", "|---|---|---|---|---|---|---|---|---|"]
+        for (impl, batch), rs in groups.items():
+            pyg = groups.get(("pyg", batch))
+            speed = f"{mean(pyg, 'epoch_ms') / mean(rs, 'epoch_ms'):.2f}x" if pyg else ""
+            delta = f"{mean(rs, 'test_auc') - mean(pyg, 'test_auc'):+.4f}" if pyg and impl != "pyg" else ""
+            lines.append(f"| {impl} | {batch} | {len(rs)} | {mean(rs, 'epoch_ms'):.1f} | {mean(rs, 'train_per_s'):,.0f} | "
+                         f"{mean(rs, 'inference_per_s'):,.0f} | {mean(rs, 'test_auc'):.4f} +- {std(rs, 'test_auc'):.4f} | "
+                         f"{delta} | {speed} |")
+        lines += ["", f"Split: {rows[0]['split']}, {rows[0]['epochs']} epochs, seeds "
+                  f"{sorted({r['seed'] for r in rows})} (the split is the same for every seed: scaffold). "
+                  f"{PAPER_P100}."]
     else:
-        lines += ["| impl | folds | epochs | epoch ms | test accuracy | epoch speedup vs PyG |", "|---|---|---|---|---|---|"]
+        pyg = next((r for r in rows if r["impl"] == "pyg"), None)
+        lines += ["| impl | folds | epochs | epoch ms | test accuracy (last epoch) | at the best epoch | "
+                  "epoch speedup vs PyG |", "|---|---|---|---|---|---|---|"]
         for r in rows:
-            pyg = by.get(("pyg", r["batch_size"]))
             speed = f"{pyg['epoch_ms'] / r['epoch_ms']:.2f}x" if pyg else ""
+            best = (f"{100 * r['test_acc_best_epoch_mean']:.2f} +- {100 * r['test_acc_best_epoch_std']:.2f}% "
+                    f"(epoch {r['best_epoch'] + 1})" if "best_epoch" in r else "")
             lines.append(f"| {r['impl']} | {r['folds']} | {r['epochs']} | {r['epoch_ms']:.1f} | "
-                         f"{100 * r['test_acc_mean']:.2f} +- {100 * r['test_acc_std']:.2f}% | {speed} |")
-        lines += ["", "GIN paper: PROTEINS 76.2 +- 2.8% (10-fold, best epoch of the mean curve)."]
+                         f"{100 * r['test_acc_mean']:.2f} +- {100 * r['test_acc_std']:.2f}% | {best} | {speed} |")
+        lines += ["", "GIN paper: PROTEINS 76.2 +- 2.8%, no ENZYMES figure (10-fold, best epoch of the mean curve)."]
     return "\n".join(lines) + "\n"
 
 
@@ -299,7 +343,10 @@ def main(argv=None) -> int:
     parser.add_argument("--folds", type=int, default=10)
     parser.add_argument("--impls", default="ours,pyg")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="TU runs: the fold split's seed")
+    parser.add_argument("--seeds", default=None, help="molecules: seeds, comma separated (default: --seed)")
+    parser.add_argument("--pyg-folds", type=int, default=None, help="TU: folds of the PyG run (a timing run)")
+    parser.add_argument("--pyg-epochs", type=int, default=None, help="TU: epochs of the PyG run")
     parser.add_argument("--max-graphs", type=int, default=None, help="molecules: the first N only")
     parser.add_argument("--quick", action="store_true", help="smoke test: 2 epochs, 1,000 molecules, 2 folds")
     parser.add_argument("--out", default="benchmarks/local")
@@ -307,6 +354,7 @@ def main(argv=None) -> int:
     args.dataset = args.dataset or ("PROTEINS_full" if args.model == "gin" else "tox21")
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     args.impls = args.impls.split(",")
+    args.seeds = [int(v) for v in args.seeds.split(",")] if args.seeds else [args.seed]
     if args.quick:
         args.epochs, args.max_graphs, args.folds = args.epochs or 2, args.max_graphs or 1000, 2
     args.epochs = args.epochs or (100 if args.model == "gin" else 30)

@@ -135,7 +135,8 @@ def test_batch_to_and_items_keep_the_graph_cache():
     data = GraphDataset.from_samples(random_samples(num=4))
     batch = collate(data, torch.tensor([0, 2]))
     moved = batch.to("cpu")
-    assert {name for name, _ in batch.items()} == {"graph", "x", "y", "y_mask", "batch", "index"}
+    assert {name for name, _ in batch.items()} == {"graph", "x", "y", "y_mask", "batch", "index", "node_weight",
+                                                    "graph_weight"}
     assert torch.equal(moved.graph.col, batch.graph.col) and "transpose" in moved.graph.cache
     assert moved.graph.ptr.tolist() == batch.graph.ptr.tolist()
 

@@ -145,7 +145,9 @@ class CapturedStep:
                              "must be a CUDA tensor")
         loss.record_stream(current)     # made on the side stream, read on the current one
         self.steps_run += 1
-        return loss
+        # detached: a loss that keeps its autograd graph alive keeps the parameters' AccumulateGrad
+        # nodes of this stream alive, and a later capture on another stream then syncs and fails
+        return loss.detach()
 
     def capture(self) -> "CapturedStep":
         """Run the remaining warm-up steps and capture the step now (the capture itself runs
@@ -170,7 +172,7 @@ class CapturedStep:
                 "tensors computed once (x.index_select(0, idx)); run one eager step under "
                 f"torch.cuda.set_sync_debug_mode('warn') to find the sync. CUDA said: {exc}") from exc
         _check(isinstance(loss, Tensor), f"step_fn must return the loss tensor, got {type(loss).__name__}")
-        self.cuda_graph, self.loss = graph, loss
+        self.cuda_graph, self.loss = graph, loss.detach()     # no autograd graph kept alive (see _eager_step)
         return self
 
     def __call__(self) -> Tensor:

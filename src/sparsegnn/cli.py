@@ -51,7 +51,7 @@ def _maxk_problem(args: argparse.Namespace) -> Optional[str]:
 
 
 #: Node-classification defaults of the ``train`` options whose graph-level defaults differ.
-_NODE_DEFAULTS = {"epochs": 200, "lr": 0.01, "weight_decay": 5e-4}
+_NODE_DEFAULTS = {"epochs": 200, "lr": 0.01, "weight_decay": 5e-4, "compile": "none"}
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -143,7 +143,8 @@ def _graph_problem(args: argparse.Namespace) -> Optional[str]:
         return f"--dataset {args.dataset} is graph-level; use --model {', '.join(GRAPH_MODELS)}"
     node_only = {"--minibatch": args.minibatch is not None, "--reorder": args.reorder is not None,
                  "--precision": args.precision != "ieee", "--maxk": args.maxk is not None,
-                 "--compile": args.compile != "none", "--root": args.root is not None, "--runs": args.runs != 1}
+                 "--compile reduce-overhead/default": args.compile in ("reduce-overhead", "default"),
+                 "--root": args.root is not None, "--runs": args.runs != 1}
     given = [name for name, on in node_only.items() if on]
     if given:
         return f"{', '.join(given)} apply to node classification; drop them for {args.dataset}"
@@ -151,6 +152,8 @@ def _graph_problem(args: argparse.Namespace) -> Optional[str]:
         return f"--batch-size must be >= 1, got {args.batch_size}"
     if args.backend == "triton" and not args.device.startswith("cuda"):
         return "--backend triton needs --device cuda"
+    if args.compile == "capture" and not args.device.startswith("cuda"):
+        return "--compile capture needs --device cuda (graph-level training captures its steps there by default)"
     return None
 
 
@@ -164,8 +167,9 @@ def _cmd_train_graphs(args: argparse.Namespace) -> int:
         return 2
     kind, path = resolve_graph_dataset(args.dataset, args.data_dir)
     progress = not args.json and sys.stderr.isatty() or args.progress
+    capture = None if args.compile is None else args.compile == "capture"
     common = dict(hidden=args.hidden, dropout=args.dropout, seed=args.seed, device=args.device, backend=args.backend,
-                  progress=progress, weight_decay=_given(args.weight_decay, 0.0))
+                  progress=progress, weight_decay=_given(args.weight_decay, 0.0), capture=capture)
     if kind == "molecules":
         if args.folds is not None or args.node_attributes:
             print("train: --folds and --node-attributes are for TU collections; molecules use --split", file=sys.stderr)
@@ -392,11 +396,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--runs", type=int, default=1, help="repeat with seeds seed, seed+1, ...")
     train.add_argument("--backend", default="auto", choices=["auto", "reference", "triton"])
-    train.add_argument("--compile", nargs="?", const="capture", default="none",
+    train.add_argument("--compile", nargs="?", const="capture", default=None,
                        choices=["none", "capture", "reduce-overhead", "default"],
                        help="run the training step as one CUDA graph replay (capture, the default of a bare "
                             "--compile; CUDA only), through torch.compile(mode='reduce-overhead') (CUDA only) "
-                            "or torch.compile (default); none = eager")
+                            "or torch.compile (default); none = eager.  Default: none for node classification; "
+                            "for graph-level datasets capture on CUDA (steps on batches padded to a few shapes), "
+                            "eager on the CPU")
     train.add_argument("--compile-backend", default=None,
                        help="torch.compile backend for --compile reduce-overhead/default (default inductor; "
                             "aot_eager needs no C++ compiler)")

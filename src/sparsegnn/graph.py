@@ -31,6 +31,8 @@ from .formats import csr as csr_fmt
 from .formats.plan import RowPlan, build_row_plan
 
 _NEXT_KEY = itertools.count()
+#: Derived forms a caller may supply (``Graph.set_derived``).
+_DERIVED_KEYS = ("row", "in_degree", "transpose", "t")
 _GRAPHS: "weakref.WeakValueDictionary[int, Graph]" = weakref.WeakValueDictionary()
 
 
@@ -66,6 +68,11 @@ class Graph:
             nothing per structure in it (no row plan, no signature, no tuning: plan-free kernels
             and heuristic configs).  Graphs made from it (transpose, self loops, new values)
             are transient too.
+        volatile: the graph's tensors are refilled in place between calls (the static batch of
+            a captured training step, ``datasets.loader.StaticBatch``): nothing derived from them
+            may outlive a call.  Implies ``transient``.  Its ``cache`` holds only what its owner
+            put there with ``set_derived`` (forms the owner refills with the graph); whatever an
+            op caches on it is dropped after the call (``cache`` returns a copy).
         key: process-unique int naming this Graph for the custom ops (``graph_by_key``).
         edge_perm: ``[E]`` int64 or ``None``: CSR edge ``k`` is input edge ``edge_perm[k]``.
         ptr: ``[B + 1]`` int64 or ``None``: node boundaries of batched graphs.
@@ -91,13 +98,15 @@ class Graph:
         ptr: Optional[Tensor] = None,
         num_src: Optional[int] = None,
         transient: bool = False,
+        volatile: bool = False,
     ) -> None:
         self.rowptr = rowptr
         self.col = col
         self.edge_val = edge_val
         self.num_nodes = int(rowptr.numel() - 1 if num_nodes is None else num_nodes)
         self.num_src = self.num_nodes if num_src is None else int(num_src)
-        self.transient = bool(transient)
+        self.volatile = bool(volatile)
+        self.transient = bool(transient) or self.volatile
         self._num_edges = int(col.numel())   # a plain int: compiled code reads it without touching col
         self.edge_perm = edge_perm
         self.ptr = ptr
@@ -300,13 +309,24 @@ class Graph:
         """Derived forms of this graph's structure (transpose, plans, tuned kernel configs).
 
         Copied into graphs made with ``with_values`` (same structure); not carried over by ``to``.
+        A ``volatile`` graph returns a copy: what an op stores there lasts for that call only.
         """
-        return self._cache
+        return dict(self._cache) if self.volatile else self._cache
 
     def _cached(self, key: str, build):
         if key not in self._cache:
+            if self.volatile:                 # refilled in place between calls: build, never keep
+                return build()
             self._cache[key] = build()
         return self._cache[key]
+
+    def set_derived(self, key: str, value) -> None:
+        """Supply a derived form (``"row"``, ``"in_degree"``, ``"transpose"``, ``"t"``) that the
+        caller computed, instead of having it built on first use.  On a ``volatile`` graph these
+        are the only cached forms: the owner refills them whenever it refills the graph.
+        Trusted, not checked."""
+        check(key in _DERIVED_KEYS, "Graph.set_derived", f"key must be one of {_DERIVED_KEYS}, got {key!r}")
+        self._cache[key] = value
 
     @property
     def row(self) -> Tensor:

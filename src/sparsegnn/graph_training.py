@@ -8,6 +8,11 @@
   protocol: the epoch of best mean accuracy over the folds).
 
 Batches come from :class:`~sparsegnn.datasets.loader.GraphLoader` (block-diagonal graphs).
+On CUDA each training step is captured as a CUDA graph and replayed (``capture=True``, the
+default there): :class:`CapturedGraphSteps` pads every batch to one of a few shapes
+(:mod:`sparsegnn.datasets.padding`) and keeps one captured step per shape, so a step costs one
+replay instead of a few hundred kernel launches from Python.  The padding changes no result
+(padding nodes and graphs are weighed out of losses and BatchNorm statistics).
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -24,10 +29,14 @@ from torch import Tensor, nn
 
 from . import nn as sgnn
 from ._checks import check
-from .datasets.loader import GraphDataset, GraphLoader
+from .capture import CapturedStep
+from .datasets.loader import GraphBatch, GraphDataset, GraphLoader
+from .datasets.padding import BatchPadding, StaticBatch
+from .nn.norm import padded_nodes
 
 __all__ = ["GRAPH_MODELS", "GRAPH_DATASETS", "build_graph_model", "roc_auc_score", "masked_roc_auc",
-           "resolve_graph_dataset", "train_molecules", "train_tu_kfold", "MoleculeResult", "KFoldResult"]
+           "resolve_graph_dataset", "train_molecules", "train_tu_kfold", "MoleculeResult", "KFoldResult",
+           "CapturedGraphSteps", "masked_bce", "graph_cross_entropy", "set_lr"]
 
 #: ``--model`` names of the graph-level models.
 GRAPH_MODELS = ("chemgcn", "chemgcn-wide", "gin")
@@ -134,6 +143,122 @@ def masked_bce(logits: Tensor, y: Tensor, mask: Optional[Tensor]) -> Tensor:
     return F.binary_cross_entropy_with_logits(logits, y, weight=weight, reduction="sum") / weight.sum().clamp(min=1.0)
 
 
+def graph_cross_entropy(logits: Tensor, batch: GraphBatch) -> Tensor:
+    """Mean cross-entropy over the batch's graphs; on a padded batch over the real graphs only
+    (weighed by ``batch.graph_weight``: the same value as on the unpadded batch, no host sync).
+
+    Shapes:
+        logits: [B, C]; batch.y: [B] int64 -> [].
+    """
+    if batch.graph_weight is None:
+        return F.cross_entropy(logits, batch.y)
+    weight = batch.graph_weight.to(logits.dtype)
+    return (F.cross_entropy(logits, batch.y, reduction="none") * weight).sum() / weight.sum().clamp(min=1.0)
+
+
+def _molecule_loss(logits: Tensor, batch: GraphBatch) -> Tensor:
+    return masked_bce(logits, batch.y, batch.y_mask)      # a padded y_mask is 0 on the padding slots
+
+
+# ---------------------------------------------------------------------------- captured steps
+LossFn = Callable[[Tensor, GraphBatch], Tensor]
+
+
+class CapturedGraphSteps:
+    """Training steps of a graph-level model, each a CUDA graph replay on a padded batch.
+
+    Every batch is padded to its shape (:class:`~sparsegnn.datasets.padding.BatchPadding`:
+    nodes and edges rounded up, a fixed number of graph slots, the size class of its largest
+    graph) and copied into that shape's :class:`~sparsegnn.datasets.padding.StaticBatch`.  The
+    first batch of a shape runs eagerly (warm-up: kernels compiled, optimiser state made), the
+    second captures the step (:class:`~sparsegnn.capture.CapturedStep`) and every later one
+    replays it.  The step is ``zero_grad``, ``loss_fn(model(x, graph), batch)`` under
+    :func:`~sparsegnn.nn.padded_nodes` (BatchNorm over the real nodes), ``backward`` and
+    ``optimizer.step()``, so the model trains as on the unpadded batches.
+
+    Args:
+        model: takes ``(x, graph)`` of a batch and returns per-graph logits (``[slots, ...]``).
+        optimizer: built with ``capturable=True`` when capturing (Adam / AdamW); a learning
+            rate that changes (a schedule) must be a tensor, changed in place (``set_lr``).
+        loss_fn: ``(logits, batch) -> loss`` that weighs out the padding slots (a padded
+            ``y_mask``, or ``batch.graph_weight``: :func:`masked_bce`, :func:`graph_cross_entropy`).
+        padding: the shapes (``BatchPadding.for_dataset(dataset, batch_size)``).
+        capture: False runs the same padded steps eagerly (CPU; tests).
+
+    Returns (``__call__``): the loss tensor of the step; with capture the shape's static
+    tensor, overwritten by its next replay (read or accumulate it before then).
+
+    Shapes:
+        batch: a GraphLoader batch of at most ``padding.batch_size`` graphs -> loss [].
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn,
+                 padding: BatchPadding, *, capture: bool = True) -> None:
+        check(isinstance(padding, BatchPadding), "CapturedGraphSteps",
+              f"padding must be a BatchPadding, got {type(padding).__name__}")
+        self.model, self.optimizer, self.loss_fn, self.padding, self.capture = model, optimizer, loss_fn, padding, capture
+        self._steps: Dict[Tuple[int, int, int, int], Tuple[StaticBatch, Callable[[], Tensor]]] = {}
+
+    @property
+    def shapes(self) -> Dict[Tuple[int, int, int, int], int]:
+        """Each shape seen so far and how many batches it has run."""
+        return {shape: static.fills for shape, (static, _) in self._steps.items()}
+
+    def _step_fn(self, static: StaticBatch) -> Callable[[], Tensor]:
+        batch = static.batch
+
+        def step() -> Tensor:
+            self.optimizer.zero_grad(set_to_none=True)
+            with padded_nodes(batch.node_weight):
+                loss = self.loss_fn(self.model(batch.x, batch.graph), batch)
+            loss.backward()
+            self.optimizer.step()
+            return loss
+        return step
+
+    def __call__(self, batch: GraphBatch) -> Tensor:
+        shape = self.padding.shape_of(batch)
+        entry = self._steps.get(shape)
+        if entry is None:
+            static = StaticBatch(shape, batch, self.padding.pad_graphs)
+            step = self._step_fn(static)
+            if self.capture:
+                step = CapturedStep(step, warmup=1, optimizer=self.optimizer,
+                                    inputs=[t for _, t in static.batch.items() if isinstance(t, Tensor)])
+            entry = self._steps[shape] = (static, step)
+        static, step = entry
+        static.fill(batch)
+        return step().detach()          # keep no autograd graph alive (see CapturedStep._eager_step)
+
+    def __repr__(self) -> str:
+        return f"CapturedGraphSteps({len(self._steps)} shapes, capture={self.capture}, {self.padding})"
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set every group's learning rate; a tensor one (a captured step's) is filled in place."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
+
+
+def _optimizer(model: nn.Module, lr: float, weight_decay: float, capture: bool, device) -> torch.optim.Optimizer:
+    """Adam; for captured steps capturable, with its learning rate a tensor on the device."""
+    if not capture:
+        return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    return torch.optim.Adam(model.parameters(), lr=torch.tensor(lr, device=device), weight_decay=weight_decay,
+                            capturable=True)
+
+
+def _use_capture(capture: Optional[bool], device) -> bool:
+    fn = "train"
+    if capture is None:
+        return torch.device(device).type == "cuda"
+    check(not capture or torch.device(device).type == "cuda", fn, f"capture=True needs a CUDA device, got {device}")
+    return bool(capture)
+
+
 # ---------------------------------------------------------------------------- loops
 def _sync(device) -> None:
     if torch.device(device).type == "cuda":
@@ -151,16 +276,21 @@ def _lone_last(index: Tensor, batch_size: int) -> bool:
     return index.numel() % batch_size == 1 and index.numel() > 1
 
 
-def _train_epoch(model: nn.Module, loader: GraphLoader, optimizer: torch.optim.Optimizer, loss_fn) -> Tensor:
-    """One pass over ``loader``; the mean loss per graph as a device tensor (read it after timing)."""
+def _train_epoch(model: nn.Module, loader: GraphLoader, optimizer: torch.optim.Optimizer, loss_fn,
+                 steps: Optional[CapturedGraphSteps] = None) -> Tensor:
+    """One pass over ``loader`` (eager steps, or ``steps``' padded / captured ones); the mean
+    loss per graph as a device tensor (read it after timing)."""
     model.train()
     total = torch.zeros((), device=loader.device)
     count = 0
     for batch in loader:
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(batch.x, batch.graph), batch)
-        loss.backward()
-        optimizer.step()
+        if steps is not None:
+            loss = steps(batch)
+        else:
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(batch.x, batch.graph), batch)
+            loss.backward()
+            optimizer.step()
         total += loss.detach() * batch.num_graphs
         count += batch.num_graphs
     return total / max(count, 1)
@@ -203,6 +333,7 @@ class MoleculeResult:
     inference_molecules_per_s: float
     inference_batch_size: int
     losses: List[float] = field(default_factory=list)
+    captured_shapes: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -225,6 +356,7 @@ def train_molecules(
     progress: bool = True,
     smiles_backend: str = "auto",
     dataset: Optional[Tuple[GraphDataset, Sequence[str]]] = None,
+    capture: Optional[bool] = None,
 ) -> MoleculeResult:
     """Train a graph-level model on a MoleculeNet-style CSV and report ROC-AUC and molecules/s.
 
@@ -241,6 +373,8 @@ def train_molecules(
     molecules/s = all molecules / one timed eval-mode pass at ``eval_batch_size`` (after a warm-up pass).
 
     ``dataset``: a ready ``(GraphDataset, smiles)`` instead of reading ``path`` (tests, benchmarks).
+    ``capture``: run the training steps as CUDA graph replays on padded batches
+    (:class:`CapturedGraphSteps`; default: on CUDA); False trains eagerly.
     """
     from .datasets import load_molecules
     from .datasets.splits import random_split, scaffold_split
@@ -261,12 +395,15 @@ def train_molecules(
     data = data.to(device)
     model = build_graph_model(model_name, data.num_features, data.y.shape[1], hidden, dropout,
                               normalize=not chem, backend=backend).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    capture = _use_capture(capture, device)
+    optimizer = _optimizer(model, lr, weight_decay, capture, device)
     generator = torch.Generator().manual_seed(seed)
     train_loader = GraphLoader(data, batch_size, index=parts[0], shuffle=True, generator=generator, device=device,
                                drop_last=_lone_last(parts[0], batch_size))
     valid_loader, test_loader = (GraphLoader(data, eval_batch_size, index=p, device=device) for p in parts[1:])
-    loss_fn = lambda logits, batch: masked_bce(logits, batch.y, batch.y_mask)  # noqa: E731
+    loss_fn = _molecule_loss
+    steps = (CapturedGraphSteps(model, optimizer, loss_fn, BatchPadding.for_dataset(data, batch_size))
+             if capture else None)
 
     best_val, test_at_best = -math.inf, math.nan
     times: List[float] = []
@@ -275,7 +412,7 @@ def train_molecules(
         for _ in range(epochs):
             _sync(device)
             start = time.perf_counter()
-            loss = _train_epoch(model, train_loader, optimizer, loss_fn)
+            loss = _train_epoch(model, train_loader, optimizer, loss_fn, steps)
             _sync(device)
             times.append(time.perf_counter() - start)
             losses.append(float(loss))
@@ -297,7 +434,7 @@ def train_molecules(
     return MoleculeResult(model_name, data.name, str(device), split, seed, epochs, batch_size,
                           *(p.numel() for p in parts), val_auc, test_auc, best_val, test_at_best, per_task,
                           1000.0 * epoch_s, parts[0].numel() / epoch_s, data.num_graphs / inference_s,
-                          eval_batch_size, losses)
+                          eval_batch_size, losses, 0 if steps is None else len(steps.shapes))
 
 
 @dataclass
@@ -320,6 +457,7 @@ class KFoldResult:
     mean_epoch_ms: float
     train_graphs_per_s: float
     losses_first_fold: List[float] = field(default_factory=list)
+    captured_shapes: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -347,6 +485,7 @@ def train_tu_kfold(
     progress: bool = True,
     node_attributes: bool = False,
     dataset: Optional[GraphDataset] = None,
+    capture: Optional[bool] = None,
 ) -> KFoldResult:
     """Stratified ``folds``-fold graph classification of a TU collection (the GIN paper's protocol).
 
@@ -360,6 +499,7 @@ def train_tu_kfold(
 
     Timing: mean epoch time (epochs after the first, training only; synchronised on CUDA) and
     training graphs per second.  ``dataset``: a ready :class:`GraphDataset` instead of ``path``.
+    ``capture``: CUDA graph replays of padded steps (:class:`CapturedGraphSteps`; default: on CUDA).
     """
     from .datasets.splits import stratified_kfold
 
@@ -377,34 +517,38 @@ def train_tu_kfold(
     times: List[float] = []
     losses_first: List[float] = []
     trained = 0
-    loss_fn = lambda logits, batch: F.cross_entropy(logits, batch.y)  # noqa: E731
+    shapes = 0
+    loss_fn = graph_cross_entropy
+    capture = _use_capture(capture, device)
     with _bar(folds * epochs, f"{model_name}/{data.name} ({folds}-fold)", progress) as bar:
         for fold, (train_idx, test_idx) in enumerate(splits):
             torch.manual_seed(seed + fold)
             model = build_graph_model(model_name, data.num_features, num_classes, hidden, dropout,
                                       normalize=not chem, backend=backend).to(device)
-            optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-            scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=50, gamma=0.5)
+            optimizer = _optimizer(model, lr, weight_decay, capture, device)
             generator = torch.Generator().manual_seed(seed + fold)
             train_loader = GraphLoader(data, batch_size, index=train_idx, shuffle=True, generator=generator,
                                        device=device, drop_last=_lone_last(train_idx, batch_size))
             test_loader = GraphLoader(data, 256, index=test_idx, device=device)
+            steps = (CapturedGraphSteps(model, optimizer, loss_fn, BatchPadding.for_dataset(data, batch_size))
+                     if capture else None)
             curve = []
             for epoch in range(epochs):
                 _sync(device)
                 start = time.perf_counter()
-                loss = _train_epoch(model, train_loader, optimizer, loss_fn)
+                set_lr(optimizer, lr * 0.5 ** (epoch // 50))       # halved every 50 epochs
+                loss = _train_epoch(model, train_loader, optimizer, loss_fn, steps)
                 _sync(device)
                 if epoch > 0 or epochs == 1:
                     times.append(time.perf_counter() - start)
                     trained += train_idx.numel()
-                scheduler.step()
                 if fold == 0:
                     losses_first.append(float(loss))
                 curve.append(_accuracy(model, test_loader))
                 bar.update(1)
                 bar.set_postfix(fold=fold, loss=f"{float(loss):.3f}", acc=f"{curve[-1]:.3f}")
             curves.append(curve)
+            shapes += 0 if steps is None else len(steps.shapes)
     final = [c[-1] for c in curves]
     per_epoch = torch.tensor(curves).mean(0)
     best = int(per_epoch.argmax())
@@ -412,4 +556,4 @@ def train_tu_kfold(
     std = lambda v: statistics.pstdev(v) if len(v) > 1 else 0.0  # noqa: E731
     return KFoldResult(model_name, data.name, str(device), folds, seed, epochs, batch_size,
                        statistics.fmean(final), std(final), final, best, statistics.fmean(at_best), std(at_best),
-                       1000.0 * sum(times) / len(times), trained / sum(times), losses_first)
+                       1000.0 * sum(times) / len(times), trained / sum(times), losses_first, shapes)

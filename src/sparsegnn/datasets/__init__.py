@@ -21,6 +21,7 @@ from torch import Tensor
 
 from ..graph import Graph
 from .loader import GraphBatch, GraphDataset, GraphLoader, collate
+from .padding import BatchPadding, StaticBatch, pad_batch
 from .molecules import NUM_ATOM_FEATURES, MoleculeBatch, atom_features, load_molecules, smiles_to_edges
 from .planetoid import read_planetoid_raw
 from .real import RealGraph, load_tu_batch, read_edge_list, read_matrix_market, read_npz_graph
@@ -145,7 +146,7 @@ __all__ = [
     "load", "load_tu", "random_graph", "NodeDataset", "GraphSample", "read_planetoid_raw",
     "RealGraph", "read_npz_graph", "read_edge_list", "read_matrix_market", "load_tu_batch",
     "MoleculeBatch", "smiles_to_edges", "load_molecules", "atom_features", "NUM_ATOM_FEATURES",
-    "GraphDataset", "GraphLoader", "GraphBatch", "collate",
+    "GraphDataset", "GraphLoader", "GraphBatch", "collate", "BatchPadding", "StaticBatch", "pad_batch",
     "random_split", "scaffold_split", "murcko_scaffold", "stratified_kfold",
     "REAL_SUITE", "default_data_dir", "load_suite_graph", "describe",
     "REAL_NODE_DATASETS", "load_real_node_dataset",

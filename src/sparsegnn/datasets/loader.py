@@ -42,10 +42,14 @@ class GraphBatch:
             target ``row``, in-degrees and transpose are already in ``graph.cache``).
         x: node features; ``y``: labels of the graphs; ``y_mask``: which labels are known (or None).
         batch: graph id (0..B-1) of every node.
-        index: the graphs' ids in the dataset.
+        index: the graphs' ids in the dataset (-1 for the slots of a padded batch that hold no graph).
+        node_weight: padded batches (``StaticBatch``): 1 for real nodes, 0 for padding; None otherwise.
+        graph_weight: padded batches: 1 for the slots holding a graph, 0 for the empty and
+            padding slots (weigh per-graph losses with it); None otherwise.
 
     Shapes:
-        graph: N nodes, E edges, ptr [B + 1]; x: [N, F]; y: [B, ...]; y_mask: like y; batch: [N]; index: [B].
+        graph: N nodes, E edges, ptr [B + 1]; x: [N, F]; y: [B, ...]; y_mask: like y; batch: [N]; index: [B];
+        node_weight: [N]; graph_weight: [B].
     """
 
     graph: Graph
@@ -54,6 +58,8 @@ class GraphBatch:
     y_mask: Optional[Tensor]
     batch: Tensor
     index: Tensor
+    node_weight: Optional[Tensor] = None
+    graph_weight: Optional[Tensor] = None
 
     @property
     def num_graphs(self) -> int:
@@ -73,10 +79,11 @@ class GraphBatch:
         graph = Graph(move(g.rowptr), move(g.col), move(g.edge_val), g.num_nodes, ptr=move(g.ptr), transient=g.transient)
         for key in ("row", "in_degree"):
             if key in g.cache:
-                graph.cache[key] = move(g.cache[key])
+                graph.set_derived(key, move(g.cache[key]))
         if "transpose" in g.cache:
-            graph.cache["transpose"] = tuple(move(t) for t in g.cache["transpose"])
-        return GraphBatch(graph, move(self.x), move(self.y), move(self.y_mask), move(self.batch), move(self.index))
+            graph.set_derived("transpose", tuple(move(t) for t in g.cache["transpose"]))
+        return GraphBatch(graph, move(self.x), move(self.y), move(self.y_mask), move(self.batch), move(self.index),
+                          move(self.node_weight), move(self.graph_weight))
 
     def to(self, device, non_blocking: bool = False) -> "GraphBatch":
         """Every tensor (those cached on the graph included) on ``device``."""
@@ -267,10 +274,10 @@ def collate(dataset: GraphDataset, index: Tensor, *, transient: bool = True) -> 
     edge_val = None if dataset.edge_val is None else dataset.edge_val.index_select(0, edges)
     graph = Graph(rowptr, dataset.col_local.index_select(0, edges) + shift, edge_val, num_nodes, ptr=ptr,
                   transient=transient)
-    graph.cache["row"] = dataset.row_local.index_select(0, edges) + shift
-    graph.cache["in_degree"] = degree
-    graph.cache["transpose"] = (rowptr_t, dataset.col_t_local.index_select(0, edges) + shift,
-                                dataset.perm_local.index_select(0, edges) + edge_offsets.index_select(0, edge_owner))
+    graph.set_derived("row", dataset.row_local.index_select(0, edges) + shift)
+    graph.set_derived("in_degree", degree)
+    graph.set_derived("transpose", (rowptr_t, dataset.col_t_local.index_select(0, edges) + shift,
+                                dataset.perm_local.index_select(0, edges) + edge_offsets.index_select(0, edge_owner)))
     # block-diagonal by construction, largest graph known on the host: the batched kernels need not sync
     graph.set_batch_stats(int(dataset._node_counts_cpu.index_select(0, index_cpu).max()) if index_cpu.numel() else 0)
     y_mask = None if dataset.y_mask is None else dataset.y_mask.index_select(0, idx)
@@ -368,9 +375,9 @@ def _slice(whole: GraphBatch, b0: int, b1: int, n0: int, n1: int, e0: int, e1: i
     edge_val = None if g.edge_val is None else move(g.edge_val[e0:e1])
     graph = Graph(move(g.rowptr[n0:n1 + 1]) - e0, move(g.col[e0:e1]) - n0, edge_val, n1 - n0,
                   ptr=move(g.ptr[b0:b1 + 1]) - n0, transient=g.transient)
-    graph.cache["row"] = move(g.cache["row"][e0:e1]) - n0
-    graph.cache["in_degree"] = move(g.cache["in_degree"][n0:n1])
-    graph.cache["transpose"] = (move(rowptr_t[n0:n1 + 1]) - e0, move(col_t[e0:e1]) - n0, move(perm[e0:e1]) - e0)
+    graph.set_derived("row", move(g.cache["row"][e0:e1]) - n0)
+    graph.set_derived("in_degree", move(g.cache["in_degree"][n0:n1]))
+    graph.set_derived("transpose", (move(rowptr_t[n0:n1 + 1]) - e0, move(col_t[e0:e1]) - n0, move(perm[e0:e1]) - e0))
     y_mask = None if whole.y_mask is None else move(whole.y_mask[b0:b1])
     return GraphBatch(graph, move(whole.x[n0:n1]), move(whole.y[b0:b1]), y_mask, move(whole.batch[n0:n1]) - b0,
                       move(whole.index[b0:b1]))

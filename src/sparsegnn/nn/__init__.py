@@ -5,9 +5,10 @@ from .conv import AGNNConv, GATConv, GATv2Conv, GCNConv, GINConv, GINEConv, SAGE
 from .maxk import MaxKGCNConv, MaxKGINConv, MaxKSAGEConv
 from .models import AGNN, GAT, GCN, GIN, GraphSAGE, MaxKGNN
 from .graphclass import ChemGCN, GINClassifier
+from .norm import PaddedBatchNorm1d, padded_nodes
 from .accelerate import AccelerateReport, accelerate
 from .prepare import prepare
 
 __all__ = ["GCNConv", "SAGEConv", "GINConv", "GINEConv", "AGNNConv", "GATConv", "GATv2Conv", "GCN", "AGNN",
            "GraphSAGE", "GIN", "GAT", "MaxKSAGEConv", "MaxKGCNConv", "MaxKGINConv", "MaxKGNN", "prepare", "accelerate",
-           "AccelerateReport", "ChemGCN", "GINClassifier"]
+           "AccelerateReport", "ChemGCN", "GINClassifier", "PaddedBatchNorm1d", "padded_nodes"]

@@ -2,7 +2,9 @@
 
 Both take a batch as one block-diagonal Graph with ``ptr`` (``GraphLoader`` batches,
 ``Graph.batch``, ``load_molecules(...).graph``) and pool per graph with
-:func:`sparsegnn.global_pool`.
+:func:`sparsegnn.global_pool`.  Their BatchNorm layers are :class:`~sparsegnn.nn.PaddedBatchNorm1d`
+(``BatchNorm1d`` that skips padding nodes inside :func:`~sparsegnn.nn.padded_nodes`), so they
+train the same on the padded batches of a captured step.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from torch import Tensor, nn
 from .._checks import check
 from ..ops.pool import POOL_REDUCES, global_pool
 from .conv import GCNConv, GINConv
+from .norm import PaddedBatchNorm1d
 
 __all__ = ["ChemGCN", "GINClassifier"]
 
@@ -64,7 +67,7 @@ class ChemGCN(nn.Module):
         widths = [in_channels] + [hidden] * num_layers
         self.convs = nn.ModuleList(GCNConv(widths[i], hidden, normalize=normalize, backend=backend)
                                    for i in range(num_layers))
-        self.norms = nn.ModuleList(nn.BatchNorm1d(hidden) if batch_norm else nn.Identity() for _ in range(num_layers))
+        self.norms = nn.ModuleList(PaddedBatchNorm1d(hidden) if batch_norm else nn.Identity() for _ in range(num_layers))
         self.lin1, self.lin2 = nn.Linear(hidden, head), nn.Linear(head, num_tasks)
         self.pool, self.dropout, self.normalize = pool, dropout, normalize
 
@@ -88,7 +91,7 @@ class ChemGCN(nn.Module):
 
 
 def _gin_mlp(in_channels: int, hidden: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(in_channels, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, hidden))
+    return nn.Sequential(nn.Linear(in_channels, hidden), PaddedBatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, hidden))
 
 
 class GINClassifier(nn.Module):
@@ -125,7 +128,7 @@ class GINClassifier(nn.Module):
         widths: List[int] = [in_channels] + [hidden] * (num_layers - 1)
         self.convs = nn.ModuleList(GINConv(_gin_mlp(widths[i], hidden), train_eps=train_eps, backend=backend)
                                    for i in range(num_layers - 1))
-        self.norms = nn.ModuleList(nn.BatchNorm1d(hidden) for _ in range(num_layers - 1))
+        self.norms = nn.ModuleList(PaddedBatchNorm1d(hidden) for _ in range(num_layers - 1))
         self.heads = nn.ModuleList(nn.Linear(w, num_classes) for w in widths)
         self.pool, self.dropout = pool, dropout
 
