@@ -83,6 +83,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.minibatch is not None and args.compile != "none":
         print("train: --minibatch trains eagerly; drop --compile", file=sys.stderr)
         return 2
+    if args.nproc is not None:
+        return _cmd_train_distributed(args)
     if args.maxk is not None:
         problem = _maxk_problem(args)
         if problem is not None:
@@ -125,6 +127,37 @@ def _cmd_train(args: argparse.Namespace) -> int:
               f"val {100 * summary['val_acc']:.2f}%  test {100 * summary['test_acc']:.2f}%  "
               f"mean epoch {summary['mean_epoch_ms']:.2f} ms"
               + ("" if args.compile == "none" else f" (compile {args.compile})"))
+    return 0
+
+
+def _cmd_train_distributed(args: argparse.Namespace) -> int:
+    """``train --nproc N``: full-graph GCN / GraphSAGE on N processes (``sparsegnn.distributed``)."""
+    from .datasets import load
+    from .distributed.train import train_distributed
+
+    others = {"--minibatch": args.minibatch is not None, "--reorder": args.reorder is not None,
+              "--precision": args.precision != "ieee", "--maxk": args.maxk is not None,
+              "--compile": args.compile != "none", "--runs": args.runs != 1}
+    given = [name for name, on in others.items() if on]
+    problem = (f"--nproc must be >= 1, got {args.nproc}" if args.nproc < 1 else
+               f"--nproc trains --model gcn or sage, got {args.model}" if args.model not in ("gcn", "sage") else
+               f"{', '.join(given)} do not apply with --nproc" if given else None)
+    if problem is not None:
+        print(f"train: {problem}", file=sys.stderr)
+        return 2
+    data = load(args.dataset, root=args.root, data_dir=args.data_dir)
+    device = "cuda" if args.device.startswith("cuda") else "cpu"
+    result = train_distributed(data, args.model, args.nproc, epochs=args.epochs, hidden=args.hidden or 256,
+                               num_layers=3 if args.model == "sage" else 2,
+                               dropout=0.5 if args.dropout is None else args.dropout, lr=args.lr,
+                               weight_decay=args.weight_decay, seed=args.seed, device=device, method=args.partition)
+    if args.json:
+        print(json.dumps(result.as_dict()))
+    else:
+        print(f"{args.model} on {args.dataset} ({args.nproc} x {device}, {result.backend}, partition {args.partition}): "
+              f"test {100 * result.test_acc:.2f}%  val {100 * result.val_acc:.2f}%  epoch {result.mean_epoch_ms:.2f} ms, "
+              f"halo {result.halo_bytes_per_epoch / 1e6:.2f} MB per epoch, {result.cut_edges} of {result.num_edges} "
+              f"edges cut")
     return 0
 
 
@@ -409,6 +442,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--minibatch", nargs="?", type=_fanouts, const=[15, 10], default=None, metavar="FANOUTS",
                        help="train on neighbour-sampled mini-batches (sparsegnn.sampling.NeighborLoader); "
                             "fanouts per hop, comma-separated (default 15,10; -1 = all neighbours)")
+    train.add_argument("--nproc", type=int, default=None,
+                       help="full-graph training on N processes over a partitioned graph (torch.distributed: "
+                            "NCCL with one GPU each on --device cuda, gloo on the CPU); --model gcn or sage")
+    train.add_argument("--partition", default="auto", choices=["auto", "metis", "contiguous"],
+                       help="partitioner with --nproc (auto: METIS when pymetis is installed)")
     train.add_argument("--batch-size", type=int, default=None,
                        help="seed nodes per mini-batch with --minibatch (default 1024); graphs per batch for "
                             "graph-level datasets (default 50 molecules, 32 TU graphs)")
