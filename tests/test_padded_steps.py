@@ -237,5 +237,6 @@ def test_capture_needs_cuda():
     from sparsegnn.graph_training import _use_capture
 
     assert _use_capture(None, "cpu") is False
+    assert _use_capture(None, "cuda", "reference") is False and _use_capture(None, "cuda") is True
     with pytest.raises(ValueError, match=r"train\(\): capture=True needs a CUDA device"):
         _use_capture(True, "cpu")

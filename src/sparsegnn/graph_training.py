@@ -251,10 +251,11 @@ def _optimizer(model: nn.Module, lr: float, weight_decay: float, capture: bool, 
                             capturable=True)
 
 
-def _use_capture(capture: Optional[bool], device) -> bool:
+def _use_capture(capture: Optional[bool], device, backend: str = "auto") -> bool:
+    """Capture by default on CUDA with the Triton kernels (the reference backend's ops may sync)."""
     fn = "train"
     if capture is None:
-        return torch.device(device).type == "cuda"
+        return torch.device(device).type == "cuda" and backend != "reference"
     check(not capture or torch.device(device).type == "cuda", fn, f"capture=True needs a CUDA device, got {device}")
     return bool(capture)
 
@@ -374,7 +375,7 @@ def train_molecules(
 
     ``dataset``: a ready ``(GraphDataset, smiles)`` instead of reading ``path`` (tests, benchmarks).
     ``capture``: run the training steps as CUDA graph replays on padded batches
-    (:class:`CapturedGraphSteps`; default: on CUDA); False trains eagerly.
+    (:class:`CapturedGraphSteps`; default: on CUDA unless backend="reference"); False trains eagerly.
     """
     from .datasets import load_molecules
     from .datasets.splits import random_split, scaffold_split
@@ -395,7 +396,7 @@ def train_molecules(
     data = data.to(device)
     model = build_graph_model(model_name, data.num_features, data.y.shape[1], hidden, dropout,
                               normalize=not chem, backend=backend).to(device)
-    capture = _use_capture(capture, device)
+    capture = _use_capture(capture, device, backend)
     optimizer = _optimizer(model, lr, weight_decay, capture, device)
     generator = torch.Generator().manual_seed(seed)
     train_loader = GraphLoader(data, batch_size, index=parts[0], shuffle=True, generator=generator, device=device,
@@ -499,7 +500,8 @@ def train_tu_kfold(
 
     Timing: mean epoch time (epochs after the first, training only; synchronised on CUDA) and
     training graphs per second.  ``dataset``: a ready :class:`GraphDataset` instead of ``path``.
-    ``capture``: CUDA graph replays of padded steps (:class:`CapturedGraphSteps`; default: on CUDA).
+    ``capture``: CUDA graph replays of padded steps (:class:`CapturedGraphSteps`; default: on CUDA unless
+    ``backend="reference"``).
     """
     from .datasets.splits import stratified_kfold
 
@@ -519,7 +521,7 @@ def train_tu_kfold(
     trained = 0
     shapes = 0
     loss_fn = graph_cross_entropy
-    capture = _use_capture(capture, device)
+    capture = _use_capture(capture, device, backend)
     with _bar(folds * epochs, f"{model_name}/{data.name} ({folds}-fold)", progress) as bar:
         for fold, (train_idx, test_idx) in enumerate(splits):
             torch.manual_seed(seed + fold)
