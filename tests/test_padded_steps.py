@@ -88,7 +88,7 @@ def test_shape_errors():
         BatchPadding(3, 8, 32)
     small = collate(multi, torch.tensor([0, 1]))
     static = StaticBatch(padding.shape_of(small), small, padding.pad_graphs)
-    with pytest.raises(ValueError, match=r"StaticBatch.fill\(\): a batch of"):
+    with pytest.raises(ValueError, match=r"PaddedGraph.fill\(\): a graph of \d+ nodes"):
         static.fill(collate(multi, torch.tensor([2, 3, 4])))
     padded = pad_batch(small, padding)
     with pytest.raises(ValueError, match="padded already"):
@@ -240,3 +240,29 @@ def test_capture_needs_cuda():
     assert _use_capture(None, "cuda", "reference") is False and _use_capture(None, "cuda") is True
     with pytest.raises(ValueError, match=r"train\(\): capture=True needs a CUDA device"):
         _use_capture(True, "cpu")
+
+
+# ---------------------------------------------------------------------------- sampled mini-batches
+@pytest.mark.parametrize("model_name", ["sage", "gcn"])
+def test_padded_minibatch_steps_train_exactly_like_eager_steps(model_name):
+    from sparsegnn.sampling import MiniBatchPadding, NeighborLoader, minibatch_loss
+    from sparsegnn.training import _uncache, build_model
+
+    data = sg.datasets.load("cora")
+    torch.manual_seed(0)
+    eager = _uncache(build_model(model_name, data.x.shape[1], data.num_classes, 16, 0.0, "auto")).double()
+    padded = copy.deepcopy(eager)
+    opt_e, opt_p = (torch.optim.Adam(m.parameters(), lr=0.01) for m in (eager, padded))
+    padding = MiniBatchPadding(node_multiple=64, edge_multiple=256)
+    steps = CapturedGraphSteps(padded, opt_p, minibatch_loss, padding, capture=False)
+    loader = NeighborLoader(data.graph, [5, 3], batch_size=50, input_nodes=data.train_mask, x=data.x.double(), y=data.y,
+                            generator=torch.Generator().manual_seed(0))
+    for batch in loader:                                  # 140 seeds: 50, 50, 40
+        loss_e = minibatch_loss(eager(batch.x, batch.graph), batch)
+        opt_e.zero_grad()
+        loss_e.backward()
+        opt_e.step()
+        torch.testing.assert_close(steps(batch), loss_e.detach(), rtol=1e-9, atol=1e-12)
+    assert sum(steps.shapes.values()) == 3 and all(shape[2] in (50, 40) for shape in steps.shapes)
+    for (key, a), b in zip(eager.state_dict().items(), padded.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12, msg=key)

@@ -48,12 +48,15 @@ The returned loss is the graph's static output tensor, overwritten by the next r
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional
+from typing import Callable, Dict, Iterable, Optional
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["CapturedStep", "capture_step"]
+from ._checks import check
+from .nn.norm import padded_nodes
+
+__all__ = ["CapturedStep", "capture_step", "CapturedGraphSteps"]
 
 
 def _check(cond: bool, message: str) -> None:
@@ -160,7 +163,9 @@ class CapturedStep:
             self.optimizer.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, pool=self.pool):
+            # thread_local: a loader thread sampling the next batch (host syncs, allocations) meanwhile
+            # must not invalidate this capture
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 loss = self.step_fn()
         except torch.cuda.OutOfMemoryError:
             raise
@@ -204,3 +209,81 @@ def capture_step(step_fn: Callable[[], Tensor], warmup: int = 3, *,
     """
     return CapturedStep(step_fn, warmup, optimizer=optimizer, inputs=inputs, pool=pool).capture()
 
+
+LossFn = Callable[[Tensor, object], Tensor]
+
+
+class CapturedGraphSteps:
+    """Training steps of a graph-level model, each a CUDA graph replay on a padded batch.
+
+    Every batch is padded to its shape (:class:`~sparsegnn.datasets.padding.BatchPadding`:
+    nodes and edges rounded up, a fixed number of graph slots, the size class of its largest
+    graph; or :class:`~sparsegnn.sampling.padding.MiniBatchPadding` for sampled sub-graphs) and
+    copied into that shape's static tensors (:class:`~sparsegnn.datasets.padding.StaticBatch`).  The
+    first batch of a shape runs eagerly (warm-up: kernels compiled, optimiser state made), the
+    second captures the step (:class:`~sparsegnn.capture.CapturedStep`) and every later one
+    replays it.  The step is ``zero_grad``, ``loss_fn(model(x, graph), batch)`` under
+    :func:`~sparsegnn.nn.padded_nodes` (BatchNorm over the real nodes), ``backward`` and
+    ``optimizer.step()``, so the model trains as on the unpadded batches.
+
+    Args:
+        model: takes ``(x, graph)`` of a batch and returns per-graph logits (``[slots, ...]``).
+        optimizer: built with ``capturable=True`` when capturing (Adam / AdamW); a learning
+            rate that changes (a schedule) must be a tensor, changed in place (``set_lr``).
+        loss_fn: ``(logits, batch) -> loss`` that weighs out the padding slots (a padded
+            ``y_mask``, or ``batch.graph_weight``: :func:`masked_bce`, :func:`graph_cross_entropy`).
+        padding: the shapes: ``shape_of(batch)`` (hashable, host integers only) and
+            ``static(shape, batch)`` (an object with ``fill(batch)`` and a static ``batch``):
+            ``datasets.BatchPadding.for_dataset(dataset, batch_size)`` for batches of small
+            graphs, ``sampling.MiniBatchPadding`` for sampled mini-batches.
+        capture: False runs the same padded steps eagerly (CPU; tests).
+
+    Returns (``__call__``): the loss tensor of the step; with capture the shape's static
+    tensor, overwritten by its next replay (read or accumulate it before then).
+
+    Shapes:
+        batch: a GraphLoader batch of at most ``padding.batch_size`` graphs, or a sampled mini-batch -> loss [].
+
+    Capturing needs CUDA and an optimiser with ``capturable=True``; ``capture=False`` runs anywhere.
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn,
+                 padding, *, capture: bool = True) -> None:
+        check(hasattr(padding, "shape_of") and hasattr(padding, "static"), "CapturedGraphSteps",
+              f"padding must have shape_of() and static() (a BatchPadding), got {type(padding).__name__}")
+        self.model, self.optimizer, self.loss_fn, self.padding, self.capture = model, optimizer, loss_fn, padding, capture
+        self._steps: Dict[tuple, tuple] = {}
+
+    @property
+    def shapes(self) -> Dict[tuple, int]:
+        """Each shape seen so far and how many batches it has run."""
+        return {shape: static.fills for shape, (static, _) in self._steps.items()}
+
+    def _step_fn(self, static) -> Callable[[], Tensor]:
+        batch = static.batch
+
+        def step() -> Tensor:
+            self.optimizer.zero_grad(set_to_none=True)
+            with padded_nodes(batch.node_weight):
+                loss = self.loss_fn(self.model(batch.x, batch.graph), batch)
+            loss.backward()
+            self.optimizer.step()
+            return loss
+        return step
+
+    def __call__(self, batch) -> Tensor:
+        shape = self.padding.shape_of(batch)
+        entry = self._steps.get(shape)
+        if entry is None:
+            static = self.padding.static(shape, batch)
+            step = self._step_fn(static)
+            if self.capture:
+                step = CapturedStep(step, warmup=1, optimizer=self.optimizer,
+                                    inputs=[t for _, t in static.batch.items() if isinstance(t, Tensor)])
+            entry = self._steps[shape] = (static, step)
+        static, step = entry
+        static.fill(batch)
+        return step().detach()          # keep no autograd graph alive (see CapturedStep._eager_step)
+
+    def __repr__(self) -> str:
+        return f"CapturedGraphSteps({len(self._steps)} shapes, capture={self.capture}, {self.padding})"

@@ -21,7 +21,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -29,10 +29,9 @@ from torch import Tensor, nn
 
 from . import nn as sgnn
 from ._checks import check
-from .capture import CapturedStep
+from .capture import CapturedGraphSteps
 from .datasets.loader import GraphBatch, GraphDataset, GraphLoader
-from .datasets.padding import BatchPadding, StaticBatch
-from .nn.norm import padded_nodes
+from .datasets.padding import BatchPadding
 
 __all__ = ["GRAPH_MODELS", "GRAPH_DATASETS", "build_graph_model", "roc_auc_score", "masked_roc_auc",
            "resolve_graph_dataset", "train_molecules", "train_tu_kfold", "MoleculeResult", "KFoldResult",
@@ -158,80 +157,6 @@ def graph_cross_entropy(logits: Tensor, batch: GraphBatch) -> Tensor:
 
 def _molecule_loss(logits: Tensor, batch: GraphBatch) -> Tensor:
     return masked_bce(logits, batch.y, batch.y_mask)      # a padded y_mask is 0 on the padding slots
-
-
-# ---------------------------------------------------------------------------- captured steps
-LossFn = Callable[[Tensor, GraphBatch], Tensor]
-
-
-class CapturedGraphSteps:
-    """Training steps of a graph-level model, each a CUDA graph replay on a padded batch.
-
-    Every batch is padded to its shape (:class:`~sparsegnn.datasets.padding.BatchPadding`:
-    nodes and edges rounded up, a fixed number of graph slots, the size class of its largest
-    graph) and copied into that shape's :class:`~sparsegnn.datasets.padding.StaticBatch`.  The
-    first batch of a shape runs eagerly (warm-up: kernels compiled, optimiser state made), the
-    second captures the step (:class:`~sparsegnn.capture.CapturedStep`) and every later one
-    replays it.  The step is ``zero_grad``, ``loss_fn(model(x, graph), batch)`` under
-    :func:`~sparsegnn.nn.padded_nodes` (BatchNorm over the real nodes), ``backward`` and
-    ``optimizer.step()``, so the model trains as on the unpadded batches.
-
-    Args:
-        model: takes ``(x, graph)`` of a batch and returns per-graph logits (``[slots, ...]``).
-        optimizer: built with ``capturable=True`` when capturing (Adam / AdamW); a learning
-            rate that changes (a schedule) must be a tensor, changed in place (``set_lr``).
-        loss_fn: ``(logits, batch) -> loss`` that weighs out the padding slots (a padded
-            ``y_mask``, or ``batch.graph_weight``: :func:`masked_bce`, :func:`graph_cross_entropy`).
-        padding: the shapes (``BatchPadding.for_dataset(dataset, batch_size)``).
-        capture: False runs the same padded steps eagerly (CPU; tests).
-
-    Returns (``__call__``): the loss tensor of the step; with capture the shape's static
-    tensor, overwritten by its next replay (read or accumulate it before then).
-
-    Shapes:
-        batch: a GraphLoader batch of at most ``padding.batch_size`` graphs -> loss [].
-    """
-
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn,
-                 padding: BatchPadding, *, capture: bool = True) -> None:
-        check(isinstance(padding, BatchPadding), "CapturedGraphSteps",
-              f"padding must be a BatchPadding, got {type(padding).__name__}")
-        self.model, self.optimizer, self.loss_fn, self.padding, self.capture = model, optimizer, loss_fn, padding, capture
-        self._steps: Dict[Tuple[int, int, int, int], Tuple[StaticBatch, Callable[[], Tensor]]] = {}
-
-    @property
-    def shapes(self) -> Dict[Tuple[int, int, int, int], int]:
-        """Each shape seen so far and how many batches it has run."""
-        return {shape: static.fills for shape, (static, _) in self._steps.items()}
-
-    def _step_fn(self, static: StaticBatch) -> Callable[[], Tensor]:
-        batch = static.batch
-
-        def step() -> Tensor:
-            self.optimizer.zero_grad(set_to_none=True)
-            with padded_nodes(batch.node_weight):
-                loss = self.loss_fn(self.model(batch.x, batch.graph), batch)
-            loss.backward()
-            self.optimizer.step()
-            return loss
-        return step
-
-    def __call__(self, batch: GraphBatch) -> Tensor:
-        shape = self.padding.shape_of(batch)
-        entry = self._steps.get(shape)
-        if entry is None:
-            static = StaticBatch(shape, batch, self.padding.pad_graphs)
-            step = self._step_fn(static)
-            if self.capture:
-                step = CapturedStep(step, warmup=1, optimizer=self.optimizer,
-                                    inputs=[t for _, t in static.batch.items() if isinstance(t, Tensor)])
-            entry = self._steps[shape] = (static, step)
-        static, step = entry
-        static.fill(batch)
-        return step().detach()          # keep no autograd graph alive (see CapturedStep._eager_step)
-
-    def __repr__(self) -> str:
-        return f"CapturedGraphSteps({len(self._steps)} shapes, capture={self.capture}, {self.padding})"
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -28,15 +28,16 @@ from them is kept between calls.
 """
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
+from torch import Tensor
 
 from .._checks import check
 from ..graph import Graph
 from .loader import GraphBatch, GraphDataset
 
-__all__ = ["BatchPadding", "StaticBatch", "pad_batch", "shapes_of", "MIN_PAD_NODES", "PAD_GRAPH_NODES"]
+__all__ = ["BatchPadding", "StaticBatch", "PaddedGraph", "pad_batch", "shapes_of", "MIN_PAD_NODES", "PAD_GRAPH_NODES"]
 
 #: Every padded batch has at least this many padding nodes (so padding edges spread over them).
 MIN_PAD_NODES = 16
@@ -110,9 +111,75 @@ class BatchPadding:
         num_nodes = _round_up(graph.num_nodes + MIN_PAD_NODES, self.node_multiple)
         return num_nodes, _round_up(max(graph.num_edges, 1), self.edge_multiple), self.slots, _size_class(stats[0])
 
+    def static(self, shape: Tuple[int, int, int, int], like: GraphBatch) -> "StaticBatch":
+        """The :class:`StaticBatch` of ``shape`` (what ``CapturedGraphSteps`` keeps per shape)."""
+        return StaticBatch(shape, like, self.pad_graphs)
+
     def __repr__(self) -> str:
         return (f"BatchPadding(batch_size={self.batch_size}, node_multiple={self.node_multiple}, "
                 f"edge_multiple={self.edge_multiple}, padding graphs={self.pad_graphs})")
+
+
+class PaddedGraph:
+    """A volatile :class:`Graph` of ``num_nodes`` nodes and ``num_edges`` edges (and its transpose,
+    per-edge targets and in-degrees) that :meth:`fill` refills with a smaller graph, padded: the
+    padding nodes come last, and the padding edges are self loops on them (weight 0), spread
+    evenly.  The structure part shared by :class:`StaticBatch` and the sampled mini-batches of
+    ``sampling.padding``.
+
+    Shapes:
+        graph: num_nodes x num_nodes, num_edges edges (``ptr`` when given).
+    """
+
+    def __init__(self, num_nodes: int, num_edges: int, like: Graph, device, ptr: Optional[Tensor] = None,
+                 size_class: Optional[int] = None) -> None:
+        i64 = torch.int64
+        new = lambda *size, dtype=i64: torch.zeros(*size, dtype=dtype, device=device)  # noqa: E731
+        self.num_nodes, self.num_edges = num_nodes, num_edges
+        self.rowptr, self.col, self.row, self.in_degree = new(num_nodes + 1), new(num_edges), new(num_edges), new(num_nodes)
+        self.rowptr_t, self.col_t, self.perm = new(num_nodes + 1), new(num_edges), new(num_edges)
+        self.edge_val = None if like.edge_val is None else new(num_edges, dtype=like.edge_val.dtype)
+        self.edge_val_t = None if like.edge_val is None else new(num_edges, dtype=like.edge_val.dtype)
+        self.nodes = torch.arange(num_nodes + 1, dtype=i64, device=device)    # node ids, and 0..E tails
+        self._edges = torch.arange(num_edges + 1, dtype=i64, device=device)
+        self.graph = Graph(self.rowptr, self.col, self.edge_val, num_nodes, ptr=ptr, volatile=True)
+        transposed = Graph(self.rowptr_t, self.col_t, self.edge_val_t, num_nodes, ptr=ptr, volatile=True)
+        if size_class is not None:      # the largest real graph is below the size class
+            self.graph.set_batch_stats(size_class)
+            transposed.set_batch_stats(size_class)
+        self.graph.set_derived("row", self.row)
+        self.graph.set_derived("in_degree", self.in_degree)
+        self.graph.set_derived("transpose", (self.rowptr_t, self.col_t, self.perm))
+        self.graph.set_derived("t", transposed)
+
+    def fill(self, g: Graph) -> Tuple[int, int]:
+        """Copy ``g`` (at most ``num_nodes - MIN_PAD_NODES`` nodes, ``num_edges`` edges) in, padded.
+        Returns ``(padding nodes, padding edges)``.  Host integers only (no sync)."""
+        fn = "PaddedGraph.fill"
+        n, e = g.num_nodes, g.num_edges
+        check(self.num_nodes - n >= MIN_PAD_NODES and e <= self.num_edges, fn,
+              f"a graph of {n} nodes and {e} edges does not fit {self.num_nodes} nodes and {self.num_edges} edges "
+              f"(with {MIN_PAD_NODES} padding nodes)")
+        check((g.edge_val is None) == (self.edge_val is None), fn, "edge values present in one graph but not another")
+        p, q = self.num_nodes - n, self.num_edges - e                   # padding nodes and edges
+        rowptr_t, col_t, perm = g.transpose_parts()
+        # padding edge k is a self loop on padding node n + k p // q: rows grow by <= ceil(q / p)
+        loops = self._edges[:q].mul(p).floor_divide_(max(q, 1)).add_(n)
+        tail = self.nodes[1:p + 1].mul(q).add_(p - 1).floor_divide_(p).add_(e)   # rowptr of the padding rows
+        for dst, src in ((self.rowptr, g.rowptr), (self.rowptr_t, rowptr_t)):
+            dst[:n + 1].copy_(src)
+            dst[n + 1:].copy_(tail)
+        for dst, src in ((self.col, g.col), (self.row, g.row), (self.col_t, col_t)):
+            dst[:e].copy_(src)
+            dst[e:].copy_(loops)
+        self.perm[:e].copy_(perm)
+        self.perm[e:].copy_(self._edges[e:self.num_edges])          # the padding block is its own transpose
+        torch.sub(self.rowptr[1:], self.rowptr[:-1], out=self.in_degree)
+        if self.edge_val is not None:
+            self.edge_val[:e].copy_(g.edge_val)
+            self.edge_val[e:].zero_()
+            torch.index_select(self.edge_val, 0, self.perm, out=self.edge_val_t)
+        return p, q
 
 
 class StaticBatch:
@@ -135,30 +202,17 @@ class StaticBatch:
         check(pad_graphs >= 1 and slots > pad_graphs, fn, f"needs 1 <= pad_graphs < slots, got {pad_graphs}, {slots}")
         check(num_nodes >= MIN_PAD_NODES and num_edges >= 1, fn, f"shape {shape} is too small")
         self.shape, self.pad_graphs = tuple(shape), pad_graphs
-        g = like.graph
         device, i64 = like.x.device, torch.int64
         new = lambda *size, dtype=i64: torch.zeros(*size, dtype=dtype, device=device)  # noqa: E731
         self.x = new(num_nodes, like.x.shape[1], dtype=like.x.dtype)
         self.y = new(slots, *like.y.shape[1:], dtype=like.y.dtype)
         self.y_mask = None if like.y_mask is None else new(slots, *like.y_mask.shape[1:], dtype=like.y_mask.dtype)
-        self.rowptr, self.col, self.row, self.in_degree = new(num_nodes + 1), new(num_edges), new(num_edges), new(num_nodes)
-        self.rowptr_t, self.col_t, self.perm = new(num_nodes + 1), new(num_edges), new(num_edges)
-        self.edge_val = None if g.edge_val is None else new(num_edges, dtype=g.edge_val.dtype)
-        self.edge_val_t = None if g.edge_val is None else new(num_edges, dtype=g.edge_val.dtype)
         self.ptr, self.index, self.batch_vector = new(slots + 1), new(slots), new(num_nodes)
         self.node_weight, self.graph_weight = new(num_nodes, dtype=torch.float32), new(slots, dtype=torch.float32)
-        self._nodes = torch.arange(num_nodes + 1, dtype=i64, device=device)    # node ids, and 0..E tails
-        self._edges = torch.arange(num_edges + 1, dtype=i64, device=device)
         self._slots = torch.arange(1, slots + 1, dtype=i64, device=device)
-        self.graph = Graph(self.rowptr, self.col, self.edge_val, num_nodes, ptr=self.ptr, volatile=True)
-        transposed = Graph(self.rowptr_t, self.col_t, self.edge_val_t, num_nodes, ptr=self.ptr, volatile=True)
-        # the largest real graph is below the size class, a padding graph holds <= PAD_GRAPH_NODES
-        self.graph.set_batch_stats(size_class)
-        transposed.set_batch_stats(size_class)
-        self.graph.set_derived("row", self.row)
-        self.graph.set_derived("in_degree", self.in_degree)
-        self.graph.set_derived("transpose", (self.rowptr_t, self.col_t, self.perm))
-        self.graph.set_derived("t", transposed)
+        # a padding graph holds <= PAD_GRAPH_NODES nodes, below every size class
+        self.padded = PaddedGraph(num_nodes, num_edges, like.graph, device, ptr=self.ptr, size_class=size_class)
+        self.graph = self.padded.graph
         self.batch = GraphBatch(self.graph, self.x, self.y, self.y_mask, self.batch_vector, self.index,
                                 self.node_weight, self.graph_weight)
         self.fills = 0
@@ -168,32 +222,13 @@ class StaticBatch:
         returns :attr:`batch`.  Host integers only (no sync): about 30 small device ops."""
         g = batch.graph
         num_nodes, num_edges, slots, size_class = self.shape
-        n, e, b = g.num_nodes, g.num_edges, batch.num_graphs
+        n, b = g.num_nodes, batch.num_graphs
         fn = "StaticBatch.fill"
-        check(num_nodes - n >= MIN_PAD_NODES and e <= num_edges and b <= slots - self.pad_graphs, fn,
-              f"a batch of {n} nodes, {e} edges, {b} graphs does not fit the shape {self.shape}")
-        check((g.edge_val is None) == (self.edge_val is None), fn, "edge values present in one batch but not another")
+        check(b <= slots - self.pad_graphs, fn, f"a batch of {b} graphs does not fit the shape {self.shape}")
         stats = g.batch_stats()
         check(stats is not None and stats[2] and stats[0] <= size_class, fn,
               f"the batch's largest graph exceeds the shape's size class {size_class}")
-        p, q = num_nodes - n, num_edges - e                        # padding nodes and edges
-        rowptr_t, col_t, perm = g.transpose_parts()
-        # padding edge k is a self loop on padding node n + k p // q: rows grow by <= ceil(q / p)
-        loops = self._edges[:q].mul(p).floor_divide_(max(q, 1)).add_(n)
-        tail = self._nodes[1:p + 1].mul(q).add_(p - 1).floor_divide_(p).add_(e)   # rowptr of the padding rows
-        for dst, src in ((self.rowptr, g.rowptr), (self.rowptr_t, rowptr_t)):
-            dst[:n + 1].copy_(src)
-            dst[n + 1:].copy_(tail)
-        for dst, src in ((self.col, g.col), (self.row, g.row), (self.col_t, col_t)):
-            dst[:e].copy_(src)
-            dst[e:].copy_(loops)
-        self.perm[:e].copy_(perm)
-        self.perm[e:].copy_(self._edges[e:num_edges])             # the padding block is its own transpose
-        torch.sub(self.rowptr[1:], self.rowptr[:-1], out=self.in_degree)
-        if self.edge_val is not None:
-            self.edge_val[:e].copy_(g.edge_val)
-            self.edge_val[e:].zero_()
-            torch.index_select(self.edge_val, 0, self.perm, out=self.edge_val_t)
+        p, _ = self.padded.fill(g)
         self.x[:n].copy_(batch.x)
         self.x[n:].zero_()
         # slots: b graphs, empty slots up to batch_size, then padding graphs splitting nodes n..N_pad
@@ -201,7 +236,7 @@ class StaticBatch:
         self.ptr[:b + 1].copy_(g.ptr)
         self.ptr[b + 1:real + 1].fill_(n)
         self.ptr[real + 1:].copy_(self._slots[:self.pad_graphs].mul(p).floor_divide_(self.pad_graphs).add_(n))
-        torch.searchsorted(self.ptr, self._nodes[:num_nodes], right=True, out=self.batch_vector)
+        torch.searchsorted(self.ptr, self.padded.nodes[:num_nodes], right=True, out=self.batch_vector)
         self.batch_vector.sub_(1)
         for dst, src in ((self.y, batch.y), (self.y_mask, batch.y_mask)):
             if dst is not None:

@@ -13,10 +13,14 @@ over nodes), and yields the same mini-batches:
 * :func:`sample_neighbors` samples one batch around given seeds.
 * :class:`NeighborSampler` keeps the per-graph state (a scratch array) for repeated sampling.
 * :class:`NeighborLoader` iterates over batches of seeds.
+* :class:`MiniBatchPadding` pads batches to a few shapes for captured training steps
+  (``sparsegnn.capture.CapturedGraphSteps``; ``train_minibatch(capture=True)``).
 """
 from ._core import SampleOutput
 from .batch import MiniBatch, make_batch
 from .loader import NeighborLoader
+from .padding import MiniBatchPadding, StaticMiniBatch, minibatch_loss
 from .sampler import NeighborSampler, sample_neighbors
 
-__all__ = ["sample_neighbors", "NeighborSampler", "NeighborLoader", "MiniBatch", "SampleOutput", "make_batch"]
+__all__ = ["sample_neighbors", "NeighborSampler", "NeighborLoader", "MiniBatch", "SampleOutput", "make_batch",
+           "MiniBatchPadding", "StaticMiniBatch", "minibatch_loss"]
