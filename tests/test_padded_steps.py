@@ -266,3 +266,48 @@ def test_padded_minibatch_steps_train_exactly_like_eager_steps(model_name):
     assert sum(steps.shapes.values()) == 3 and all(shape[2] in (50, 40) for shape in steps.shapes)
     for (key, a), b in zip(eager.state_dict().items(), padded.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12, msg=key)
+
+
+def test_padded_batch_norm_zeroes_padding_rows_and_survives_no_real_nodes():
+    bn = sg.nn.PaddedBatchNorm1d(3)
+    x = torch.randn(6, 3) * 1e6                                       # padding rows of any size
+    w = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0])
+    with sg.nn.padded_nodes(w):
+        out = bn(x)
+    assert torch.isfinite(out).all() and not out[w == 0].any()
+    stats = (bn.running_mean.clone(), bn.running_var.clone(), int(bn.num_batches_tracked))
+    with sg.nn.padded_nodes(torch.zeros(6)):                          # a batch of empty graphs only
+        out = bn(x)
+    assert torch.isfinite(out).all() and not out.any()
+    assert torch.equal(bn.running_mean, stats[0]) and torch.equal(bn.running_var, stats[1])
+    assert int(bn.num_batches_tracked) == stats[2]
+
+
+def test_molecule_loss_without_a_mask_ignores_padding_slots():
+    from sparsegnn.graph_training import _molecule_loss
+
+    data, _ = dataset()
+    y = (torch.rand(data.num_graphs, 2, generator=torch.Generator().manual_seed(3)) < 0.5).double()
+    unmasked = GraphDataset(data.graph, data.x, y, None, name="nomask")
+    batch = collate(unmasked, torch.tensor([0, 3, 5]))
+    padded = pad_batch(batch, BatchPadding(5, 32, 32))
+    logits = torch.randn(padded.y.shape[0], 2, dtype=torch.float64)
+    torch.testing.assert_close(_molecule_loss(logits, padded), _molecule_loss(logits[:3], batch))
+
+
+def test_padding_rows_stay_bounded_through_deep_gin():
+    """Padding nodes carry up to q / p self loops (~175 each here); under a sum aggregation they
+    would grow ~175x per layer (overflow, then NaN losses) without the BatchNorm's zeroing."""
+    data, _ = dataset(dtype=torch.float32)
+    torch.manual_seed(0)
+    model = sg.nn.GINClassifier(data.num_features, 3, hidden=8, num_layers=12, dropout=0.0)
+    batch = collate(data, torch.tensor([0, 1, 2, 3]))
+    padded = pad_batch(batch, BatchPadding(4, 16, 4096))
+    n, x = batch.graph.num_nodes, padded.x
+    with sg.nn.padded_nodes(padded.node_weight):
+        for conv, norm in zip(model.convs, model.norms):
+            x = torch.relu(norm(conv(x, padded.graph)))
+            assert float(x[n:].abs().max()) <= 100.0
+        out = model(padded.x, padded.graph)
+    torch.testing.assert_close(graph_cross_entropy(out, padded), graph_cross_entropy(model(batch.x, batch.graph), batch),
+                               rtol=1e-4, atol=1e-5)

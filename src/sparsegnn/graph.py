@@ -436,14 +436,15 @@ class Graph:
         too, so a PyG ``Data`` holding a Graph (a sampled batch's ``graph``) moves it in ``.to()``."""
         move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
         return Graph(move(self.rowptr), move(self.col), move(self.edge_val), self.num_nodes,
-                     edge_perm=move(self.edge_perm), ptr=move(self.ptr), num_src=self.num_src, transient=self.transient)
+                     edge_perm=move(self.edge_perm), ptr=move(self.ptr), num_src=self.num_src, transient=self.transient,
+                     volatile=self.volatile)
 
     def with_values(self, edge_val: Optional[Tensor]) -> "Graph":
         """Same structure (sharing caches of the structure) with other edge values."""
         if edge_val is not None:
             check_edge_values(edge_val, self.num_edges, "Graph.with_values", "edge_val", max_dim=1)
         g = Graph(self.rowptr, self.col, edge_val, self.num_nodes, edge_perm=self.edge_perm, ptr=self.ptr,
-                  num_src=self.num_src, transient=self.transient)
+                  num_src=self.num_src, transient=self.transient, volatile=self.volatile)
         g._cache = {k: v for k, v in self._cache.items()   # without what depends on the values
                     if k != "t" and not (isinstance(k, tuple) and k[:1] == ("derived",))}
         return g

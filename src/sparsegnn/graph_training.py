@@ -156,7 +156,13 @@ def graph_cross_entropy(logits: Tensor, batch: GraphBatch) -> Tensor:
 
 
 def _molecule_loss(logits: Tensor, batch: GraphBatch) -> Tensor:
-    return masked_bce(logits, batch.y, batch.y_mask)      # a padded y_mask is 0 on the padding slots
+    """``masked_bce`` over the known labels of the real graphs (a padded ``y_mask`` is 0 on the
+    padding slots; without a mask, ``graph_weight`` masks them)."""
+    mask = batch.y_mask
+    if mask is None and batch.graph_weight is not None:
+        shape = (-1,) + (1,) * (batch.y.dim() - 1)
+        mask = batch.graph_weight.view(shape).expand_as(batch.y)
+    return masked_bce(logits, batch.y, mask)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

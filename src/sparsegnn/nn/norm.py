@@ -54,9 +54,9 @@ class PaddedBatchNorm1d(nn.BatchNorm1d):
 
     and the running statistics move by ``momentum`` towards :math:`\mu` and the unbiased
     :math:`\sigma^2 n / (n - 1)`, exactly as ``BatchNorm1d`` does on the real rows alone
-    (``momentum=None``: the cumulative average).  Padding rows are normalised with the same
-    statistics (finite values that the padded losses then weigh by 0).  No host sync: the step
-    can be captured.  Outside :func:`padded_nodes`, in eval mode, or for inputs whose row count
+    (``momentum=None``: the cumulative average).  Padding rows come out as 0 (they reach no real
+    node and no loss); a batch without real nodes leaves the running statistics as they were.
+    No host sync: the step can be captured.  Outside :func:`padded_nodes`, in eval mode, or for inputs whose row count
     is not the weights' length it is ``BatchNorm1d``.
 
     Shapes:
@@ -69,19 +69,27 @@ class PaddedBatchNorm1d(nn.BatchNorm1d):
         if weight is None or not use_batch_stats or x.dim() != 2 or x.shape[0] != weight.shape[0]:
             return super().forward(x)
         self._check_input_dim(x)
-        w = weight.to(x.dtype)
+        w = weight.to(x.dtype).unsqueeze(1)
         count = w.sum()
-        mean = (w @ x) / count
+        n = count.clamp(min=1.0)                      # a batch without real nodes: no NaN
+        wt = w.t()                                    # [1, N]: one GEMV per statistic
+        mean = (wt @ x).squeeze(0) / n
         centred = x - mean
-        var = (w @ (centred * centred)) / count
+        var = (wt @ (centred * centred)).squeeze(0) / n
         if self.training and self.track_running_stats and self.running_mean is not None:
             with torch.no_grad():
-                self.num_batches_tracked.add_(1)
-                factor = (1.0 / self.num_batches_tracked.to(x.dtype)) if self.momentum is None else self.momentum
+                some = count > 0                      # no real node: the running statistics stay
+                self.num_batches_tracked.add_(some.to(self.num_batches_tracked.dtype))
+                factor = (1.0 / self.num_batches_tracked.clamp(min=1).to(x.dtype)) if self.momentum is None \
+                    else self.momentum
                 unbiased = var * (count / (count - 1).clamp(min=1.0))
-                self.running_mean.mul_(1 - factor).add_(factor * mean.detach())
-                self.running_var.mul_(1 - factor).add_(factor * unbiased.detach())
+                self.running_mean.copy_(torch.where(some, self.running_mean * (1 - factor) + factor * mean,
+                                                    self.running_mean))
+                self.running_var.copy_(torch.where(some, self.running_var * (1 - factor) + factor * unbiased,
+                                                   self.running_var))
         out = centred * torch.rsqrt(var + self.eps)
         if self.affine:
             out = out * self.weight + self.bias
-        return out
+        # padding rows set to 0: they feed no real node and no loss, and unbounded they would grow
+        # layer by layer (a padding node's self loops multiply it under a sum aggregation)
+        return out * w
