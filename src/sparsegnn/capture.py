@@ -56,12 +56,23 @@ from torch import Tensor, nn
 from ._checks import check
 from .nn.norm import padded_nodes
 
-__all__ = ["CapturedStep", "capture_step", "CapturedGraphSteps"]
+__all__ = ["CapturedStep", "capture_step", "CapturedGraphSteps", "use_capture"]
 
 
 def _check(cond: bool, message: str) -> None:
     if not cond:
         raise ValueError(f"CapturedStep(): {message}")
+
+
+def use_capture(fn: str, capture: Optional[bool], device, backend: str = "auto", supported: bool = True) -> bool:
+    """Whether a training loop captures its steps: ``capture`` when given (True needs CUDA), else
+    on CUDA with the Triton kernels (the reference backend's ops may sync the host) for models
+    whose steps can be captured (``supported``)."""
+    cuda = torch.device(device).type == "cuda"
+    if capture is None:
+        return cuda and backend != "reference" and supported
+    check(not capture or cuda, fn, f"capture=True needs a CUDA device, got {device}")
+    return bool(capture)
 
 
 def _check_optimizer(optimizer: torch.optim.Optimizer) -> None:

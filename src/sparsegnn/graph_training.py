@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from . import nn as sgnn
 from ._checks import check
-from .capture import CapturedGraphSteps
+from .capture import CapturedGraphSteps, use_capture
 from .datasets.loader import GraphBatch, GraphDataset, GraphLoader
 from .datasets.padding import BatchPadding
 
@@ -183,12 +183,8 @@ def _optimizer(model: nn.Module, lr: float, weight_decay: float, capture: bool, 
 
 
 def _use_capture(capture: Optional[bool], device, backend: str = "auto") -> bool:
-    """Capture by default on CUDA with the Triton kernels (the reference backend's ops may sync)."""
-    fn = "train"
-    if capture is None:
-        return torch.device(device).type == "cuda" and backend != "reference"
-    check(not capture or torch.device(device).type == "cuda", fn, f"capture=True needs a CUDA device, got {device}")
-    return bool(capture)
+    """Capture by default on CUDA with the Triton kernels (``capture.use_capture``)."""
+    return use_capture("train", capture, device, backend)
 
 
 # ---------------------------------------------------------------------------- loops

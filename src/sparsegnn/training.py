@@ -324,7 +324,7 @@ def train_minibatch(
     loss on the seeds, backward, Adam) replayed as a CUDA graph captured once per shape
     (:class:`sparsegnn.capture.CapturedGraphSteps`); the padding changes no seed's output.
     """
-    from .capture import CapturedGraphSteps
+    from .capture import CapturedGraphSteps, use_capture
     from .sampling import MiniBatchPadding, NeighborLoader, minibatch_loss
 
     if epochs < 1:
@@ -333,10 +333,8 @@ def train_minibatch(
     data = data.to(device)
     model = _uncache(build_model(model_name, data.x.shape[1], data.num_classes, hidden, dropout, backend)).to(device)
     is_cuda = torch.device(device).type == "cuda"
-    if capture is None:   # GCN / GAT / AGNN rebuild their normalised graph per call: data-dependent shapes
-        capture = is_cuda and backend != "reference" and model_name in CAPTURED_MINIBATCH_MODELS
-    if capture and not is_cuda:
-        raise ValueError(f"train_minibatch(): capture=True needs a CUDA device, got {device}")
+    # GCN / GAT / AGNN rebuild their normalised graph per call (data-dependent shapes): not captured by default
+    capture = use_capture("train_minibatch", capture, device, backend, model_name in CAPTURED_MINIBATCH_MODELS)
     optimizer = make_optimizer(model, "capture" if capture else "none", lr, weight_decay)
     steps = CapturedGraphSteps(model, optimizer, minibatch_loss, MiniBatchPadding()) if capture else None
     generator = torch.Generator(device=device).manual_seed(seed)

@@ -28,7 +28,7 @@ from them is kept between calls.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -37,7 +37,7 @@ from .._checks import check
 from ..graph import Graph
 from .loader import GraphBatch, GraphDataset
 
-__all__ = ["BatchPadding", "StaticBatch", "PaddedGraph", "pad_batch", "shapes_of", "MIN_PAD_NODES", "PAD_GRAPH_NODES"]
+__all__ = ["BatchPadding", "StaticBatch", "PaddedGraph", "pad_batch", "MIN_PAD_NODES", "PAD_GRAPH_NODES"]
 
 #: Every padded batch has at least this many padding nodes (so padding edges spread over them).
 MIN_PAD_NODES = 16
@@ -53,6 +53,11 @@ LARGE_CLASS = 1 << 30
 
 def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
+
+
+def _pow2(value: float) -> int:
+    """The next power of two >= ``value`` (1 for values <= 1)."""
+    return 1 << max(int(value) - 1, 0).bit_length()
 
 
 def _size_class(nodes: int) -> int:
@@ -94,10 +99,9 @@ class BatchPadding:
     @classmethod
     def for_dataset(cls, dataset: GraphDataset, batch_size: int) -> "BatchPadding":
         """Multiples of about 1/8 of a mean batch of ``dataset`` (powers of two, >= 32)."""
-        pow2 = lambda v: 1 << max(int(v) - 1, 0).bit_length()  # noqa: E731
         nodes = dataset.graph.num_nodes * batch_size / max(dataset.num_graphs, 1)
         edges = dataset.graph.num_edges * batch_size / max(dataset.num_graphs, 1)
-        return cls(batch_size, max(32, pow2(nodes / 8)), max(32, pow2(edges / 8)))
+        return cls(batch_size, max(32, _pow2(nodes / 8)), max(32, _pow2(edges / 8)))
 
     def shape_of(self, batch: GraphBatch) -> Tuple[int, int, int, int]:
         """``(N_pad, E_pad, slots, size class)`` of ``batch`` (host integers only, no sync)."""
@@ -258,15 +262,5 @@ class StaticBatch:
 
 def pad_batch(batch: GraphBatch, padding: BatchPadding) -> GraphBatch:
     """``batch`` padded to its shape, in new tensors (what a captured step sees, run eagerly: tests)."""
-    static = StaticBatch(padding.shape_of(batch), batch, padding.pad_graphs)
-    return static.fill(batch)
-
-
-def shapes_of(loader, padding: BatchPadding) -> Dict[Tuple[int, int, int, int], int]:
-    """How many batches of one epoch of ``loader`` fall into each shape (for reports)."""
-    counts: Dict[Tuple[int, int, int, int], int] = {}
-    for batch in loader:
-        shape = padding.shape_of(batch)
-        counts[shape] = counts.get(shape, 0) + 1
-    return counts
-
+    shape = padding.shape_of(batch)
+    return padding.static(shape, batch).fill(batch)

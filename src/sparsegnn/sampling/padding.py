@@ -18,17 +18,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import check
-from ..datasets.padding import MIN_PAD_NODES, PaddedGraph
+from ..datasets.padding import MIN_PAD_NODES, PaddedGraph, _pow2, _round_up
 
 __all__ = ["MiniBatchPadding", "StaticMiniBatch", "minibatch_loss"]
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
-def _pow2(value: float) -> int:
-    return 1 << max(int(value) - 1, 0).bit_length()
 
 
 class StaticView:
