@@ -18,7 +18,7 @@ import sparsegnn
 from sparsegnn import Graph
 from sparsegnn.datasets import random_graph
 from sparsegnn.sampling import MiniBatch, NeighborLoader, NeighborSampler, sample_neighbors
-from sparsegnn.sampling import _core
+from sparsegnn.sampling import _core, _fused
 
 from conftest import DEVICE
 
@@ -92,9 +92,16 @@ def check_structure(ei, num_nodes, batch, seeds, fanouts, replace=False, edge_or
     assert sub.col.cpu().tolist() == src and sub.row.cpu().tolist() == dst
 
 
-@pytest.mark.parametrize("fanouts", [[3, 2], [5], [2, 2, 2], [-1, 4], [0, 3], [1000, 1]])
+@pytest.fixture(params=["torch", "triton"])
+def impl(request, monkeypatch):
+    """Run a test on the torch sampler and on the Triton hop kernels."""
+    monkeypatch.setattr(_fused, "FUSED", "never" if request.param == "torch" else "always")
+    return request.param
+
+
+@pytest.mark.parametrize("fanouts", [[3, 2], [5], [2, 2, 2], [-1, 4], [0, 3], [1000, 1], [64, 2]])
 @pytest.mark.parametrize("replace", [False, True])
-def test_structure(fanouts, replace):
+def test_structure(impl, fanouts, replace):
     ei, n = awkward_graph()
     graph = Graph.from_edge_index(ei, num_nodes=n)
     x = torch.randn(n, 5, device=DEVICE)
@@ -119,10 +126,13 @@ METHODS = {
     "keys-flat": {"REJECTION_MAX_FANOUT": 0, "KEYS_PAD_RATIO": 0},     # one sort over all rows' keys
     "rejection-with-fallbacks": {"REJECTION_MIN_RATIO": 1, "REJECTION_DRAW_FACTOR": 1},
     "rejection-many-draws": {"REJECTION_MIN_RATIO": 1, "REJECTION_DRAW_FACTOR": 4},
+    "triton": {},           # the Triton hop kernels (Floyd's algorithm; interpreted on the CPU)
 }
 
 
 def use_method(monkeypatch, method):
+    """The torch sampler with ``_core``'s constants set, or the Triton one (``method == "triton"``)."""
+    monkeypatch.setattr(_fused, "FUSED", "always" if method == "triton" else "never")
     for name, value in METHODS[method].items():
         monkeypatch.setattr(_core, name, value)
 
@@ -162,7 +172,7 @@ def test_input_edge_order_and_edge_values():
     assert torch.equal(batch.graph.edge_val, w[batch.e_id])
 
 
-def test_same_generator_seed_same_batch_and_scratch_left_clean():
+def test_same_generator_seed_same_batch_and_scratch_left_clean(impl):
     ei, n = awkward_graph()
     graph = Graph.from_edge_index(ei, num_nodes=n)
     a = sample_neighbors(graph, [0, 1, 2], [5, 5], generator=gen(7))
@@ -295,7 +305,7 @@ def test_every_subset_equally_likely(monkeypatch, method):
     assert stats.chisquare(biased_counts.numpy()).pvalue < P_MIN
 
 
-def test_large_hub_marginals():
+def test_large_hub_marginals(impl):
     """A hub of degree 2000, fanout 10 (the rejection method: its cost does not grow with the degree)."""
     draws, degree, k = 2000, 2000, 10
     subsets = draw_subsets(draws, degree, k, seed=5)
@@ -303,7 +313,7 @@ def test_large_hub_marginals():
     assert marginal_pvalue(first_k(draws, degree, k), degree) < P_MIN
 
 
-def test_with_replacement_is_uniform():
+def test_with_replacement_is_uniform(impl):
     draws, degree, k = 3000, 7, 5                       # k < d and k > d both draw k times
     for d in (degree, 3):
         picks = draw_subsets(draws, d, k, seed=d, replace=True)

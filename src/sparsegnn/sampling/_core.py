@@ -236,6 +236,10 @@ def sample_hops(
     """
     device = rowptr.device
     batch = seeds.numel()
+    from . import _fused
+
+    if _fused.applies(device, fanouts, batch, rowptr.numel() - 1):
+        return _fused.sample_hops_fused(rowptr, col, seeds, fanouts, replace, generator, slot, check_unique)
     arange_b = _arange(batch, device)
     n_id_parts: List[Tensor] = [seeds]
     clean = False
