@@ -35,6 +35,7 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--rows", type=int, default=14, help="profiler table rows")
+    parser.add_argument("--variants", default="ours,pyg", help="of ours, pyg, ours_trim, pyg_trim")
     args = parser.parse_args()
     device = torch.device(args.device)
     graph, kind = train.load_bench_graph(args.graph, device, None)
@@ -47,13 +48,16 @@ def main() -> int:
     import torch_geometric.nn as pyg_nn
 
     f_in, classes = inputs["x"].shape[1], inputs["classes"]
-    for name, conv_cls, graph_of in (("ours", sgnn.SAGEConv, lambda b: b.graph),
-                                     ("pyg", pyg_nn.SAGEConv, lambda b: b.edge_index)):
+    variants = {"ours": (sgnn.SAGEConv, lambda b: b.graph), "pyg": (pyg_nn.SAGEConv, lambda b: b.edge_index),
+                "ours_trim": (sgnn.SAGEConv, mb.ours_trimmed), "pyg_trim": (pyg_nn.SAGEConv, mb.pyg_trimmed)}
+    for name in args.variants.split(","):
+        conv_cls, graph_of = variants[name]
         torch.manual_seed(0)
         model = mb.Sage(conv_cls, f_in, args.hidden, classes, 0.5).to(device)
 
         def step(b, times=None):
             start, mid, end = (torch.cuda.Event(enable_timing=True) for _ in range(3)) if times is not None else (None,) * 3
+            b.graph.cache.pop(("layer_graphs", 2), None)      # per-layer graphs built per batch, as in training
             if start is not None:
                 start.record()
             loss = F.cross_entropy(model(b.x, graph_of(b))[:b.batch_size], b.y[:b.batch_size])

@@ -268,6 +268,53 @@ def test_padded_minibatch_steps_train_exactly_like_eager_steps(model_name):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12, msg=key)
 
 
+class _LayerwiseSage(torch.nn.Module):
+    """Two SAGE layers on one graph, or (trimmed) on one graph per layer."""
+
+    def __init__(self, f_in, hidden, classes):
+        super().__init__()
+        self.convs = torch.nn.ModuleList([sg.nn.SAGEConv(f_in, hidden), sg.nn.SAGEConv(hidden, classes)])
+
+    def forward(self, x, graph):
+        for i, conv in enumerate(self.convs):
+            g = graph[i] if isinstance(graph, list) else graph
+            x = conv((x[:g.num_src], x[:g.num_nodes]), g) if isinstance(graph, list) else conv(x, g)
+            x = x.relu() if i == 0 else x
+        return x
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_trimmed_padded_minibatch_steps_train_exactly_like_untrimmed_eager_steps(weighted):
+    """TrimmedMiniBatchPadding: each layer's padded bipartite graph; the seeds' loss, and so the
+    trained weights, equal the untrimmed eager model's (float64)."""
+    from sparsegnn.sampling import NeighborLoader, TrimmedMiniBatchPadding, layer_graphs, minibatch_loss
+
+    data = sg.datasets.load("cora")
+    graph = data.graph.with_values(torch.rand(data.graph.num_edges, dtype=torch.float64)) if weighted else data.graph
+    torch.manual_seed(0)
+    eager = _LayerwiseSage(data.x.shape[1], 16, data.num_classes).double()
+    padded = copy.deepcopy(eager)
+    opt_e, opt_p = (torch.optim.Adam(m.parameters(), lr=0.01) for m in (eager, padded))
+    padding = TrimmedMiniBatchPadding()
+    steps = CapturedGraphSteps(padded, opt_p, minibatch_loss, padding, capture=False)
+    loader = NeighborLoader(graph, [5, 3], batch_size=50, input_nodes=data.train_mask, x=data.x.double(), y=data.y,
+                            generator=torch.Generator().manual_seed(0))
+    for batch in loader:                                  # 140 seeds: 50, 50, 40
+        loss_e = minibatch_loss(eager(batch.x, batch.graph), batch)
+        opt_e.zero_grad()
+        loss_e.backward()
+        opt_e.step()
+        trimmed = minibatch_loss(padded(batch.x, layer_graphs(batch)), batch)     # unpadded trimmed: same loss
+        torch.testing.assert_close(trimmed, loss_e.detach(), rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(steps(batch), loss_e.detach(), rtol=1e-9, atol=1e-12)
+    assert sum(steps.shapes.values()) == 3
+    for shape in steps.shapes:                             # (T_pad per layer, E_pad per layer, N_pad, seeds)
+        targets, edges, nodes, seeds = shape
+        assert len(targets) == len(edges) == 2 and targets[1] < nodes and seeds in (50, 40)
+    for (key, a), b in zip(eager.state_dict().items(), padded.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12, msg=key)
+
+
 def test_padded_batch_norm_zeroes_padding_rows_and_survives_no_real_nodes():
     bn = sg.nn.PaddedBatchNorm1d(3)
     x = torch.randn(6, 3) * 1e6                                       # padding rows of any size

@@ -90,6 +90,8 @@ def check_structure(ei, num_nodes, batch, seeds, fanouts, replace=False, edge_or
     sub = batch.graph
     assert isinstance(sub, Graph) and sub.num_nodes == len(n_id) and sub.num_edges == len(src)
     assert sub.col.cpu().tolist() == src and sub.row.cpu().tolist() == dst
+    for got, want in zip(sub.transpose_parts(), sparsegnn.formats.csr.transpose_csr(sub.rowptr, sub.col, sub.num_src)):
+        assert torch.equal(got, want)                               # make_batch's sync-free transpose
 
 
 @pytest.fixture(params=["torch", "triton"])
@@ -368,6 +370,60 @@ def test_pyg_and_sparsegnn_sage_agree_on_a_batch():
     assert (out_ours_ei - out_pyg).abs().max().item() < 1e-5
     oracle = dense_sage_seeds(graph, batch.e_id, x, layers, seeds)
     assert (out_ours.double().cpu() - oracle).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("hops,layers", [(2, 2), (3, 3), (3, 2)])
+def test_trimmed_layers_equal_untrimmed_on_the_seeds(hops, layers):
+    """layer_graphs: seeds' outputs and every parameter gradient as the untrimmed model's (float64),
+    and each layer's graph holds exactly the rows a later layer reads."""
+    torch.manual_seed(0)
+    ei, n = awkward_graph()
+    graph = Graph.from_edge_index(ei, num_nodes=n)
+    x = torch.randn(n, 40, device=DEVICE, dtype=torch.float64)
+    seeds = [0, 7, 12, 33, 58]
+    batch = sample_neighbors(graph, seeds, [4, 3, 2][:hops], generator=gen(3), x=x)
+    widths = [40, 24, 8, 3][:layers + 1]     # 40 -> 24: the first layer aggregates first when trimmed
+    convs = [sparsegnn.nn.SAGEConv(a, b).to(DEVICE).double() for a, b in zip(widths, widths[1:])]
+    graphs = sparsegnn.sampling.layer_graphs(batch, layers)
+    assert len(graphs) == layers and graphs[-1].num_nodes == len(seeds)
+    nodes, edges = batch.num_sampled_nodes, batch.num_sampled_edges
+    for i, g in enumerate(graphs):
+        kept = layers - i
+        assert g.num_nodes == sum(nodes[:kept]) and g.num_src == sum(nodes[:kept + 1])
+        assert g.num_edges == sum(edges[:kept]) and bool((g.col < g.num_src).all())
+        assert torch.equal(g.row, batch.graph.row[:g.num_edges])
+        want = sparsegnn.formats.csr.transpose_csr(g.rowptr, g.col, g.num_src)   # the sorting oracle
+        for got, ref in zip(g.transpose_parts(), want):
+            assert torch.equal(got, ref)
+    assert sparsegnn.sampling.layer_graphs(batch, layers) is graphs          # cached
+
+    def run(trim):
+        h = batch.x
+        for i, conv in enumerate(convs):
+            h = conv((h[:graphs[i].num_src], h[:graphs[i].num_nodes]), graphs[i]) if trim else conv(h, batch.graph)
+            h = h.relu() if i < layers - 1 else h
+        out = h[:batch.batch_size]
+        grads = torch.autograd.grad(out.square().sum(), [p for c in convs for p in c.parameters()])
+        return out, grads
+
+    full, full_grads = run(False)
+    trimmed, trimmed_grads = run(True)
+    assert (full - trimmed).abs().max().item() < 1e-10
+    for a, b in zip(full_grads, trimmed_grads):
+        assert (a - b).abs().max().item() < 1e-10
+    with pytest.raises(ValueError, match="num_layers"):
+        sparsegnn.sampling.layer_graphs(batch, hops + 1)
+
+
+def test_sage_projects_first_only_where_cheaper():
+    from sparsegnn.nn.sage import _project_first
+
+    square = Graph.from_edge_index(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)
+    assert _project_first(square, 64, 16) and not _project_first(square, 16, 64)
+    # a trimmed first layer: 100k sources, 2k targets, 150k edges, 602 -> 256: aggregate first
+    wide = Graph(torch.zeros(2001, dtype=torch.long), torch.zeros(0, dtype=torch.long), None, 2000, num_src=100000)
+    wide._num_edges = 150000
+    assert not _project_first(wide, 602, 256)
 
 
 # ---------------------------------------------------------------------------- without PyG

@@ -125,29 +125,35 @@ class BatchPadding:
 
 
 class PaddedGraph:
-    """A volatile :class:`Graph` of ``num_nodes`` nodes and ``num_edges`` edges (and its transpose,
-    per-edge targets and in-degrees) that :meth:`fill` refills with a smaller graph, padded: the
-    padding nodes come last, and the padding edges are self loops on them (weight 0), spread
-    evenly.  The structure part shared by :class:`StaticBatch` and the sampled mini-batches of
-    ``sampling.padding``.
+    """A volatile :class:`Graph` of ``num_nodes`` targets, ``num_src`` sources (default: square)
+    and ``num_edges`` edges (and its transpose, per-edge targets and in-degrees) that :meth:`fill`
+    refills with a smaller graph, padded: the padding targets and sources come last, and padding
+    edge ``k`` of ``q`` joins padding source ``m + k p_s // q`` to padding target ``n + k p_t // q``
+    (weight 0; self loops on padding nodes when square), spread evenly.  Both coordinates grow
+    with ``k``, so the padding block is its own transpose, in order.  The structure part shared
+    by :class:`StaticBatch` and the sampled mini-batches of ``sampling.padding`` (one per layer
+    for trimmed ones: bipartite).
 
     Shapes:
-        graph: num_nodes x num_nodes, num_edges edges (``ptr`` when given).
+        graph: num_nodes x num_src, num_edges edges (``ptr`` when given).
     """
 
     def __init__(self, num_nodes: int, num_edges: int, like: Graph, device, ptr: Optional[Tensor] = None,
-                 size_class: Optional[int] = None) -> None:
+                 size_class: Optional[int] = None, num_src: Optional[int] = None) -> None:
         i64 = torch.int64
         new = lambda *size, dtype=i64: torch.zeros(*size, dtype=dtype, device=device)  # noqa: E731
-        self.num_nodes, self.num_edges = num_nodes, num_edges
+        num_src = num_nodes if num_src is None else int(num_src)
+        self.num_nodes, self.num_src, self.num_edges = num_nodes, num_src, num_edges
         self.rowptr, self.col, self.row, self.in_degree = new(num_nodes + 1), new(num_edges), new(num_edges), new(num_nodes)
-        self.rowptr_t, self.col_t, self.perm = new(num_nodes + 1), new(num_edges), new(num_edges)
+        self.rowptr_t, self.col_t, self.perm = new(num_src + 1), new(num_edges), new(num_edges)
         self.edge_val = None if like.edge_val is None else new(num_edges, dtype=like.edge_val.dtype)
         self.edge_val_t = None if like.edge_val is None else new(num_edges, dtype=like.edge_val.dtype)
-        self.nodes = torch.arange(num_nodes + 1, dtype=i64, device=device)    # node ids, and 0..E tails
+        self.nodes = torch.arange(max(num_nodes, num_src) + 1, dtype=i64, device=device)   # node ids, 0..E tails
         self._edges = torch.arange(num_edges + 1, dtype=i64, device=device)
-        self.graph = Graph(self.rowptr, self.col, self.edge_val, num_nodes, ptr=ptr, volatile=True)
-        transposed = Graph(self.rowptr_t, self.col_t, self.edge_val_t, num_nodes, ptr=ptr, volatile=True)
+        bipartite = {} if num_src == num_nodes else {"num_src": num_src}
+        self.graph = Graph(self.rowptr, self.col, self.edge_val, num_nodes, ptr=ptr, volatile=True, **bipartite)
+        transposed = Graph(self.rowptr_t, self.col_t, self.edge_val_t, num_src, ptr=ptr, volatile=True,
+                           **({} if not bipartite else {"num_src": num_nodes}))
         if size_class is not None:      # the largest real graph is below the size class
             self.graph.set_batch_stats(size_class)
             transposed.set_batch_stats(size_class)
@@ -156,26 +162,36 @@ class PaddedGraph:
         self.graph.set_derived("transpose", (self.rowptr_t, self.col_t, self.perm))
         self.graph.set_derived("t", transposed)
 
+    def fits(self, g: Graph) -> bool:
+        """Whether ``g`` fits with :data:`MIN_PAD_NODES` padding targets and a padding source."""
+        pad_src = self.num_src - g.num_src
+        return (self.num_nodes - g.num_nodes >= MIN_PAD_NODES and g.num_edges <= self.num_edges
+                and (pad_src >= MIN_PAD_NODES if self.num_src == self.num_nodes else pad_src >= 1))
+
     def fill(self, g: Graph) -> Tuple[int, int]:
-        """Copy ``g`` (at most ``num_nodes - MIN_PAD_NODES`` nodes, ``num_edges`` edges) in, padded.
-        Returns ``(padding nodes, padding edges)``.  Host integers only (no sync)."""
+        """Copy ``g`` (at most ``num_nodes - MIN_PAD_NODES`` targets, fewer sources than
+        ``num_src``, ``num_edges`` edges) in, padded.  Returns ``(padding targets, padding
+        edges)``.  Host integers only (no sync)."""
         fn = "PaddedGraph.fill"
-        n, e = g.num_nodes, g.num_edges
-        check(self.num_nodes - n >= MIN_PAD_NODES and e <= self.num_edges, fn,
-              f"a graph of {n} nodes and {e} edges does not fit {self.num_nodes} nodes and {self.num_edges} edges "
-              f"(with {MIN_PAD_NODES} padding nodes)")
+        n, m, e = g.num_nodes, g.num_src, g.num_edges
+        check(self.fits(g), fn,
+              (f"a graph of {n} nodes and {e} edges does not fit {self.num_nodes} nodes and {self.num_edges} edges "
+               f"(with {MIN_PAD_NODES} padding nodes)") if self.num_src == self.num_nodes else
+              (f"a graph of {n} targets, {m} sources and {e} edges does not fit {self.num_nodes} targets, "
+               f"{self.num_src} sources and {self.num_edges} edges (with {MIN_PAD_NODES} padding targets and a "
+               "padding source)"))
         check((g.edge_val is None) == (self.edge_val is None), fn, "edge values present in one graph but not another")
-        p, q = self.num_nodes - n, self.num_edges - e                   # padding nodes and edges
+        p, p_src, q = self.num_nodes - n, self.num_src - m, self.num_edges - e     # padding targets, sources, edges
         rowptr_t, col_t, perm = g.transpose_parts()
-        # padding edge k is a self loop on padding node n + k p // q: rows grow by <= ceil(q / p)
-        loops = self._edges[:q].mul(p).floor_divide_(max(q, 1)).add_(n)
-        tail = self.nodes[1:p + 1].mul(q).add_(p - 1).floor_divide_(p).add_(e)   # rowptr of the padding rows
-        for dst, src in ((self.rowptr, g.rowptr), (self.rowptr_t, rowptr_t)):
-            dst[:n + 1].copy_(src)
-            dst[n + 1:].copy_(tail)
-        for dst, src in ((self.col, g.col), (self.row, g.row), (self.col_t, col_t)):
+        # padding edge k: source m + k p_src // q -> target n + k p // q; rows grow by <= ceil(q / p)
+        targets = self._edges[:q].mul(p).floor_divide_(max(q, 1)).add_(n)
+        sources = targets if p_src == p and m == n else self._edges[:q].mul(p_src).floor_divide_(max(q, 1)).add_(m)
+        for dst, src, count, pad in ((self.rowptr, g.rowptr, n, p), (self.rowptr_t, rowptr_t, m, p_src)):
+            dst[:count + 1].copy_(src)
+            dst[count + 1:].copy_(self.nodes[1:pad + 1].mul(q).add_(pad - 1).floor_divide_(pad).add_(e))  # padding rows
+        for dst, src, pad in ((self.col, g.col, sources), (self.row, g.row, targets), (self.col_t, col_t, targets)):
             dst[:e].copy_(src)
-            dst[e:].copy_(loops)
+            dst[e:].copy_(pad)
         self.perm[:e].copy_(perm)
         self.perm[e:].copy_(self._edges[e:self.num_edges])          # the padding block is its own transpose
         torch.sub(self.rowptr[1:], self.rowptr[:-1], out=self.in_degree)

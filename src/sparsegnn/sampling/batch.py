@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..graph import Graph, attach_graph
-from ._core import SampleOutput
+from ._core import SampleOutput, _arange
 
 
 class MiniBatch:
@@ -80,6 +80,20 @@ def _take(value: Tensor, index: Tensor) -> Tensor:
     return value.index_select(0, index.to(value.device))
 
 
+def _transpose(out: SampleOutput) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(rowptr_t, col_t, perm)`` of the sampled sub-graph's transpose without a host sync: a
+    stable sort of the sources (the edges are target-major, so within a source they stay in
+    target order, as ``formats.csr.transpose_csr`` orders them) and a ``searchsorted`` for the
+    row offsets (``bincount`` on CUDA syncs).
+
+    Shapes:
+        out.src, out.dst: [E_s] -> rowptr_t: [N_s + 1], col_t: [E_s], perm: [E_s].
+    """
+    sources, perm = torch.sort(out.src, stable=True)
+    rowptr_t = torch.searchsorted(sources, _arange(out.n_id.numel() + 1, sources.device))
+    return rowptr_t, out.dst[perm], perm
+
+
 def make_batch(
     out: SampleOutput,
     graph: Graph,
@@ -115,7 +129,7 @@ def make_batch(
     # What the backward of an aggregation needs, built here (in the prefetch thread when there is
     # one) rather than inside the training step: the transpose's sort and its host sync, 1/deg.
     sub.cache["row"] = out.dst
-    sub.transpose_parts()
+    sub.set_derived("transpose", _transpose(out))
     sub.mean_scale(torch.float32)
     edge_index = torch.stack([out.src, out.dst])
     attach_graph(edge_index, sub)     # layers given batch.edge_index use sub (no sort, no plan)
