@@ -315,6 +315,20 @@ def test_trimmed_padded_minibatch_steps_train_exactly_like_untrimmed_eager_steps
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12, msg=key)
 
 
+@pytest.mark.parametrize("model_name", ["sage", "gin"])
+def test_train_minibatch_trimmed_equals_untrimmed(model_name):
+    """train_minibatch(trim=True): per-layer graphs, the same losses (the aggregation order of the
+    first layer differs: aggregate-first vs project-first, so float32 rounding only)."""
+    from sparsegnn.training import train_minibatch
+
+    data = sg.datasets.load("cora")
+    runs = [train_minibatch(data, model_name, fanouts=(5, 3), batch_size=64, epochs=2, hidden=16, dropout=0.0,
+                            num_layers=2, progress=False, trim=trim) for trim in (False, True)]
+    torch.testing.assert_close(torch.tensor(runs[1].losses), torch.tensor(runs[0].losses), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="trim=True needs"):
+        train_minibatch(data, "sage", fanouts=(5,), epochs=1, num_layers=2, progress=False, trim=True)
+
+
 def test_padded_batch_norm_zeroes_padding_rows_and_survives_no_real_nodes():
     bn = sg.nn.PaddedBatchNorm1d(3)
     x = torch.randn(6, 3) * 1e6                                       # padding rows of any size

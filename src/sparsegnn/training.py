@@ -15,8 +15,9 @@ from .datasets import NodeDataset
 
 def build_model(name: str, in_channels: int, out_channels: int, hidden: Optional[int] = None,
                 dropout: Optional[float] = None, backend: str = "auto", precision: str = "ieee",
-                maxk: Union[int, str, None] = None) -> nn.Module:
-    """Construct a model by name with the papers' defaults (``hidden``/``dropout`` override them).
+                maxk: Union[int, str, None] = None, num_layers: Optional[int] = None) -> nn.Module:
+    """Construct a model by name with the papers' defaults (``hidden``/``dropout``, and
+    ``num_layers`` for sage, gin and agnn, override them).
 
     ``precision`` (``"ieee"``, ``"tf32"``, ``"bf16"``) sets every layer's aggregation precision
     (``sparsegnn.spmm``); GAT's multi-head aggregation has exact fp32 only.
@@ -33,6 +34,8 @@ def build_model(name: str, in_channels: int, out_channels: int, hidden: Optional
     if key not in factories:
         raise ValueError(f"build_model(): unknown model {name!r}; known: {', '.join(factories)}")
     if maxk is not None:
+        if num_layers is not None:
+            raise ValueError("build_model(): MaxK-GNN's model has 3 layers; num_layers is not taken with maxk")
         return _maxk_model(key, in_channels, out_channels, hidden, dropout, backend, precision, maxk)
     kwargs = {"backend": backend}
     if precision != "ieee":
@@ -44,6 +47,10 @@ def build_model(name: str, in_channels: int, out_channels: int, hidden: Optional
         kwargs["hidden"] = hidden
     if dropout is not None:
         kwargs["dropout"] = dropout
+    if num_layers is not None:
+        if key not in ("sage", "gin", "agnn"):
+            raise ValueError(f"build_model(): num_layers is fixed for {key} (2 layers); set it for sage, gin or agnn")
+        kwargs["num_layers"] = num_layers
     return factories[key](in_channels, out_channels, **kwargs)
 
 
@@ -290,6 +297,20 @@ def _uncache(model: nn.Module) -> nn.Module:
     return model
 
 
+def _use_trim(trim: Optional[bool], model: nn.Module, model_name: str, fanouts: Sequence[int], in_channels: int,
+              capture: bool) -> bool:
+    """Whether mini-batch steps run on per-layer graphs (see ``train_minibatch``'s ``trim``)."""
+    layers = len(getattr(model, "convs", ()))
+    possible = model_name in ("sage", "gin") and 1 <= layers <= len(fanouts)
+    if trim is None:
+        widths = [m.out_features for m in model.convs[0].modules() if isinstance(m, nn.Linear)] if possible else []
+        return possible and capture and bool(widths) and in_channels > widths[0]
+    if trim and not possible:
+        raise ValueError(f"train_minibatch(): trim=True needs model 'sage' or 'gin' with at most len(fanouts)="
+                         f"{len(fanouts)} layers, got {model_name!r} with {layers}")
+    return bool(trim)
+
+
 def train_minibatch(
     data: NodeDataset,
     model_name: str = "sage",
@@ -305,6 +326,8 @@ def train_minibatch(
     backend: str = "auto",
     progress: bool = True,
     capture: Optional[bool] = None,
+    num_layers: Optional[int] = None,
+    trim: Optional[bool] = None,
 ) -> TrainResult:
     """Train ``model_name`` on neighbour-sampled mini-batches of the training nodes.
 
@@ -323,20 +346,28 @@ def train_minibatch(
     to one of a few shapes (:class:`sparsegnn.sampling.MiniBatchPadding`) and its step (forward,
     loss on the seeds, backward, Adam) replayed as a CUDA graph captured once per shape
     (:class:`sparsegnn.capture.CapturedGraphSteps`); the padding changes no seed's output.
+
+    ``trim`` (SAGE and GIN with ``num_layers <= len(fanouts)``; default: with capture, when the
+    input is wider than the hidden layers): each layer computes only the rows later layers read
+    (:func:`sparsegnn.sampling.layer_graphs`; :class:`sparsegnn.sampling.TrimmedMiniBatchPadding`
+    when captured).  Same seed outputs; the first layer's GEMMs shrink to the seeds' neighbours.
     """
     from .capture import CapturedGraphSteps, use_capture
-    from .sampling import MiniBatchPadding, NeighborLoader, minibatch_loss
+    from .sampling import MiniBatchPadding, NeighborLoader, TrimmedMiniBatchPadding, layer_graphs, minibatch_loss
 
     if epochs < 1:
         raise ValueError(f"train_minibatch(): epochs must be >= 1, got {epochs}")
     torch.manual_seed(seed)
     data = data.to(device)
-    model = _uncache(build_model(model_name, data.x.shape[1], data.num_classes, hidden, dropout, backend)).to(device)
+    model = build_model(model_name, data.x.shape[1], data.num_classes, hidden, dropout, backend, num_layers=num_layers)
+    model = _uncache(model).to(device)
     is_cuda = torch.device(device).type == "cuda"
     # GCN / GAT / AGNN rebuild their normalised graph per call (data-dependent shapes): not captured by default
     capture = use_capture("train_minibatch", capture, device, backend, model_name in CAPTURED_MINIBATCH_MODELS)
+    trim = _use_trim(trim, model, model_name, fanouts, data.x.shape[1], bool(capture))
     optimizer = make_optimizer(model, "capture" if capture else "none", lr, weight_decay)
-    steps = CapturedGraphSteps(model, optimizer, minibatch_loss, MiniBatchPadding()) if capture else None
+    padding = TrimmedMiniBatchPadding(len(model.convs)) if trim else MiniBatchPadding()
+    steps = CapturedGraphSteps(model, optimizer, minibatch_loss, padding) if capture else None
     generator = torch.Generator(device=device).manual_seed(seed)
     # prefetch on CUDA: the sampler's host syncs (2 per hop) would otherwise stall the step's
     # launches; a background thread samples the next batches on its own stream (24 -> 13 ms/step).
@@ -360,7 +391,8 @@ def train_minibatch(
             if steps is not None:
                 loss = steps(batch)
             else:
-                loss = F.cross_entropy(model(batch.x, batch.graph)[:size], batch.y[:size])
+                graph = layer_graphs(batch, len(model.convs)) if trim else batch.graph
+                loss = F.cross_entropy(model(batch.x, graph)[:size], batch.y[:size])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()

@@ -86,9 +86,23 @@ class _NormedStack(nn.Module):
         self.dropout = dropout
 
     def forward(self, x: Tensor, graph) -> Tensor:
-        for conv, norm in zip(self.convs[:-1], self.norms):
-            x = dropout(F.relu(norm(conv(x, graph))), self.dropout, self.training)
-        return self.convs[-1](x, graph)
+        """``graph``: one graph for every layer, or a list of one graph per layer
+        (``sampling.layer_graphs(batch)``: layer ``l`` then computes only its graph's targets,
+        ``conv((x[:g.num_src], x[:g.num_nodes]), g)``)."""
+        if isinstance(graph, (list, tuple)):
+            check(len(graph) == len(self.convs), type(self).__name__,
+                  f"got {len(graph)} layer graphs for {len(self.convs)} layers")
+        for i, (conv, norm) in enumerate(zip(self.convs[:-1], self.norms)):
+            x = dropout(F.relu(norm(_layer(conv, x, graph, i))), self.dropout, self.training)
+        return _layer(self.convs[-1], x, graph, len(self.convs) - 1)
+
+
+def _layer(conv: nn.Module, x: Tensor, graph, i: int) -> Tensor:
+    """Layer ``i`` on one shared graph, or on its own graph of a per-layer list (bipartite)."""
+    if not isinstance(graph, (list, tuple)):
+        return conv(x, graph)
+    g = graph[i]
+    return conv((x[:g.num_src], x[:g.num_nodes]), g)
 
 
 def _widths(in_channels: int, hidden: int, out_channels: int, num_layers: int) -> List[int]:
