@@ -188,6 +188,49 @@ def test_cost_model_forward_is_the_documented_mlp():
         CostModel(dict(spec, mean=spec["mean"][:-1], std=spec["std"][:-1]))
 
 
+def test_shipped_model_matches_the_inputs_it_is_given():
+    from sparsegnn.tune.model import INPUT_NAMES, INPUTS_VERSION
+
+    spec = load_model().to_json()
+    assert spec["inputs_version"] == INPUTS_VERSION and spec["input_names"] == list(INPUT_NAMES)
+    assert len(spec["mean"]) == len(INPUT_NAMES)
+    with pytest.raises(ValueError, match="CostModel"):
+        CostModel(dict(spec, inputs_version=INPUTS_VERSION + 1))
+
+
+def test_cost_model_inputs_are_finite_on_edge_cases():
+    empty = GraphStats(50, 0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
+    single = GraphStats(1, 1, 1.0, 0.0, 1, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0)
+    hub = GraphStats(1000, 60000, 60.0, 400.0, 9000, 3.0, 20.0, 900.0, 0.6, 0.8, 0.0, 0.02)
+    for stats in (empty, single, hub):
+        for f, elem in ((1, 4), (64, 2), (300, 4)):
+            cands = spmm_candidates(stats.num_nodes, stats.num_edges, f, elem, stats.deg_max)
+            x = build_inputs(stats, f, elem, cands)
+            assert x.shape[0] == len(cands) and np.isfinite(x).all()
+            assert np.isfinite(load_model().predict(stats, f, elem, cands)).all()
+    assert build_inputs(hub, 64, 4, []).shape[0] == 0
+    assert np.isfinite(build_inputs(hub, 0, 4, spmm_candidates(1000, 60000, 16, 4, 9000))).all()
+
+
+def test_degree_profile_estimates_shares_of_a_real_distribution():
+    from sparsegnn.tune.model import DegreeProfile
+
+    rng = np.random.default_rng(0)
+    for exponent in (1.8, 2.5):                       # heavy-tailed in-degrees (Zipf), up to 5000
+        deg = np.minimum(rng.zipf(exponent, size=20000), 5000)
+        rowptr = torch.tensor(np.concatenate([[0], np.cumsum(deg)]))
+        col = torch.tensor(rng.integers(0, deg.size, size=int(deg.sum())))
+        row = torch.repeat_interleave(torch.arange(deg.size), torch.tensor(deg))
+        stats = graph_stats(rowptr, col, row)
+        profile = DegreeProfile(stats)
+        rows = [profile.rows_above(t) for t in (0, 2, 8, 64, 256, 4000, 6000)]
+        assert all(a >= b for a, b in zip(rows, rows[1:])) and rows[-1] == 0.0
+        for t in (8, 64, 128):
+            assert profile.edges_above(t) == pytest.approx(deg[deg > t].sum() / deg.sum(), abs=0.1)
+            assert profile.rows_above(t) == pytest.approx((deg > t).mean(), abs=0.02)
+        assert profile.edges_above(256) == pytest.approx(stats.hub_share)   # pinned to the exact share
+
+
 @pytest.mark.parametrize("n, e, f", [(2708, 10858, 32), (50515, 1638396, 256), (2449029, 123718280, 64)])
 def test_spmm_candidates_are_valid(n, e, f):
     for max_degree in (None, 40, 5000):
