@@ -115,6 +115,27 @@ def test_batch_stats_and_transpose_keep_the_blocks():
     assert Graph.from_edge_index(ei, num_nodes=n).batch_stats() is None
 
 
+def test_large_batches_take_the_csr_kernels(monkeypatch):
+    """Above BATCHED_MAX_TOTAL_NODES nodes a batch runs the tuned CSR kernels (faster there,
+    benchmarks/h100/batched_vs_csr.json), without the batch_stats sync; same result."""
+    from sparsegnn.kernels import spmm_batched as mod
+    from sparsegnn.ops import _dispatch
+
+    calls = []
+    real = mod.spmm_batched
+    monkeypatch.setattr(mod, "spmm_batched", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ei, w, ptr, n = _awkward_batch("molecule", seed=6)
+    g0 = Graph.from_edge_index(ei, w, num_nodes=n)
+    x = torch.randn(n, 8)
+    small = sg.spmm(Graph(g0.rowptr, g0.col, g0.edge_val, n, ptr=ptr).to(DEVICE), x.to(DEVICE), backend="triton")
+    assert len(calls) == 1
+    monkeypatch.setattr(_dispatch, "BATCHED_MAX_TOTAL_NODES", n - 1)
+    big = Graph(g0.rowptr, g0.col, g0.edge_val, n, ptr=ptr).to(DEVICE)
+    out = sg.spmm(big, x.to(DEVICE), backend="triton")
+    assert len(calls) == 1 and "batch_stats" not in big.cache
+    torch.testing.assert_close(out, small, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
 def test_spmm_on_a_batch_graph_takes_the_batched_kernel_with_gradients(reduce, monkeypatch):
     """sparsegnn.spmm on a Graph with ptr (Triton backend) runs the batched kernel, forward and

@@ -98,13 +98,27 @@ def spmm_detail(weight: Optional[Tensor], reduce: str) -> str:
 #: Batches whose graphs all have at most this many nodes take the one-program-per-graph kernels
 #: (``kernels/spmm_batched.py``); larger graphs have enough rows to fill the planned kernels.
 BATCHED_MAX_NODES = 128
+#: ... and only batches of at most this many nodes in all.  Measured (H100,
+#: ``scripts/time_batched_vs_csr.py``, ``benchmarks/h100/batched_vs_csr.json``): on larger
+#: batches the tuned CSR kernels are faster, 4-11x on reddit-threads-10k (10k graphs, 237k
+#: nodes: each program pads its graph to a power of two, 5.4x the real rows) and 1.2-3x on
+#: ENZYMES (600 graphs, 19.6k nodes) at F >= 64; molecule batches of 4-14k nodes (the training
+#: batches the kernels were built for) stay on them.
+BATCHED_MAX_TOTAL_NODES = 16384
+
+
+def _batched_applies(graph: Graph, stats) -> bool:
+    """Whether ``graph`` (a block-diagonal batch with ``batch_stats`` ``stats``) takes the batched kernels."""
+    return (stats is not None and bool(stats[2]) and stats[0] <= BATCHED_MAX_NODES
+            and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES)
 
 
 def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
     k = _kernels()
     multi_head = weight is not None and weight.dim() == 2
-    stats = graph.batch_stats() if graph.ptr is not None and not multi_head else None
-    if stats is not None and stats[2] and stats[0] <= BATCHED_MAX_NODES:  # a batch of small graphs: one program each
+    small = graph.ptr is not None and not multi_head and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES
+    stats = graph.batch_stats() if small else None      # (its first call syncs: only where it can matter)
+    if _batched_applies(graph, stats):  # a small batch of small graphs: one program each
         cfg = k.batched.batched_config(stats[0], x.shape[1], stats[1], reduce)
         tiles = None
         if cfg["DENSE"]:    # dense per-graph tiles of the effective weights, built once per weights' version

@@ -34,7 +34,7 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_node_features, check_same_device, check_tensor
 from ..graph import Graph
 from ..kernels import interpreting, triton_available
-from ._dispatch import BATCHED_MAX_NODES, TRITON_DTYPES, aggregate_transposed, choose_backend
+from ._dispatch import BATCHED_MAX_NODES, BATCHED_MAX_TOTAL_NODES, TRITON_DTYPES, aggregate_transposed, choose_backend
 from .spmm import spmm
 
 __all__ = ["batched_gcn", "fused_batched_gcn", "fused_gcn_applies", "ACTIVATIONS", "FUSED_MAX_WIDTH"]
@@ -57,9 +57,12 @@ def _triton_resolved(backend: str, x: Tensor) -> bool:
 
 
 def _batch_fits(graph: Graph) -> bool:
-    """A block-diagonal batch of graphs of at most ``BATCHED_MAX_NODES`` nodes (``batch_stats``:
-    one host sync the first time, unless the loader filled it)."""
+    """A block-diagonal batch of at most ``BATCHED_MAX_TOTAL_NODES`` nodes of graphs of at most
+    ``BATCHED_MAX_NODES`` nodes (``batch_stats``: one host sync the first time, unless the loader
+    filled it)."""
     if graph.ptr is None or graph.is_bipartite or (graph.edge_val is not None and graph.edge_val.dim() != 1):
+        return False
+    if graph.num_nodes > BATCHED_MAX_TOTAL_NODES:    # large batches: the CSR kernels (see _dispatch)
         return False
     stats = graph.batch_stats()
     return bool(stats[2]) and stats[0] <= BATCHED_MAX_NODES
