@@ -680,14 +680,19 @@ class Comparison:
 
 def comparisons(rows: List[dict]) -> Dict[Tuple[str, str, str, int, str], Comparison]:
     """``(op, direction, graph, F, dtype) -> Comparison`` from JSON rows (dicts).  Only baselines that
-    ran and passed the correctness check compete for the best."""
+    ran and passed the correctness check compete for the best, and only those that give gradients:
+    a forward that records no autograd graph (its backward noted "no gradient") is not the same
+    work as ours, in either direction."""
     by_case = defaultdict(list)
     for r in rows:
         by_case[(r["op"], r["direction"], r["graph"], r["F"], r["dtype"])].append(r)
+    gradless = {(r["op"], r["graph"], r["F"], r["dtype"], r["provider"]) for r in rows
+                if r["direction"] == "bwd" and (r.get("note") or "").startswith("no gradient")}
     out = {}
     for key, case_rows in by_case.items():
         ours = next((r for r in case_rows if r["provider"] == OURS), None)
-        base = [r for r in case_rows if r["provider"] != OURS and r["ms"] and r["ok"]]
+        base = [r for r in case_rows if r["provider"] != OURS and r["ms"] and r["ok"]
+                and (key[0], key[2], key[3], key[4], r["provider"]) not in gradless]
         best = min(base, key=lambda r: r["ms"]) if base else None
         out[key] = Comparison(
             ours_ms=ours["ms"] if ours else None, ours_ok=bool(ours and ours["ok"]),

@@ -7,59 +7,75 @@ import numpy as np
 from numba import prange
 
 
-def spmm_sum_8_chunk(c, bounds, rowptr, col, val, has_val, mean, x, out, zero, one):
+def spmm_sum_8_chunk(lo, hi, rowptr, col, val, has_val, mean, x, out, zero, one):
     nf = x.shape[1]
     nb = nf - nf % 8
-    acc = np.empty(8, dtype=out.dtype)
-    for ii in range(bounds[c], bounds[c + 1]):
+    scale = np.empty(1, dtype=out.dtype)
+    for ii in range(lo, hi):
         i = np.uint64(ii)
-        start, end = rowptr[i], rowptr[i + np.uint64(1)]
-        s = 1.0 / (end - start) if mean and end > start else 1.0
+        start, end = np.uint64(rowptr[i]), np.uint64(rowptr[i + np.uint64(1)])
+        scale[0] = 1.0 / (end - start) if mean and end > start else 1.0
+        s = scale[0]
         for fbi in range(0, nb, 8):
             fb = np.uint64(fbi)
-            acc[0] = zero
-            acc[1] = zero
-            acc[2] = zero
-            acc[3] = zero
-            acc[4] = zero
-            acc[5] = zero
-            acc[6] = zero
-            acc[7] = zero
-            for e in range(start, end):
-                j = np.uint64(col[e])
-                w = val[e] if has_val else one
-                t0 = x[j, fb + np.uint64(0)]
-                t1 = x[j, fb + np.uint64(1)]
-                t2 = x[j, fb + np.uint64(2)]
-                t3 = x[j, fb + np.uint64(3)]
-                t4 = x[j, fb + np.uint64(4)]
-                t5 = x[j, fb + np.uint64(5)]
-                t6 = x[j, fb + np.uint64(6)]
-                t7 = x[j, fb + np.uint64(7)]
-                o0 = acc[0]
-                o1 = acc[1]
-                o2 = acc[2]
-                o3 = acc[3]
-                o4 = acc[4]
-                o5 = acc[5]
-                o6 = acc[6]
-                o7 = acc[7]
-                acc[0] = o0 + w * t0
-                acc[1] = o1 + w * t1
-                acc[2] = o2 + w * t2
-                acc[3] = o3 + w * t3
-                acc[4] = o4 + w * t4
-                acc[5] = o5 + w * t5
-                acc[6] = o6 + w * t6
-                acc[7] = o7 + w * t7
-            out[i, fb + np.uint64(0)] = acc[0] * s
-            out[i, fb + np.uint64(1)] = acc[1] * s
-            out[i, fb + np.uint64(2)] = acc[2] * s
-            out[i, fb + np.uint64(3)] = acc[3] * s
-            out[i, fb + np.uint64(4)] = acc[4] * s
-            out[i, fb + np.uint64(5)] = acc[5] * s
-            out[i, fb + np.uint64(6)] = acc[6] * s
-            out[i, fb + np.uint64(7)] = acc[7] * s
+            a0 = zero
+            a1 = zero
+            a2 = zero
+            a3 = zero
+            a4 = zero
+            a5 = zero
+            a6 = zero
+            a7 = zero
+            b0 = zero
+            b1 = zero
+            b2 = zero
+            b3 = zero
+            b4 = zero
+            b5 = zero
+            b6 = zero
+            b7 = zero
+            e = start
+            while e + np.uint64(1) < end:
+                ja = np.uint64(col[e])
+                jb = np.uint64(col[e + np.uint64(1)])
+                wa = val[e] if has_val else one
+                wb = val[e + np.uint64(1)] if has_val else one
+                a0 += wa * x[ja, fb + np.uint64(0)]
+                a1 += wa * x[ja, fb + np.uint64(1)]
+                a2 += wa * x[ja, fb + np.uint64(2)]
+                a3 += wa * x[ja, fb + np.uint64(3)]
+                a4 += wa * x[ja, fb + np.uint64(4)]
+                a5 += wa * x[ja, fb + np.uint64(5)]
+                a6 += wa * x[ja, fb + np.uint64(6)]
+                a7 += wa * x[ja, fb + np.uint64(7)]
+                b0 += wb * x[jb, fb + np.uint64(0)]
+                b1 += wb * x[jb, fb + np.uint64(1)]
+                b2 += wb * x[jb, fb + np.uint64(2)]
+                b3 += wb * x[jb, fb + np.uint64(3)]
+                b4 += wb * x[jb, fb + np.uint64(4)]
+                b5 += wb * x[jb, fb + np.uint64(5)]
+                b6 += wb * x[jb, fb + np.uint64(6)]
+                b7 += wb * x[jb, fb + np.uint64(7)]
+                e += np.uint64(2)
+            if e < end:
+                ja = np.uint64(col[e])
+                wa = val[e] if has_val else one
+                a0 += wa * x[ja, fb + np.uint64(0)]
+                a1 += wa * x[ja, fb + np.uint64(1)]
+                a2 += wa * x[ja, fb + np.uint64(2)]
+                a3 += wa * x[ja, fb + np.uint64(3)]
+                a4 += wa * x[ja, fb + np.uint64(4)]
+                a5 += wa * x[ja, fb + np.uint64(5)]
+                a6 += wa * x[ja, fb + np.uint64(6)]
+                a7 += wa * x[ja, fb + np.uint64(7)]
+            out[i, fb + np.uint64(0)] = (a0 + b0) * s
+            out[i, fb + np.uint64(1)] = (a1 + b1) * s
+            out[i, fb + np.uint64(2)] = (a2 + b2) * s
+            out[i, fb + np.uint64(3)] = (a3 + b3) * s
+            out[i, fb + np.uint64(4)] = (a4 + b4) * s
+            out[i, fb + np.uint64(5)] = (a5 + b5) * s
+            out[i, fb + np.uint64(6)] = (a6 + b6) * s
+            out[i, fb + np.uint64(7)] = (a7 + b7) * s
         for f in range(nb, nf):
             r = zero
             for e in range(start, end):
@@ -69,103 +85,127 @@ def spmm_sum_8_chunk(c, bounds, rowptr, col, val, has_val, mean, x, out, zero, o
 
 def spmm_sum_8_par(bounds, rowptr, col, val, has_val, mean, x, out, zero, one):
     for c in prange(bounds.shape[0] - 1):
-        spmm_sum_8_chunk(c, bounds, rowptr, col, val, has_val, mean, x, out, zero, one)
+        spmm_sum_8_chunk(bounds[c], bounds[c + 1], rowptr, col, val, has_val, mean, x, out, zero, one)
 
 
 
-def spmm_sum_16_chunk(c, bounds, rowptr, col, val, has_val, mean, x, out, zero, one):
+def spmm_sum_16_chunk(lo, hi, rowptr, col, val, has_val, mean, x, out, zero, one):
     nf = x.shape[1]
     nb = nf - nf % 16
-    acc = np.empty(16, dtype=out.dtype)
-    for ii in range(bounds[c], bounds[c + 1]):
+    scale = np.empty(1, dtype=out.dtype)
+    for ii in range(lo, hi):
         i = np.uint64(ii)
-        start, end = rowptr[i], rowptr[i + np.uint64(1)]
-        s = 1.0 / (end - start) if mean and end > start else 1.0
+        start, end = np.uint64(rowptr[i]), np.uint64(rowptr[i + np.uint64(1)])
+        scale[0] = 1.0 / (end - start) if mean and end > start else 1.0
+        s = scale[0]
         for fbi in range(0, nb, 16):
             fb = np.uint64(fbi)
-            acc[0] = zero
-            acc[1] = zero
-            acc[2] = zero
-            acc[3] = zero
-            acc[4] = zero
-            acc[5] = zero
-            acc[6] = zero
-            acc[7] = zero
-            acc[8] = zero
-            acc[9] = zero
-            acc[10] = zero
-            acc[11] = zero
-            acc[12] = zero
-            acc[13] = zero
-            acc[14] = zero
-            acc[15] = zero
-            for e in range(start, end):
-                j = np.uint64(col[e])
-                w = val[e] if has_val else one
-                t0 = x[j, fb + np.uint64(0)]
-                t1 = x[j, fb + np.uint64(1)]
-                t2 = x[j, fb + np.uint64(2)]
-                t3 = x[j, fb + np.uint64(3)]
-                t4 = x[j, fb + np.uint64(4)]
-                t5 = x[j, fb + np.uint64(5)]
-                t6 = x[j, fb + np.uint64(6)]
-                t7 = x[j, fb + np.uint64(7)]
-                t8 = x[j, fb + np.uint64(8)]
-                t9 = x[j, fb + np.uint64(9)]
-                t10 = x[j, fb + np.uint64(10)]
-                t11 = x[j, fb + np.uint64(11)]
-                t12 = x[j, fb + np.uint64(12)]
-                t13 = x[j, fb + np.uint64(13)]
-                t14 = x[j, fb + np.uint64(14)]
-                t15 = x[j, fb + np.uint64(15)]
-                o0 = acc[0]
-                o1 = acc[1]
-                o2 = acc[2]
-                o3 = acc[3]
-                o4 = acc[4]
-                o5 = acc[5]
-                o6 = acc[6]
-                o7 = acc[7]
-                o8 = acc[8]
-                o9 = acc[9]
-                o10 = acc[10]
-                o11 = acc[11]
-                o12 = acc[12]
-                o13 = acc[13]
-                o14 = acc[14]
-                o15 = acc[15]
-                acc[0] = o0 + w * t0
-                acc[1] = o1 + w * t1
-                acc[2] = o2 + w * t2
-                acc[3] = o3 + w * t3
-                acc[4] = o4 + w * t4
-                acc[5] = o5 + w * t5
-                acc[6] = o6 + w * t6
-                acc[7] = o7 + w * t7
-                acc[8] = o8 + w * t8
-                acc[9] = o9 + w * t9
-                acc[10] = o10 + w * t10
-                acc[11] = o11 + w * t11
-                acc[12] = o12 + w * t12
-                acc[13] = o13 + w * t13
-                acc[14] = o14 + w * t14
-                acc[15] = o15 + w * t15
-            out[i, fb + np.uint64(0)] = acc[0] * s
-            out[i, fb + np.uint64(1)] = acc[1] * s
-            out[i, fb + np.uint64(2)] = acc[2] * s
-            out[i, fb + np.uint64(3)] = acc[3] * s
-            out[i, fb + np.uint64(4)] = acc[4] * s
-            out[i, fb + np.uint64(5)] = acc[5] * s
-            out[i, fb + np.uint64(6)] = acc[6] * s
-            out[i, fb + np.uint64(7)] = acc[7] * s
-            out[i, fb + np.uint64(8)] = acc[8] * s
-            out[i, fb + np.uint64(9)] = acc[9] * s
-            out[i, fb + np.uint64(10)] = acc[10] * s
-            out[i, fb + np.uint64(11)] = acc[11] * s
-            out[i, fb + np.uint64(12)] = acc[12] * s
-            out[i, fb + np.uint64(13)] = acc[13] * s
-            out[i, fb + np.uint64(14)] = acc[14] * s
-            out[i, fb + np.uint64(15)] = acc[15] * s
+            a0 = zero
+            a1 = zero
+            a2 = zero
+            a3 = zero
+            a4 = zero
+            a5 = zero
+            a6 = zero
+            a7 = zero
+            a8 = zero
+            a9 = zero
+            a10 = zero
+            a11 = zero
+            a12 = zero
+            a13 = zero
+            a14 = zero
+            a15 = zero
+            b0 = zero
+            b1 = zero
+            b2 = zero
+            b3 = zero
+            b4 = zero
+            b5 = zero
+            b6 = zero
+            b7 = zero
+            b8 = zero
+            b9 = zero
+            b10 = zero
+            b11 = zero
+            b12 = zero
+            b13 = zero
+            b14 = zero
+            b15 = zero
+            e = start
+            while e + np.uint64(1) < end:
+                ja = np.uint64(col[e])
+                jb = np.uint64(col[e + np.uint64(1)])
+                wa = val[e] if has_val else one
+                wb = val[e + np.uint64(1)] if has_val else one
+                a0 += wa * x[ja, fb + np.uint64(0)]
+                a1 += wa * x[ja, fb + np.uint64(1)]
+                a2 += wa * x[ja, fb + np.uint64(2)]
+                a3 += wa * x[ja, fb + np.uint64(3)]
+                a4 += wa * x[ja, fb + np.uint64(4)]
+                a5 += wa * x[ja, fb + np.uint64(5)]
+                a6 += wa * x[ja, fb + np.uint64(6)]
+                a7 += wa * x[ja, fb + np.uint64(7)]
+                a8 += wa * x[ja, fb + np.uint64(8)]
+                a9 += wa * x[ja, fb + np.uint64(9)]
+                a10 += wa * x[ja, fb + np.uint64(10)]
+                a11 += wa * x[ja, fb + np.uint64(11)]
+                a12 += wa * x[ja, fb + np.uint64(12)]
+                a13 += wa * x[ja, fb + np.uint64(13)]
+                a14 += wa * x[ja, fb + np.uint64(14)]
+                a15 += wa * x[ja, fb + np.uint64(15)]
+                b0 += wb * x[jb, fb + np.uint64(0)]
+                b1 += wb * x[jb, fb + np.uint64(1)]
+                b2 += wb * x[jb, fb + np.uint64(2)]
+                b3 += wb * x[jb, fb + np.uint64(3)]
+                b4 += wb * x[jb, fb + np.uint64(4)]
+                b5 += wb * x[jb, fb + np.uint64(5)]
+                b6 += wb * x[jb, fb + np.uint64(6)]
+                b7 += wb * x[jb, fb + np.uint64(7)]
+                b8 += wb * x[jb, fb + np.uint64(8)]
+                b9 += wb * x[jb, fb + np.uint64(9)]
+                b10 += wb * x[jb, fb + np.uint64(10)]
+                b11 += wb * x[jb, fb + np.uint64(11)]
+                b12 += wb * x[jb, fb + np.uint64(12)]
+                b13 += wb * x[jb, fb + np.uint64(13)]
+                b14 += wb * x[jb, fb + np.uint64(14)]
+                b15 += wb * x[jb, fb + np.uint64(15)]
+                e += np.uint64(2)
+            if e < end:
+                ja = np.uint64(col[e])
+                wa = val[e] if has_val else one
+                a0 += wa * x[ja, fb + np.uint64(0)]
+                a1 += wa * x[ja, fb + np.uint64(1)]
+                a2 += wa * x[ja, fb + np.uint64(2)]
+                a3 += wa * x[ja, fb + np.uint64(3)]
+                a4 += wa * x[ja, fb + np.uint64(4)]
+                a5 += wa * x[ja, fb + np.uint64(5)]
+                a6 += wa * x[ja, fb + np.uint64(6)]
+                a7 += wa * x[ja, fb + np.uint64(7)]
+                a8 += wa * x[ja, fb + np.uint64(8)]
+                a9 += wa * x[ja, fb + np.uint64(9)]
+                a10 += wa * x[ja, fb + np.uint64(10)]
+                a11 += wa * x[ja, fb + np.uint64(11)]
+                a12 += wa * x[ja, fb + np.uint64(12)]
+                a13 += wa * x[ja, fb + np.uint64(13)]
+                a14 += wa * x[ja, fb + np.uint64(14)]
+                a15 += wa * x[ja, fb + np.uint64(15)]
+            out[i, fb + np.uint64(0)] = (a0 + b0) * s
+            out[i, fb + np.uint64(1)] = (a1 + b1) * s
+            out[i, fb + np.uint64(2)] = (a2 + b2) * s
+            out[i, fb + np.uint64(3)] = (a3 + b3) * s
+            out[i, fb + np.uint64(4)] = (a4 + b4) * s
+            out[i, fb + np.uint64(5)] = (a5 + b5) * s
+            out[i, fb + np.uint64(6)] = (a6 + b6) * s
+            out[i, fb + np.uint64(7)] = (a7 + b7) * s
+            out[i, fb + np.uint64(8)] = (a8 + b8) * s
+            out[i, fb + np.uint64(9)] = (a9 + b9) * s
+            out[i, fb + np.uint64(10)] = (a10 + b10) * s
+            out[i, fb + np.uint64(11)] = (a11 + b11) * s
+            out[i, fb + np.uint64(12)] = (a12 + b12) * s
+            out[i, fb + np.uint64(13)] = (a13 + b13) * s
+            out[i, fb + np.uint64(14)] = (a14 + b14) * s
+            out[i, fb + np.uint64(15)] = (a15 + b15) * s
         for f in range(nb, nf):
             r = zero
             for e in range(start, end):
@@ -175,343 +215,216 @@ def spmm_sum_16_chunk(c, bounds, rowptr, col, val, has_val, mean, x, out, zero, 
 
 def spmm_sum_16_par(bounds, rowptr, col, val, has_val, mean, x, out, zero, one):
     for c in prange(bounds.shape[0] - 1):
-        spmm_sum_16_chunk(c, bounds, rowptr, col, val, has_val, mean, x, out, zero, one)
+        spmm_sum_16_chunk(bounds[c], bounds[c + 1], rowptr, col, val, has_val, mean, x, out, zero, one)
 
 
 
-def spmm_sum_64_chunk(c, bounds, rowptr, col, val, has_val, mean, x, out, zero, one):
+def spmm_sum_64_chunk(lo, hi, rowptr, col, val, has_val, mean, x, out, zero, one):
     nf = x.shape[1]
     nb = nf - nf % 64
-    acc = np.empty(64, dtype=out.dtype)
-    for ii in range(bounds[c], bounds[c + 1]):
+    scale = np.empty(1, dtype=out.dtype)
+    for ii in range(lo, hi):
         i = np.uint64(ii)
-        start, end = rowptr[i], rowptr[i + np.uint64(1)]
-        s = 1.0 / (end - start) if mean and end > start else 1.0
+        start, end = np.uint64(rowptr[i]), np.uint64(rowptr[i + np.uint64(1)])
+        scale[0] = 1.0 / (end - start) if mean and end > start else 1.0
+        s = scale[0]
         for fbi in range(0, nb, 64):
             fb = np.uint64(fbi)
-            acc[0] = zero
-            acc[1] = zero
-            acc[2] = zero
-            acc[3] = zero
-            acc[4] = zero
-            acc[5] = zero
-            acc[6] = zero
-            acc[7] = zero
-            acc[8] = zero
-            acc[9] = zero
-            acc[10] = zero
-            acc[11] = zero
-            acc[12] = zero
-            acc[13] = zero
-            acc[14] = zero
-            acc[15] = zero
-            acc[16] = zero
-            acc[17] = zero
-            acc[18] = zero
-            acc[19] = zero
-            acc[20] = zero
-            acc[21] = zero
-            acc[22] = zero
-            acc[23] = zero
-            acc[24] = zero
-            acc[25] = zero
-            acc[26] = zero
-            acc[27] = zero
-            acc[28] = zero
-            acc[29] = zero
-            acc[30] = zero
-            acc[31] = zero
-            acc[32] = zero
-            acc[33] = zero
-            acc[34] = zero
-            acc[35] = zero
-            acc[36] = zero
-            acc[37] = zero
-            acc[38] = zero
-            acc[39] = zero
-            acc[40] = zero
-            acc[41] = zero
-            acc[42] = zero
-            acc[43] = zero
-            acc[44] = zero
-            acc[45] = zero
-            acc[46] = zero
-            acc[47] = zero
-            acc[48] = zero
-            acc[49] = zero
-            acc[50] = zero
-            acc[51] = zero
-            acc[52] = zero
-            acc[53] = zero
-            acc[54] = zero
-            acc[55] = zero
-            acc[56] = zero
-            acc[57] = zero
-            acc[58] = zero
-            acc[59] = zero
-            acc[60] = zero
-            acc[61] = zero
-            acc[62] = zero
-            acc[63] = zero
+            a0 = zero
+            a1 = zero
+            a2 = zero
+            a3 = zero
+            a4 = zero
+            a5 = zero
+            a6 = zero
+            a7 = zero
+            a8 = zero
+            a9 = zero
+            a10 = zero
+            a11 = zero
+            a12 = zero
+            a13 = zero
+            a14 = zero
+            a15 = zero
+            a16 = zero
+            a17 = zero
+            a18 = zero
+            a19 = zero
+            a20 = zero
+            a21 = zero
+            a22 = zero
+            a23 = zero
+            a24 = zero
+            a25 = zero
+            a26 = zero
+            a27 = zero
+            a28 = zero
+            a29 = zero
+            a30 = zero
+            a31 = zero
+            a32 = zero
+            a33 = zero
+            a34 = zero
+            a35 = zero
+            a36 = zero
+            a37 = zero
+            a38 = zero
+            a39 = zero
+            a40 = zero
+            a41 = zero
+            a42 = zero
+            a43 = zero
+            a44 = zero
+            a45 = zero
+            a46 = zero
+            a47 = zero
+            a48 = zero
+            a49 = zero
+            a50 = zero
+            a51 = zero
+            a52 = zero
+            a53 = zero
+            a54 = zero
+            a55 = zero
+            a56 = zero
+            a57 = zero
+            a58 = zero
+            a59 = zero
+            a60 = zero
+            a61 = zero
+            a62 = zero
+            a63 = zero
             for e in range(start, end):
                 j = np.uint64(col[e])
                 w = val[e] if has_val else one
-                t0 = x[j, fb + np.uint64(0)]
-                t1 = x[j, fb + np.uint64(1)]
-                t2 = x[j, fb + np.uint64(2)]
-                t3 = x[j, fb + np.uint64(3)]
-                t4 = x[j, fb + np.uint64(4)]
-                t5 = x[j, fb + np.uint64(5)]
-                t6 = x[j, fb + np.uint64(6)]
-                t7 = x[j, fb + np.uint64(7)]
-                t8 = x[j, fb + np.uint64(8)]
-                t9 = x[j, fb + np.uint64(9)]
-                t10 = x[j, fb + np.uint64(10)]
-                t11 = x[j, fb + np.uint64(11)]
-                t12 = x[j, fb + np.uint64(12)]
-                t13 = x[j, fb + np.uint64(13)]
-                t14 = x[j, fb + np.uint64(14)]
-                t15 = x[j, fb + np.uint64(15)]
-                t16 = x[j, fb + np.uint64(16)]
-                t17 = x[j, fb + np.uint64(17)]
-                t18 = x[j, fb + np.uint64(18)]
-                t19 = x[j, fb + np.uint64(19)]
-                t20 = x[j, fb + np.uint64(20)]
-                t21 = x[j, fb + np.uint64(21)]
-                t22 = x[j, fb + np.uint64(22)]
-                t23 = x[j, fb + np.uint64(23)]
-                t24 = x[j, fb + np.uint64(24)]
-                t25 = x[j, fb + np.uint64(25)]
-                t26 = x[j, fb + np.uint64(26)]
-                t27 = x[j, fb + np.uint64(27)]
-                t28 = x[j, fb + np.uint64(28)]
-                t29 = x[j, fb + np.uint64(29)]
-                t30 = x[j, fb + np.uint64(30)]
-                t31 = x[j, fb + np.uint64(31)]
-                t32 = x[j, fb + np.uint64(32)]
-                t33 = x[j, fb + np.uint64(33)]
-                t34 = x[j, fb + np.uint64(34)]
-                t35 = x[j, fb + np.uint64(35)]
-                t36 = x[j, fb + np.uint64(36)]
-                t37 = x[j, fb + np.uint64(37)]
-                t38 = x[j, fb + np.uint64(38)]
-                t39 = x[j, fb + np.uint64(39)]
-                t40 = x[j, fb + np.uint64(40)]
-                t41 = x[j, fb + np.uint64(41)]
-                t42 = x[j, fb + np.uint64(42)]
-                t43 = x[j, fb + np.uint64(43)]
-                t44 = x[j, fb + np.uint64(44)]
-                t45 = x[j, fb + np.uint64(45)]
-                t46 = x[j, fb + np.uint64(46)]
-                t47 = x[j, fb + np.uint64(47)]
-                t48 = x[j, fb + np.uint64(48)]
-                t49 = x[j, fb + np.uint64(49)]
-                t50 = x[j, fb + np.uint64(50)]
-                t51 = x[j, fb + np.uint64(51)]
-                t52 = x[j, fb + np.uint64(52)]
-                t53 = x[j, fb + np.uint64(53)]
-                t54 = x[j, fb + np.uint64(54)]
-                t55 = x[j, fb + np.uint64(55)]
-                t56 = x[j, fb + np.uint64(56)]
-                t57 = x[j, fb + np.uint64(57)]
-                t58 = x[j, fb + np.uint64(58)]
-                t59 = x[j, fb + np.uint64(59)]
-                t60 = x[j, fb + np.uint64(60)]
-                t61 = x[j, fb + np.uint64(61)]
-                t62 = x[j, fb + np.uint64(62)]
-                t63 = x[j, fb + np.uint64(63)]
-                o0 = acc[0]
-                o1 = acc[1]
-                o2 = acc[2]
-                o3 = acc[3]
-                o4 = acc[4]
-                o5 = acc[5]
-                o6 = acc[6]
-                o7 = acc[7]
-                o8 = acc[8]
-                o9 = acc[9]
-                o10 = acc[10]
-                o11 = acc[11]
-                o12 = acc[12]
-                o13 = acc[13]
-                o14 = acc[14]
-                o15 = acc[15]
-                o16 = acc[16]
-                o17 = acc[17]
-                o18 = acc[18]
-                o19 = acc[19]
-                o20 = acc[20]
-                o21 = acc[21]
-                o22 = acc[22]
-                o23 = acc[23]
-                o24 = acc[24]
-                o25 = acc[25]
-                o26 = acc[26]
-                o27 = acc[27]
-                o28 = acc[28]
-                o29 = acc[29]
-                o30 = acc[30]
-                o31 = acc[31]
-                o32 = acc[32]
-                o33 = acc[33]
-                o34 = acc[34]
-                o35 = acc[35]
-                o36 = acc[36]
-                o37 = acc[37]
-                o38 = acc[38]
-                o39 = acc[39]
-                o40 = acc[40]
-                o41 = acc[41]
-                o42 = acc[42]
-                o43 = acc[43]
-                o44 = acc[44]
-                o45 = acc[45]
-                o46 = acc[46]
-                o47 = acc[47]
-                o48 = acc[48]
-                o49 = acc[49]
-                o50 = acc[50]
-                o51 = acc[51]
-                o52 = acc[52]
-                o53 = acc[53]
-                o54 = acc[54]
-                o55 = acc[55]
-                o56 = acc[56]
-                o57 = acc[57]
-                o58 = acc[58]
-                o59 = acc[59]
-                o60 = acc[60]
-                o61 = acc[61]
-                o62 = acc[62]
-                o63 = acc[63]
-                acc[0] = o0 + w * t0
-                acc[1] = o1 + w * t1
-                acc[2] = o2 + w * t2
-                acc[3] = o3 + w * t3
-                acc[4] = o4 + w * t4
-                acc[5] = o5 + w * t5
-                acc[6] = o6 + w * t6
-                acc[7] = o7 + w * t7
-                acc[8] = o8 + w * t8
-                acc[9] = o9 + w * t9
-                acc[10] = o10 + w * t10
-                acc[11] = o11 + w * t11
-                acc[12] = o12 + w * t12
-                acc[13] = o13 + w * t13
-                acc[14] = o14 + w * t14
-                acc[15] = o15 + w * t15
-                acc[16] = o16 + w * t16
-                acc[17] = o17 + w * t17
-                acc[18] = o18 + w * t18
-                acc[19] = o19 + w * t19
-                acc[20] = o20 + w * t20
-                acc[21] = o21 + w * t21
-                acc[22] = o22 + w * t22
-                acc[23] = o23 + w * t23
-                acc[24] = o24 + w * t24
-                acc[25] = o25 + w * t25
-                acc[26] = o26 + w * t26
-                acc[27] = o27 + w * t27
-                acc[28] = o28 + w * t28
-                acc[29] = o29 + w * t29
-                acc[30] = o30 + w * t30
-                acc[31] = o31 + w * t31
-                acc[32] = o32 + w * t32
-                acc[33] = o33 + w * t33
-                acc[34] = o34 + w * t34
-                acc[35] = o35 + w * t35
-                acc[36] = o36 + w * t36
-                acc[37] = o37 + w * t37
-                acc[38] = o38 + w * t38
-                acc[39] = o39 + w * t39
-                acc[40] = o40 + w * t40
-                acc[41] = o41 + w * t41
-                acc[42] = o42 + w * t42
-                acc[43] = o43 + w * t43
-                acc[44] = o44 + w * t44
-                acc[45] = o45 + w * t45
-                acc[46] = o46 + w * t46
-                acc[47] = o47 + w * t47
-                acc[48] = o48 + w * t48
-                acc[49] = o49 + w * t49
-                acc[50] = o50 + w * t50
-                acc[51] = o51 + w * t51
-                acc[52] = o52 + w * t52
-                acc[53] = o53 + w * t53
-                acc[54] = o54 + w * t54
-                acc[55] = o55 + w * t55
-                acc[56] = o56 + w * t56
-                acc[57] = o57 + w * t57
-                acc[58] = o58 + w * t58
-                acc[59] = o59 + w * t59
-                acc[60] = o60 + w * t60
-                acc[61] = o61 + w * t61
-                acc[62] = o62 + w * t62
-                acc[63] = o63 + w * t63
-            out[i, fb + np.uint64(0)] = acc[0] * s
-            out[i, fb + np.uint64(1)] = acc[1] * s
-            out[i, fb + np.uint64(2)] = acc[2] * s
-            out[i, fb + np.uint64(3)] = acc[3] * s
-            out[i, fb + np.uint64(4)] = acc[4] * s
-            out[i, fb + np.uint64(5)] = acc[5] * s
-            out[i, fb + np.uint64(6)] = acc[6] * s
-            out[i, fb + np.uint64(7)] = acc[7] * s
-            out[i, fb + np.uint64(8)] = acc[8] * s
-            out[i, fb + np.uint64(9)] = acc[9] * s
-            out[i, fb + np.uint64(10)] = acc[10] * s
-            out[i, fb + np.uint64(11)] = acc[11] * s
-            out[i, fb + np.uint64(12)] = acc[12] * s
-            out[i, fb + np.uint64(13)] = acc[13] * s
-            out[i, fb + np.uint64(14)] = acc[14] * s
-            out[i, fb + np.uint64(15)] = acc[15] * s
-            out[i, fb + np.uint64(16)] = acc[16] * s
-            out[i, fb + np.uint64(17)] = acc[17] * s
-            out[i, fb + np.uint64(18)] = acc[18] * s
-            out[i, fb + np.uint64(19)] = acc[19] * s
-            out[i, fb + np.uint64(20)] = acc[20] * s
-            out[i, fb + np.uint64(21)] = acc[21] * s
-            out[i, fb + np.uint64(22)] = acc[22] * s
-            out[i, fb + np.uint64(23)] = acc[23] * s
-            out[i, fb + np.uint64(24)] = acc[24] * s
-            out[i, fb + np.uint64(25)] = acc[25] * s
-            out[i, fb + np.uint64(26)] = acc[26] * s
-            out[i, fb + np.uint64(27)] = acc[27] * s
-            out[i, fb + np.uint64(28)] = acc[28] * s
-            out[i, fb + np.uint64(29)] = acc[29] * s
-            out[i, fb + np.uint64(30)] = acc[30] * s
-            out[i, fb + np.uint64(31)] = acc[31] * s
-            out[i, fb + np.uint64(32)] = acc[32] * s
-            out[i, fb + np.uint64(33)] = acc[33] * s
-            out[i, fb + np.uint64(34)] = acc[34] * s
-            out[i, fb + np.uint64(35)] = acc[35] * s
-            out[i, fb + np.uint64(36)] = acc[36] * s
-            out[i, fb + np.uint64(37)] = acc[37] * s
-            out[i, fb + np.uint64(38)] = acc[38] * s
-            out[i, fb + np.uint64(39)] = acc[39] * s
-            out[i, fb + np.uint64(40)] = acc[40] * s
-            out[i, fb + np.uint64(41)] = acc[41] * s
-            out[i, fb + np.uint64(42)] = acc[42] * s
-            out[i, fb + np.uint64(43)] = acc[43] * s
-            out[i, fb + np.uint64(44)] = acc[44] * s
-            out[i, fb + np.uint64(45)] = acc[45] * s
-            out[i, fb + np.uint64(46)] = acc[46] * s
-            out[i, fb + np.uint64(47)] = acc[47] * s
-            out[i, fb + np.uint64(48)] = acc[48] * s
-            out[i, fb + np.uint64(49)] = acc[49] * s
-            out[i, fb + np.uint64(50)] = acc[50] * s
-            out[i, fb + np.uint64(51)] = acc[51] * s
-            out[i, fb + np.uint64(52)] = acc[52] * s
-            out[i, fb + np.uint64(53)] = acc[53] * s
-            out[i, fb + np.uint64(54)] = acc[54] * s
-            out[i, fb + np.uint64(55)] = acc[55] * s
-            out[i, fb + np.uint64(56)] = acc[56] * s
-            out[i, fb + np.uint64(57)] = acc[57] * s
-            out[i, fb + np.uint64(58)] = acc[58] * s
-            out[i, fb + np.uint64(59)] = acc[59] * s
-            out[i, fb + np.uint64(60)] = acc[60] * s
-            out[i, fb + np.uint64(61)] = acc[61] * s
-            out[i, fb + np.uint64(62)] = acc[62] * s
-            out[i, fb + np.uint64(63)] = acc[63] * s
+                a0 += w * x[j, fb + np.uint64(0)]
+                a1 += w * x[j, fb + np.uint64(1)]
+                a2 += w * x[j, fb + np.uint64(2)]
+                a3 += w * x[j, fb + np.uint64(3)]
+                a4 += w * x[j, fb + np.uint64(4)]
+                a5 += w * x[j, fb + np.uint64(5)]
+                a6 += w * x[j, fb + np.uint64(6)]
+                a7 += w * x[j, fb + np.uint64(7)]
+                a8 += w * x[j, fb + np.uint64(8)]
+                a9 += w * x[j, fb + np.uint64(9)]
+                a10 += w * x[j, fb + np.uint64(10)]
+                a11 += w * x[j, fb + np.uint64(11)]
+                a12 += w * x[j, fb + np.uint64(12)]
+                a13 += w * x[j, fb + np.uint64(13)]
+                a14 += w * x[j, fb + np.uint64(14)]
+                a15 += w * x[j, fb + np.uint64(15)]
+                a16 += w * x[j, fb + np.uint64(16)]
+                a17 += w * x[j, fb + np.uint64(17)]
+                a18 += w * x[j, fb + np.uint64(18)]
+                a19 += w * x[j, fb + np.uint64(19)]
+                a20 += w * x[j, fb + np.uint64(20)]
+                a21 += w * x[j, fb + np.uint64(21)]
+                a22 += w * x[j, fb + np.uint64(22)]
+                a23 += w * x[j, fb + np.uint64(23)]
+                a24 += w * x[j, fb + np.uint64(24)]
+                a25 += w * x[j, fb + np.uint64(25)]
+                a26 += w * x[j, fb + np.uint64(26)]
+                a27 += w * x[j, fb + np.uint64(27)]
+                a28 += w * x[j, fb + np.uint64(28)]
+                a29 += w * x[j, fb + np.uint64(29)]
+                a30 += w * x[j, fb + np.uint64(30)]
+                a31 += w * x[j, fb + np.uint64(31)]
+                a32 += w * x[j, fb + np.uint64(32)]
+                a33 += w * x[j, fb + np.uint64(33)]
+                a34 += w * x[j, fb + np.uint64(34)]
+                a35 += w * x[j, fb + np.uint64(35)]
+                a36 += w * x[j, fb + np.uint64(36)]
+                a37 += w * x[j, fb + np.uint64(37)]
+                a38 += w * x[j, fb + np.uint64(38)]
+                a39 += w * x[j, fb + np.uint64(39)]
+                a40 += w * x[j, fb + np.uint64(40)]
+                a41 += w * x[j, fb + np.uint64(41)]
+                a42 += w * x[j, fb + np.uint64(42)]
+                a43 += w * x[j, fb + np.uint64(43)]
+                a44 += w * x[j, fb + np.uint64(44)]
+                a45 += w * x[j, fb + np.uint64(45)]
+                a46 += w * x[j, fb + np.uint64(46)]
+                a47 += w * x[j, fb + np.uint64(47)]
+                a48 += w * x[j, fb + np.uint64(48)]
+                a49 += w * x[j, fb + np.uint64(49)]
+                a50 += w * x[j, fb + np.uint64(50)]
+                a51 += w * x[j, fb + np.uint64(51)]
+                a52 += w * x[j, fb + np.uint64(52)]
+                a53 += w * x[j, fb + np.uint64(53)]
+                a54 += w * x[j, fb + np.uint64(54)]
+                a55 += w * x[j, fb + np.uint64(55)]
+                a56 += w * x[j, fb + np.uint64(56)]
+                a57 += w * x[j, fb + np.uint64(57)]
+                a58 += w * x[j, fb + np.uint64(58)]
+                a59 += w * x[j, fb + np.uint64(59)]
+                a60 += w * x[j, fb + np.uint64(60)]
+                a61 += w * x[j, fb + np.uint64(61)]
+                a62 += w * x[j, fb + np.uint64(62)]
+                a63 += w * x[j, fb + np.uint64(63)]
+            out[i, fb + np.uint64(0)] = a0 * s
+            out[i, fb + np.uint64(1)] = a1 * s
+            out[i, fb + np.uint64(2)] = a2 * s
+            out[i, fb + np.uint64(3)] = a3 * s
+            out[i, fb + np.uint64(4)] = a4 * s
+            out[i, fb + np.uint64(5)] = a5 * s
+            out[i, fb + np.uint64(6)] = a6 * s
+            out[i, fb + np.uint64(7)] = a7 * s
+            out[i, fb + np.uint64(8)] = a8 * s
+            out[i, fb + np.uint64(9)] = a9 * s
+            out[i, fb + np.uint64(10)] = a10 * s
+            out[i, fb + np.uint64(11)] = a11 * s
+            out[i, fb + np.uint64(12)] = a12 * s
+            out[i, fb + np.uint64(13)] = a13 * s
+            out[i, fb + np.uint64(14)] = a14 * s
+            out[i, fb + np.uint64(15)] = a15 * s
+            out[i, fb + np.uint64(16)] = a16 * s
+            out[i, fb + np.uint64(17)] = a17 * s
+            out[i, fb + np.uint64(18)] = a18 * s
+            out[i, fb + np.uint64(19)] = a19 * s
+            out[i, fb + np.uint64(20)] = a20 * s
+            out[i, fb + np.uint64(21)] = a21 * s
+            out[i, fb + np.uint64(22)] = a22 * s
+            out[i, fb + np.uint64(23)] = a23 * s
+            out[i, fb + np.uint64(24)] = a24 * s
+            out[i, fb + np.uint64(25)] = a25 * s
+            out[i, fb + np.uint64(26)] = a26 * s
+            out[i, fb + np.uint64(27)] = a27 * s
+            out[i, fb + np.uint64(28)] = a28 * s
+            out[i, fb + np.uint64(29)] = a29 * s
+            out[i, fb + np.uint64(30)] = a30 * s
+            out[i, fb + np.uint64(31)] = a31 * s
+            out[i, fb + np.uint64(32)] = a32 * s
+            out[i, fb + np.uint64(33)] = a33 * s
+            out[i, fb + np.uint64(34)] = a34 * s
+            out[i, fb + np.uint64(35)] = a35 * s
+            out[i, fb + np.uint64(36)] = a36 * s
+            out[i, fb + np.uint64(37)] = a37 * s
+            out[i, fb + np.uint64(38)] = a38 * s
+            out[i, fb + np.uint64(39)] = a39 * s
+            out[i, fb + np.uint64(40)] = a40 * s
+            out[i, fb + np.uint64(41)] = a41 * s
+            out[i, fb + np.uint64(42)] = a42 * s
+            out[i, fb + np.uint64(43)] = a43 * s
+            out[i, fb + np.uint64(44)] = a44 * s
+            out[i, fb + np.uint64(45)] = a45 * s
+            out[i, fb + np.uint64(46)] = a46 * s
+            out[i, fb + np.uint64(47)] = a47 * s
+            out[i, fb + np.uint64(48)] = a48 * s
+            out[i, fb + np.uint64(49)] = a49 * s
+            out[i, fb + np.uint64(50)] = a50 * s
+            out[i, fb + np.uint64(51)] = a51 * s
+            out[i, fb + np.uint64(52)] = a52 * s
+            out[i, fb + np.uint64(53)] = a53 * s
+            out[i, fb + np.uint64(54)] = a54 * s
+            out[i, fb + np.uint64(55)] = a55 * s
+            out[i, fb + np.uint64(56)] = a56 * s
+            out[i, fb + np.uint64(57)] = a57 * s
+            out[i, fb + np.uint64(58)] = a58 * s
+            out[i, fb + np.uint64(59)] = a59 * s
+            out[i, fb + np.uint64(60)] = a60 * s
+            out[i, fb + np.uint64(61)] = a61 * s
+            out[i, fb + np.uint64(62)] = a62 * s
+            out[i, fb + np.uint64(63)] = a63 * s
         for f in range(nb, nf):
             r = zero
             for e in range(start, end):
@@ -521,177 +434,214 @@ def spmm_sum_64_chunk(c, bounds, rowptr, col, val, has_val, mean, x, out, zero, 
 
 def spmm_sum_64_par(bounds, rowptr, col, val, has_val, mean, x, out, zero, one):
     for c in prange(bounds.shape[0] - 1):
-        spmm_sum_64_chunk(c, bounds, rowptr, col, val, has_val, mean, x, out, zero, one)
+        spmm_sum_64_chunk(bounds[c], bounds[c + 1], rowptr, col, val, has_val, mean, x, out, zero, one)
 
 
 
-def spmm_heads_8_chunk(c, bounds, rowptr, col, val, x, out, zero):
+def spmm_heads_8_chunk(lo, hi, rowptr, col, val, x, out, zero):
     nf = x.shape[1]
     ch = nf // val.shape[1]
-    acc = np.empty(8, dtype=out.dtype)
-    for ii in range(bounds[c], bounds[c + 1]):
+    for ii in range(lo, hi):
         i = np.uint64(ii)
-        start, end = rowptr[i], rowptr[i + np.uint64(1)]
+        start, end = np.uint64(rowptr[i]), np.uint64(rowptr[i + np.uint64(1)])
         for fbi in range(0, nf, 8):
             fb = np.uint64(fbi)
-            h = fbi // ch
-            acc[0] = zero
-            acc[1] = zero
-            acc[2] = zero
-            acc[3] = zero
-            acc[4] = zero
-            acc[5] = zero
-            acc[6] = zero
-            acc[7] = zero
-            for e in range(start, end):
-                j = np.uint64(col[e])
-                w = val[e, h]
-                t0 = x[j, fb + np.uint64(0)]
-                t1 = x[j, fb + np.uint64(1)]
-                t2 = x[j, fb + np.uint64(2)]
-                t3 = x[j, fb + np.uint64(3)]
-                t4 = x[j, fb + np.uint64(4)]
-                t5 = x[j, fb + np.uint64(5)]
-                t6 = x[j, fb + np.uint64(6)]
-                t7 = x[j, fb + np.uint64(7)]
-                o0 = acc[0]
-                o1 = acc[1]
-                o2 = acc[2]
-                o3 = acc[3]
-                o4 = acc[4]
-                o5 = acc[5]
-                o6 = acc[6]
-                o7 = acc[7]
-                acc[0] = o0 + w * t0
-                acc[1] = o1 + w * t1
-                acc[2] = o2 + w * t2
-                acc[3] = o3 + w * t3
-                acc[4] = o4 + w * t4
-                acc[5] = o5 + w * t5
-                acc[6] = o6 + w * t6
-                acc[7] = o7 + w * t7
-            out[i, fb + np.uint64(0)] = acc[0]
-            out[i, fb + np.uint64(1)] = acc[1]
-            out[i, fb + np.uint64(2)] = acc[2]
-            out[i, fb + np.uint64(3)] = acc[3]
-            out[i, fb + np.uint64(4)] = acc[4]
-            out[i, fb + np.uint64(5)] = acc[5]
-            out[i, fb + np.uint64(6)] = acc[6]
-            out[i, fb + np.uint64(7)] = acc[7]
+            h = np.uint64(fbi // ch)
+            a0 = zero
+            a1 = zero
+            a2 = zero
+            a3 = zero
+            a4 = zero
+            a5 = zero
+            a6 = zero
+            a7 = zero
+            b0 = zero
+            b1 = zero
+            b2 = zero
+            b3 = zero
+            b4 = zero
+            b5 = zero
+            b6 = zero
+            b7 = zero
+            e = start
+            while e + np.uint64(1) < end:
+                ja = np.uint64(col[e])
+                jb = np.uint64(col[e + np.uint64(1)])
+                wa = val[e, h]
+                wb = val[e + np.uint64(1), h]
+                a0 += wa * x[ja, fb + np.uint64(0)]
+                a1 += wa * x[ja, fb + np.uint64(1)]
+                a2 += wa * x[ja, fb + np.uint64(2)]
+                a3 += wa * x[ja, fb + np.uint64(3)]
+                a4 += wa * x[ja, fb + np.uint64(4)]
+                a5 += wa * x[ja, fb + np.uint64(5)]
+                a6 += wa * x[ja, fb + np.uint64(6)]
+                a7 += wa * x[ja, fb + np.uint64(7)]
+                b0 += wb * x[jb, fb + np.uint64(0)]
+                b1 += wb * x[jb, fb + np.uint64(1)]
+                b2 += wb * x[jb, fb + np.uint64(2)]
+                b3 += wb * x[jb, fb + np.uint64(3)]
+                b4 += wb * x[jb, fb + np.uint64(4)]
+                b5 += wb * x[jb, fb + np.uint64(5)]
+                b6 += wb * x[jb, fb + np.uint64(6)]
+                b7 += wb * x[jb, fb + np.uint64(7)]
+                e += np.uint64(2)
+            if e < end:
+                ja = np.uint64(col[e])
+                wa = val[e, h]
+                a0 += wa * x[ja, fb + np.uint64(0)]
+                a1 += wa * x[ja, fb + np.uint64(1)]
+                a2 += wa * x[ja, fb + np.uint64(2)]
+                a3 += wa * x[ja, fb + np.uint64(3)]
+                a4 += wa * x[ja, fb + np.uint64(4)]
+                a5 += wa * x[ja, fb + np.uint64(5)]
+                a6 += wa * x[ja, fb + np.uint64(6)]
+                a7 += wa * x[ja, fb + np.uint64(7)]
+            out[i, fb + np.uint64(0)] = a0 + b0
+            out[i, fb + np.uint64(1)] = a1 + b1
+            out[i, fb + np.uint64(2)] = a2 + b2
+            out[i, fb + np.uint64(3)] = a3 + b3
+            out[i, fb + np.uint64(4)] = a4 + b4
+            out[i, fb + np.uint64(5)] = a5 + b5
+            out[i, fb + np.uint64(6)] = a6 + b6
+            out[i, fb + np.uint64(7)] = a7 + b7
 
 def spmm_heads_8_par(bounds, rowptr, col, val, x, out, zero):
     for c in prange(bounds.shape[0] - 1):
-        spmm_heads_8_chunk(c, bounds, rowptr, col, val, x, out, zero)
+        spmm_heads_8_chunk(bounds[c], bounds[c + 1], rowptr, col, val, x, out, zero)
 
 
 
-def spmm_heads_16_chunk(c, bounds, rowptr, col, val, x, out, zero):
+def spmm_heads_16_chunk(lo, hi, rowptr, col, val, x, out, zero):
     nf = x.shape[1]
     ch = nf // val.shape[1]
-    acc = np.empty(16, dtype=out.dtype)
-    for ii in range(bounds[c], bounds[c + 1]):
+    for ii in range(lo, hi):
         i = np.uint64(ii)
-        start, end = rowptr[i], rowptr[i + np.uint64(1)]
+        start, end = np.uint64(rowptr[i]), np.uint64(rowptr[i + np.uint64(1)])
         for fbi in range(0, nf, 16):
             fb = np.uint64(fbi)
-            h = fbi // ch
-            acc[0] = zero
-            acc[1] = zero
-            acc[2] = zero
-            acc[3] = zero
-            acc[4] = zero
-            acc[5] = zero
-            acc[6] = zero
-            acc[7] = zero
-            acc[8] = zero
-            acc[9] = zero
-            acc[10] = zero
-            acc[11] = zero
-            acc[12] = zero
-            acc[13] = zero
-            acc[14] = zero
-            acc[15] = zero
-            for e in range(start, end):
-                j = np.uint64(col[e])
-                w = val[e, h]
-                t0 = x[j, fb + np.uint64(0)]
-                t1 = x[j, fb + np.uint64(1)]
-                t2 = x[j, fb + np.uint64(2)]
-                t3 = x[j, fb + np.uint64(3)]
-                t4 = x[j, fb + np.uint64(4)]
-                t5 = x[j, fb + np.uint64(5)]
-                t6 = x[j, fb + np.uint64(6)]
-                t7 = x[j, fb + np.uint64(7)]
-                t8 = x[j, fb + np.uint64(8)]
-                t9 = x[j, fb + np.uint64(9)]
-                t10 = x[j, fb + np.uint64(10)]
-                t11 = x[j, fb + np.uint64(11)]
-                t12 = x[j, fb + np.uint64(12)]
-                t13 = x[j, fb + np.uint64(13)]
-                t14 = x[j, fb + np.uint64(14)]
-                t15 = x[j, fb + np.uint64(15)]
-                o0 = acc[0]
-                o1 = acc[1]
-                o2 = acc[2]
-                o3 = acc[3]
-                o4 = acc[4]
-                o5 = acc[5]
-                o6 = acc[6]
-                o7 = acc[7]
-                o8 = acc[8]
-                o9 = acc[9]
-                o10 = acc[10]
-                o11 = acc[11]
-                o12 = acc[12]
-                o13 = acc[13]
-                o14 = acc[14]
-                o15 = acc[15]
-                acc[0] = o0 + w * t0
-                acc[1] = o1 + w * t1
-                acc[2] = o2 + w * t2
-                acc[3] = o3 + w * t3
-                acc[4] = o4 + w * t4
-                acc[5] = o5 + w * t5
-                acc[6] = o6 + w * t6
-                acc[7] = o7 + w * t7
-                acc[8] = o8 + w * t8
-                acc[9] = o9 + w * t9
-                acc[10] = o10 + w * t10
-                acc[11] = o11 + w * t11
-                acc[12] = o12 + w * t12
-                acc[13] = o13 + w * t13
-                acc[14] = o14 + w * t14
-                acc[15] = o15 + w * t15
-            out[i, fb + np.uint64(0)] = acc[0]
-            out[i, fb + np.uint64(1)] = acc[1]
-            out[i, fb + np.uint64(2)] = acc[2]
-            out[i, fb + np.uint64(3)] = acc[3]
-            out[i, fb + np.uint64(4)] = acc[4]
-            out[i, fb + np.uint64(5)] = acc[5]
-            out[i, fb + np.uint64(6)] = acc[6]
-            out[i, fb + np.uint64(7)] = acc[7]
-            out[i, fb + np.uint64(8)] = acc[8]
-            out[i, fb + np.uint64(9)] = acc[9]
-            out[i, fb + np.uint64(10)] = acc[10]
-            out[i, fb + np.uint64(11)] = acc[11]
-            out[i, fb + np.uint64(12)] = acc[12]
-            out[i, fb + np.uint64(13)] = acc[13]
-            out[i, fb + np.uint64(14)] = acc[14]
-            out[i, fb + np.uint64(15)] = acc[15]
+            h = np.uint64(fbi // ch)
+            a0 = zero
+            a1 = zero
+            a2 = zero
+            a3 = zero
+            a4 = zero
+            a5 = zero
+            a6 = zero
+            a7 = zero
+            a8 = zero
+            a9 = zero
+            a10 = zero
+            a11 = zero
+            a12 = zero
+            a13 = zero
+            a14 = zero
+            a15 = zero
+            b0 = zero
+            b1 = zero
+            b2 = zero
+            b3 = zero
+            b4 = zero
+            b5 = zero
+            b6 = zero
+            b7 = zero
+            b8 = zero
+            b9 = zero
+            b10 = zero
+            b11 = zero
+            b12 = zero
+            b13 = zero
+            b14 = zero
+            b15 = zero
+            e = start
+            while e + np.uint64(1) < end:
+                ja = np.uint64(col[e])
+                jb = np.uint64(col[e + np.uint64(1)])
+                wa = val[e, h]
+                wb = val[e + np.uint64(1), h]
+                a0 += wa * x[ja, fb + np.uint64(0)]
+                a1 += wa * x[ja, fb + np.uint64(1)]
+                a2 += wa * x[ja, fb + np.uint64(2)]
+                a3 += wa * x[ja, fb + np.uint64(3)]
+                a4 += wa * x[ja, fb + np.uint64(4)]
+                a5 += wa * x[ja, fb + np.uint64(5)]
+                a6 += wa * x[ja, fb + np.uint64(6)]
+                a7 += wa * x[ja, fb + np.uint64(7)]
+                a8 += wa * x[ja, fb + np.uint64(8)]
+                a9 += wa * x[ja, fb + np.uint64(9)]
+                a10 += wa * x[ja, fb + np.uint64(10)]
+                a11 += wa * x[ja, fb + np.uint64(11)]
+                a12 += wa * x[ja, fb + np.uint64(12)]
+                a13 += wa * x[ja, fb + np.uint64(13)]
+                a14 += wa * x[ja, fb + np.uint64(14)]
+                a15 += wa * x[ja, fb + np.uint64(15)]
+                b0 += wb * x[jb, fb + np.uint64(0)]
+                b1 += wb * x[jb, fb + np.uint64(1)]
+                b2 += wb * x[jb, fb + np.uint64(2)]
+                b3 += wb * x[jb, fb + np.uint64(3)]
+                b4 += wb * x[jb, fb + np.uint64(4)]
+                b5 += wb * x[jb, fb + np.uint64(5)]
+                b6 += wb * x[jb, fb + np.uint64(6)]
+                b7 += wb * x[jb, fb + np.uint64(7)]
+                b8 += wb * x[jb, fb + np.uint64(8)]
+                b9 += wb * x[jb, fb + np.uint64(9)]
+                b10 += wb * x[jb, fb + np.uint64(10)]
+                b11 += wb * x[jb, fb + np.uint64(11)]
+                b12 += wb * x[jb, fb + np.uint64(12)]
+                b13 += wb * x[jb, fb + np.uint64(13)]
+                b14 += wb * x[jb, fb + np.uint64(14)]
+                b15 += wb * x[jb, fb + np.uint64(15)]
+                e += np.uint64(2)
+            if e < end:
+                ja = np.uint64(col[e])
+                wa = val[e, h]
+                a0 += wa * x[ja, fb + np.uint64(0)]
+                a1 += wa * x[ja, fb + np.uint64(1)]
+                a2 += wa * x[ja, fb + np.uint64(2)]
+                a3 += wa * x[ja, fb + np.uint64(3)]
+                a4 += wa * x[ja, fb + np.uint64(4)]
+                a5 += wa * x[ja, fb + np.uint64(5)]
+                a6 += wa * x[ja, fb + np.uint64(6)]
+                a7 += wa * x[ja, fb + np.uint64(7)]
+                a8 += wa * x[ja, fb + np.uint64(8)]
+                a9 += wa * x[ja, fb + np.uint64(9)]
+                a10 += wa * x[ja, fb + np.uint64(10)]
+                a11 += wa * x[ja, fb + np.uint64(11)]
+                a12 += wa * x[ja, fb + np.uint64(12)]
+                a13 += wa * x[ja, fb + np.uint64(13)]
+                a14 += wa * x[ja, fb + np.uint64(14)]
+                a15 += wa * x[ja, fb + np.uint64(15)]
+            out[i, fb + np.uint64(0)] = a0 + b0
+            out[i, fb + np.uint64(1)] = a1 + b1
+            out[i, fb + np.uint64(2)] = a2 + b2
+            out[i, fb + np.uint64(3)] = a3 + b3
+            out[i, fb + np.uint64(4)] = a4 + b4
+            out[i, fb + np.uint64(5)] = a5 + b5
+            out[i, fb + np.uint64(6)] = a6 + b6
+            out[i, fb + np.uint64(7)] = a7 + b7
+            out[i, fb + np.uint64(8)] = a8 + b8
+            out[i, fb + np.uint64(9)] = a9 + b9
+            out[i, fb + np.uint64(10)] = a10 + b10
+            out[i, fb + np.uint64(11)] = a11 + b11
+            out[i, fb + np.uint64(12)] = a12 + b12
+            out[i, fb + np.uint64(13)] = a13 + b13
+            out[i, fb + np.uint64(14)] = a14 + b14
+            out[i, fb + np.uint64(15)] = a15 + b15
 
 def spmm_heads_16_par(bounds, rowptr, col, val, x, out, zero):
     for c in prange(bounds.shape[0] - 1):
-        spmm_heads_16_chunk(c, bounds, rowptr, col, val, x, out, zero)
+        spmm_heads_16_chunk(bounds[c], bounds[c + 1], rowptr, col, val, x, out, zero)
 
 
 
-def spmm_max_8_chunk(c, bounds, rowptr, col, val, has_val, x, out, has_arg, arg, zero, one):
+def spmm_max_8_chunk(lo, hi, rowptr, col, val, has_val, x, out, has_arg, arg, zero, one):
     nf = x.shape[1]
     nb = nf - nf % 8
     num_edges = col.shape[0]
-    acc = np.empty(8, dtype=out.dtype)
-    idx = np.empty(8, dtype=np.int64)
-    for ii in range(bounds[c], bounds[c + 1]):
+    lowest = np.empty(1, dtype=out.dtype)
+    lowest[0] = -np.inf
+    ninf = lowest[0]
+    for ii in range(lo, hi):
         i = np.uint64(ii)
         start, end = rowptr[i], rowptr[i + np.uint64(1)]
         if end == start:
@@ -702,22 +652,22 @@ def spmm_max_8_chunk(c, bounds, rowptr, col, val, has_val, x, out, has_arg, arg,
             continue
         for fbi in range(0, nb, 8):
             fb = np.uint64(fbi)
-            acc[0] = -np.inf
-            acc[1] = -np.inf
-            acc[2] = -np.inf
-            acc[3] = -np.inf
-            acc[4] = -np.inf
-            acc[5] = -np.inf
-            acc[6] = -np.inf
-            acc[7] = -np.inf
-            idx[0] = num_edges
-            idx[1] = num_edges
-            idx[2] = num_edges
-            idx[3] = num_edges
-            idx[4] = num_edges
-            idx[5] = num_edges
-            idx[6] = num_edges
-            idx[7] = num_edges
+            a0 = ninf
+            a1 = ninf
+            a2 = ninf
+            a3 = ninf
+            a4 = ninf
+            a5 = ninf
+            a6 = ninf
+            a7 = ninf
+            q0 = num_edges
+            q1 = num_edges
+            q2 = num_edges
+            q3 = num_edges
+            q4 = num_edges
+            q5 = num_edges
+            q6 = num_edges
+            q7 = num_edges
             for e in range(start, end):
                 j = np.uint64(col[e])
                 w = val[e] if has_val else one
@@ -729,65 +679,49 @@ def spmm_max_8_chunk(c, bounds, rowptr, col, val, has_val, x, out, has_arg, arg,
                 m5 = w * x[j, fb + np.uint64(5)]
                 m6 = w * x[j, fb + np.uint64(6)]
                 m7 = w * x[j, fb + np.uint64(7)]
-                o0 = acc[0]
-                o1 = acc[1]
-                o2 = acc[2]
-                o3 = acc[3]
-                o4 = acc[4]
-                o5 = acc[5]
-                o6 = acc[6]
-                o7 = acc[7]
-                q0 = idx[0]
-                q1 = idx[1]
-                q2 = idx[2]
-                q3 = idx[3]
-                q4 = idx[4]
-                q5 = idx[5]
-                q6 = idx[6]
-                q7 = idx[7]
-                g0 = m0 > o0
-                g1 = m1 > o1
-                g2 = m2 > o2
-                g3 = m3 > o3
-                g4 = m4 > o4
-                g5 = m5 > o5
-                g6 = m6 > o6
-                g7 = m7 > o7
-                acc[0] = m0 if g0 else o0
-                acc[1] = m1 if g1 else o1
-                acc[2] = m2 if g2 else o2
-                acc[3] = m3 if g3 else o3
-                acc[4] = m4 if g4 else o4
-                acc[5] = m5 if g5 else o5
-                acc[6] = m6 if g6 else o6
-                acc[7] = m7 if g7 else o7
-                idx[0] = e if g0 else q0
-                idx[1] = e if g1 else q1
-                idx[2] = e if g2 else q2
-                idx[3] = e if g3 else q3
-                idx[4] = e if g4 else q4
-                idx[5] = e if g5 else q5
-                idx[6] = e if g6 else q6
-                idx[7] = e if g7 else q7
-            out[i, fb + np.uint64(0)] = acc[0]
-            out[i, fb + np.uint64(1)] = acc[1]
-            out[i, fb + np.uint64(2)] = acc[2]
-            out[i, fb + np.uint64(3)] = acc[3]
-            out[i, fb + np.uint64(4)] = acc[4]
-            out[i, fb + np.uint64(5)] = acc[5]
-            out[i, fb + np.uint64(6)] = acc[6]
-            out[i, fb + np.uint64(7)] = acc[7]
+                g0 = m0 > a0
+                g1 = m1 > a1
+                g2 = m2 > a2
+                g3 = m3 > a3
+                g4 = m4 > a4
+                g5 = m5 > a5
+                g6 = m6 > a6
+                g7 = m7 > a7
+                a0 = m0 if g0 else a0
+                a1 = m1 if g1 else a1
+                a2 = m2 if g2 else a2
+                a3 = m3 if g3 else a3
+                a4 = m4 if g4 else a4
+                a5 = m5 if g5 else a5
+                a6 = m6 if g6 else a6
+                a7 = m7 if g7 else a7
+                q0 = e if g0 else q0
+                q1 = e if g1 else q1
+                q2 = e if g2 else q2
+                q3 = e if g3 else q3
+                q4 = e if g4 else q4
+                q5 = e if g5 else q5
+                q6 = e if g6 else q6
+                q7 = e if g7 else q7
+            out[i, fb + np.uint64(0)] = a0
+            out[i, fb + np.uint64(1)] = a1
+            out[i, fb + np.uint64(2)] = a2
+            out[i, fb + np.uint64(3)] = a3
+            out[i, fb + np.uint64(4)] = a4
+            out[i, fb + np.uint64(5)] = a5
+            out[i, fb + np.uint64(6)] = a6
+            out[i, fb + np.uint64(7)] = a7
             if has_arg:
-                arg[i, fb + np.uint64(0)] = idx[0]
-                arg[i, fb + np.uint64(1)] = idx[1]
-                arg[i, fb + np.uint64(2)] = idx[2]
-                arg[i, fb + np.uint64(3)] = idx[3]
-                arg[i, fb + np.uint64(4)] = idx[4]
-                arg[i, fb + np.uint64(5)] = idx[5]
-                arg[i, fb + np.uint64(6)] = idx[6]
-                arg[i, fb + np.uint64(7)] = idx[7]
+                arg[i, fb + np.uint64(0)] = q0
+                arg[i, fb + np.uint64(1)] = q1
+                arg[i, fb + np.uint64(2)] = q2
+                arg[i, fb + np.uint64(3)] = q3
+                arg[i, fb + np.uint64(4)] = q4
+                arg[i, fb + np.uint64(5)] = q5
+                arg[i, fb + np.uint64(6)] = q6
+                arg[i, fb + np.uint64(7)] = q7
         for f in range(nb, nf):
-            best = -np.inf
+            best = ninf
             at = num_edges
             for e in range(start, end):
                 m = (val[e] if has_val else one) * x[col[e], f]
@@ -800,17 +734,18 @@ def spmm_max_8_chunk(c, bounds, rowptr, col, val, has_val, x, out, has_arg, arg,
 
 def spmm_max_8_par(bounds, rowptr, col, val, has_val, x, out, has_arg, arg, zero, one):
     for c in prange(bounds.shape[0] - 1):
-        spmm_max_8_chunk(c, bounds, rowptr, col, val, has_val, x, out, has_arg, arg, zero, one)
+        spmm_max_8_chunk(bounds[c], bounds[c + 1], rowptr, col, val, has_val, x, out, has_arg, arg, zero, one)
 
 
 
-def spmm_max_16_chunk(c, bounds, rowptr, col, val, has_val, x, out, has_arg, arg, zero, one):
+def spmm_max_16_chunk(lo, hi, rowptr, col, val, has_val, x, out, has_arg, arg, zero, one):
     nf = x.shape[1]
     nb = nf - nf % 16
     num_edges = col.shape[0]
-    acc = np.empty(16, dtype=out.dtype)
-    idx = np.empty(16, dtype=np.int64)
-    for ii in range(bounds[c], bounds[c + 1]):
+    lowest = np.empty(1, dtype=out.dtype)
+    lowest[0] = -np.inf
+    ninf = lowest[0]
+    for ii in range(lo, hi):
         i = np.uint64(ii)
         start, end = rowptr[i], rowptr[i + np.uint64(1)]
         if end == start:
@@ -821,38 +756,38 @@ def spmm_max_16_chunk(c, bounds, rowptr, col, val, has_val, x, out, has_arg, arg
             continue
         for fbi in range(0, nb, 16):
             fb = np.uint64(fbi)
-            acc[0] = -np.inf
-            acc[1] = -np.inf
-            acc[2] = -np.inf
-            acc[3] = -np.inf
-            acc[4] = -np.inf
-            acc[5] = -np.inf
-            acc[6] = -np.inf
-            acc[7] = -np.inf
-            acc[8] = -np.inf
-            acc[9] = -np.inf
-            acc[10] = -np.inf
-            acc[11] = -np.inf
-            acc[12] = -np.inf
-            acc[13] = -np.inf
-            acc[14] = -np.inf
-            acc[15] = -np.inf
-            idx[0] = num_edges
-            idx[1] = num_edges
-            idx[2] = num_edges
-            idx[3] = num_edges
-            idx[4] = num_edges
-            idx[5] = num_edges
-            idx[6] = num_edges
-            idx[7] = num_edges
-            idx[8] = num_edges
-            idx[9] = num_edges
-            idx[10] = num_edges
-            idx[11] = num_edges
-            idx[12] = num_edges
-            idx[13] = num_edges
-            idx[14] = num_edges
-            idx[15] = num_edges
+            a0 = ninf
+            a1 = ninf
+            a2 = ninf
+            a3 = ninf
+            a4 = ninf
+            a5 = ninf
+            a6 = ninf
+            a7 = ninf
+            a8 = ninf
+            a9 = ninf
+            a10 = ninf
+            a11 = ninf
+            a12 = ninf
+            a13 = ninf
+            a14 = ninf
+            a15 = ninf
+            q0 = num_edges
+            q1 = num_edges
+            q2 = num_edges
+            q3 = num_edges
+            q4 = num_edges
+            q5 = num_edges
+            q6 = num_edges
+            q7 = num_edges
+            q8 = num_edges
+            q9 = num_edges
+            q10 = num_edges
+            q11 = num_edges
+            q12 = num_edges
+            q13 = num_edges
+            q14 = num_edges
+            q15 = num_edges
             for e in range(start, end):
                 j = np.uint64(col[e])
                 w = val[e] if has_val else one
@@ -872,121 +807,89 @@ def spmm_max_16_chunk(c, bounds, rowptr, col, val, has_val, x, out, has_arg, arg
                 m13 = w * x[j, fb + np.uint64(13)]
                 m14 = w * x[j, fb + np.uint64(14)]
                 m15 = w * x[j, fb + np.uint64(15)]
-                o0 = acc[0]
-                o1 = acc[1]
-                o2 = acc[2]
-                o3 = acc[3]
-                o4 = acc[4]
-                o5 = acc[5]
-                o6 = acc[6]
-                o7 = acc[7]
-                o8 = acc[8]
-                o9 = acc[9]
-                o10 = acc[10]
-                o11 = acc[11]
-                o12 = acc[12]
-                o13 = acc[13]
-                o14 = acc[14]
-                o15 = acc[15]
-                q0 = idx[0]
-                q1 = idx[1]
-                q2 = idx[2]
-                q3 = idx[3]
-                q4 = idx[4]
-                q5 = idx[5]
-                q6 = idx[6]
-                q7 = idx[7]
-                q8 = idx[8]
-                q9 = idx[9]
-                q10 = idx[10]
-                q11 = idx[11]
-                q12 = idx[12]
-                q13 = idx[13]
-                q14 = idx[14]
-                q15 = idx[15]
-                g0 = m0 > o0
-                g1 = m1 > o1
-                g2 = m2 > o2
-                g3 = m3 > o3
-                g4 = m4 > o4
-                g5 = m5 > o5
-                g6 = m6 > o6
-                g7 = m7 > o7
-                g8 = m8 > o8
-                g9 = m9 > o9
-                g10 = m10 > o10
-                g11 = m11 > o11
-                g12 = m12 > o12
-                g13 = m13 > o13
-                g14 = m14 > o14
-                g15 = m15 > o15
-                acc[0] = m0 if g0 else o0
-                acc[1] = m1 if g1 else o1
-                acc[2] = m2 if g2 else o2
-                acc[3] = m3 if g3 else o3
-                acc[4] = m4 if g4 else o4
-                acc[5] = m5 if g5 else o5
-                acc[6] = m6 if g6 else o6
-                acc[7] = m7 if g7 else o7
-                acc[8] = m8 if g8 else o8
-                acc[9] = m9 if g9 else o9
-                acc[10] = m10 if g10 else o10
-                acc[11] = m11 if g11 else o11
-                acc[12] = m12 if g12 else o12
-                acc[13] = m13 if g13 else o13
-                acc[14] = m14 if g14 else o14
-                acc[15] = m15 if g15 else o15
-                idx[0] = e if g0 else q0
-                idx[1] = e if g1 else q1
-                idx[2] = e if g2 else q2
-                idx[3] = e if g3 else q3
-                idx[4] = e if g4 else q4
-                idx[5] = e if g5 else q5
-                idx[6] = e if g6 else q6
-                idx[7] = e if g7 else q7
-                idx[8] = e if g8 else q8
-                idx[9] = e if g9 else q9
-                idx[10] = e if g10 else q10
-                idx[11] = e if g11 else q11
-                idx[12] = e if g12 else q12
-                idx[13] = e if g13 else q13
-                idx[14] = e if g14 else q14
-                idx[15] = e if g15 else q15
-            out[i, fb + np.uint64(0)] = acc[0]
-            out[i, fb + np.uint64(1)] = acc[1]
-            out[i, fb + np.uint64(2)] = acc[2]
-            out[i, fb + np.uint64(3)] = acc[3]
-            out[i, fb + np.uint64(4)] = acc[4]
-            out[i, fb + np.uint64(5)] = acc[5]
-            out[i, fb + np.uint64(6)] = acc[6]
-            out[i, fb + np.uint64(7)] = acc[7]
-            out[i, fb + np.uint64(8)] = acc[8]
-            out[i, fb + np.uint64(9)] = acc[9]
-            out[i, fb + np.uint64(10)] = acc[10]
-            out[i, fb + np.uint64(11)] = acc[11]
-            out[i, fb + np.uint64(12)] = acc[12]
-            out[i, fb + np.uint64(13)] = acc[13]
-            out[i, fb + np.uint64(14)] = acc[14]
-            out[i, fb + np.uint64(15)] = acc[15]
+                g0 = m0 > a0
+                g1 = m1 > a1
+                g2 = m2 > a2
+                g3 = m3 > a3
+                g4 = m4 > a4
+                g5 = m5 > a5
+                g6 = m6 > a6
+                g7 = m7 > a7
+                g8 = m8 > a8
+                g9 = m9 > a9
+                g10 = m10 > a10
+                g11 = m11 > a11
+                g12 = m12 > a12
+                g13 = m13 > a13
+                g14 = m14 > a14
+                g15 = m15 > a15
+                a0 = m0 if g0 else a0
+                a1 = m1 if g1 else a1
+                a2 = m2 if g2 else a2
+                a3 = m3 if g3 else a3
+                a4 = m4 if g4 else a4
+                a5 = m5 if g5 else a5
+                a6 = m6 if g6 else a6
+                a7 = m7 if g7 else a7
+                a8 = m8 if g8 else a8
+                a9 = m9 if g9 else a9
+                a10 = m10 if g10 else a10
+                a11 = m11 if g11 else a11
+                a12 = m12 if g12 else a12
+                a13 = m13 if g13 else a13
+                a14 = m14 if g14 else a14
+                a15 = m15 if g15 else a15
+                q0 = e if g0 else q0
+                q1 = e if g1 else q1
+                q2 = e if g2 else q2
+                q3 = e if g3 else q3
+                q4 = e if g4 else q4
+                q5 = e if g5 else q5
+                q6 = e if g6 else q6
+                q7 = e if g7 else q7
+                q8 = e if g8 else q8
+                q9 = e if g9 else q9
+                q10 = e if g10 else q10
+                q11 = e if g11 else q11
+                q12 = e if g12 else q12
+                q13 = e if g13 else q13
+                q14 = e if g14 else q14
+                q15 = e if g15 else q15
+            out[i, fb + np.uint64(0)] = a0
+            out[i, fb + np.uint64(1)] = a1
+            out[i, fb + np.uint64(2)] = a2
+            out[i, fb + np.uint64(3)] = a3
+            out[i, fb + np.uint64(4)] = a4
+            out[i, fb + np.uint64(5)] = a5
+            out[i, fb + np.uint64(6)] = a6
+            out[i, fb + np.uint64(7)] = a7
+            out[i, fb + np.uint64(8)] = a8
+            out[i, fb + np.uint64(9)] = a9
+            out[i, fb + np.uint64(10)] = a10
+            out[i, fb + np.uint64(11)] = a11
+            out[i, fb + np.uint64(12)] = a12
+            out[i, fb + np.uint64(13)] = a13
+            out[i, fb + np.uint64(14)] = a14
+            out[i, fb + np.uint64(15)] = a15
             if has_arg:
-                arg[i, fb + np.uint64(0)] = idx[0]
-                arg[i, fb + np.uint64(1)] = idx[1]
-                arg[i, fb + np.uint64(2)] = idx[2]
-                arg[i, fb + np.uint64(3)] = idx[3]
-                arg[i, fb + np.uint64(4)] = idx[4]
-                arg[i, fb + np.uint64(5)] = idx[5]
-                arg[i, fb + np.uint64(6)] = idx[6]
-                arg[i, fb + np.uint64(7)] = idx[7]
-                arg[i, fb + np.uint64(8)] = idx[8]
-                arg[i, fb + np.uint64(9)] = idx[9]
-                arg[i, fb + np.uint64(10)] = idx[10]
-                arg[i, fb + np.uint64(11)] = idx[11]
-                arg[i, fb + np.uint64(12)] = idx[12]
-                arg[i, fb + np.uint64(13)] = idx[13]
-                arg[i, fb + np.uint64(14)] = idx[14]
-                arg[i, fb + np.uint64(15)] = idx[15]
+                arg[i, fb + np.uint64(0)] = q0
+                arg[i, fb + np.uint64(1)] = q1
+                arg[i, fb + np.uint64(2)] = q2
+                arg[i, fb + np.uint64(3)] = q3
+                arg[i, fb + np.uint64(4)] = q4
+                arg[i, fb + np.uint64(5)] = q5
+                arg[i, fb + np.uint64(6)] = q6
+                arg[i, fb + np.uint64(7)] = q7
+                arg[i, fb + np.uint64(8)] = q8
+                arg[i, fb + np.uint64(9)] = q9
+                arg[i, fb + np.uint64(10)] = q10
+                arg[i, fb + np.uint64(11)] = q11
+                arg[i, fb + np.uint64(12)] = q12
+                arg[i, fb + np.uint64(13)] = q13
+                arg[i, fb + np.uint64(14)] = q14
+                arg[i, fb + np.uint64(15)] = q15
         for f in range(nb, nf):
-            best = -np.inf
+            best = ninf
             at = num_edges
             for e in range(start, end):
                 m = (val[e] if has_val else one) * x[col[e], f]
@@ -999,39 +902,38 @@ def spmm_max_16_chunk(c, bounds, rowptr, col, val, has_val, x, out, has_arg, arg
 
 def spmm_max_16_par(bounds, rowptr, col, val, has_val, x, out, has_arg, arg, zero, one):
     for c in prange(bounds.shape[0] - 1):
-        spmm_max_16_chunk(c, bounds, rowptr, col, val, has_val, x, out, has_arg, arg, zero, one)
+        spmm_max_16_chunk(bounds[c], bounds[c + 1], rowptr, col, val, has_val, x, out, has_arg, arg, zero, one)
 
 
 
-def spmm_max_grad_8_chunk(c, bounds, rowptr_t, col_t, perm, val, has_val, arg, g, out, zero, one):
+def spmm_max_grad_8_chunk(lo, hi, rowptr_t, col_t, perm, val, has_val, arg, g, out, zero, one):
     nf = g.shape[1]
     nb = nf - nf % 8
-    acc = np.empty(8, dtype=out.dtype)
-    for jj in range(bounds[c], bounds[c + 1]):
+    for jj in range(lo, hi):
         j = np.uint64(jj)
         start, end = rowptr_t[j], rowptr_t[j + np.uint64(1)]
         for fbi in range(0, nb, 8):
             fb = np.uint64(fbi)
-            acc[0] = zero
-            acc[1] = zero
-            acc[2] = zero
-            acc[3] = zero
-            acc[4] = zero
-            acc[5] = zero
-            acc[6] = zero
-            acc[7] = zero
+            a0 = zero
+            a1 = zero
+            a2 = zero
+            a3 = zero
+            a4 = zero
+            a5 = zero
+            a6 = zero
+            a7 = zero
             for t in range(start, end):
                 e = perm[t]
                 i = np.uint64(col_t[t])
                 w = val[e] if has_val else one
-                a0 = arg[i, fb + np.uint64(0)]
-                a1 = arg[i, fb + np.uint64(1)]
-                a2 = arg[i, fb + np.uint64(2)]
-                a3 = arg[i, fb + np.uint64(3)]
-                a4 = arg[i, fb + np.uint64(4)]
-                a5 = arg[i, fb + np.uint64(5)]
-                a6 = arg[i, fb + np.uint64(6)]
-                a7 = arg[i, fb + np.uint64(7)]
+                m0 = arg[i, fb + np.uint64(0)]
+                m1 = arg[i, fb + np.uint64(1)]
+                m2 = arg[i, fb + np.uint64(2)]
+                m3 = arg[i, fb + np.uint64(3)]
+                m4 = arg[i, fb + np.uint64(4)]
+                m5 = arg[i, fb + np.uint64(5)]
+                m6 = arg[i, fb + np.uint64(6)]
+                m7 = arg[i, fb + np.uint64(7)]
                 t0 = g[i, fb + np.uint64(0)]
                 t1 = g[i, fb + np.uint64(1)]
                 t2 = g[i, fb + np.uint64(2)]
@@ -1040,30 +942,22 @@ def spmm_max_grad_8_chunk(c, bounds, rowptr_t, col_t, perm, val, has_val, arg, g
                 t5 = g[i, fb + np.uint64(5)]
                 t6 = g[i, fb + np.uint64(6)]
                 t7 = g[i, fb + np.uint64(7)]
-                o0 = acc[0]
-                o1 = acc[1]
-                o2 = acc[2]
-                o3 = acc[3]
-                o4 = acc[4]
-                o5 = acc[5]
-                o6 = acc[6]
-                o7 = acc[7]
-                acc[0] = o0 + (w * t0 if a0 == e else zero)
-                acc[1] = o1 + (w * t1 if a1 == e else zero)
-                acc[2] = o2 + (w * t2 if a2 == e else zero)
-                acc[3] = o3 + (w * t3 if a3 == e else zero)
-                acc[4] = o4 + (w * t4 if a4 == e else zero)
-                acc[5] = o5 + (w * t5 if a5 == e else zero)
-                acc[6] = o6 + (w * t6 if a6 == e else zero)
-                acc[7] = o7 + (w * t7 if a7 == e else zero)
-            out[j, fb + np.uint64(0)] = acc[0]
-            out[j, fb + np.uint64(1)] = acc[1]
-            out[j, fb + np.uint64(2)] = acc[2]
-            out[j, fb + np.uint64(3)] = acc[3]
-            out[j, fb + np.uint64(4)] = acc[4]
-            out[j, fb + np.uint64(5)] = acc[5]
-            out[j, fb + np.uint64(6)] = acc[6]
-            out[j, fb + np.uint64(7)] = acc[7]
+                a0 += w * t0 if m0 == e else zero
+                a1 += w * t1 if m1 == e else zero
+                a2 += w * t2 if m2 == e else zero
+                a3 += w * t3 if m3 == e else zero
+                a4 += w * t4 if m4 == e else zero
+                a5 += w * t5 if m5 == e else zero
+                a6 += w * t6 if m6 == e else zero
+                a7 += w * t7 if m7 == e else zero
+            out[j, fb + np.uint64(0)] = a0
+            out[j, fb + np.uint64(1)] = a1
+            out[j, fb + np.uint64(2)] = a2
+            out[j, fb + np.uint64(3)] = a3
+            out[j, fb + np.uint64(4)] = a4
+            out[j, fb + np.uint64(5)] = a5
+            out[j, fb + np.uint64(6)] = a6
+            out[j, fb + np.uint64(7)] = a7
         for f in range(nb, nf):
             r = zero
             for t in range(start, end):
@@ -1075,55 +969,54 @@ def spmm_max_grad_8_chunk(c, bounds, rowptr_t, col_t, perm, val, has_val, arg, g
 
 def spmm_max_grad_8_par(bounds, rowptr_t, col_t, perm, val, has_val, arg, g, out, zero, one):
     for c in prange(bounds.shape[0] - 1):
-        spmm_max_grad_8_chunk(c, bounds, rowptr_t, col_t, perm, val, has_val, arg, g, out, zero, one)
+        spmm_max_grad_8_chunk(bounds[c], bounds[c + 1], rowptr_t, col_t, perm, val, has_val, arg, g, out, zero, one)
 
 
 
-def spmm_max_grad_16_chunk(c, bounds, rowptr_t, col_t, perm, val, has_val, arg, g, out, zero, one):
+def spmm_max_grad_16_chunk(lo, hi, rowptr_t, col_t, perm, val, has_val, arg, g, out, zero, one):
     nf = g.shape[1]
     nb = nf - nf % 16
-    acc = np.empty(16, dtype=out.dtype)
-    for jj in range(bounds[c], bounds[c + 1]):
+    for jj in range(lo, hi):
         j = np.uint64(jj)
         start, end = rowptr_t[j], rowptr_t[j + np.uint64(1)]
         for fbi in range(0, nb, 16):
             fb = np.uint64(fbi)
-            acc[0] = zero
-            acc[1] = zero
-            acc[2] = zero
-            acc[3] = zero
-            acc[4] = zero
-            acc[5] = zero
-            acc[6] = zero
-            acc[7] = zero
-            acc[8] = zero
-            acc[9] = zero
-            acc[10] = zero
-            acc[11] = zero
-            acc[12] = zero
-            acc[13] = zero
-            acc[14] = zero
-            acc[15] = zero
+            a0 = zero
+            a1 = zero
+            a2 = zero
+            a3 = zero
+            a4 = zero
+            a5 = zero
+            a6 = zero
+            a7 = zero
+            a8 = zero
+            a9 = zero
+            a10 = zero
+            a11 = zero
+            a12 = zero
+            a13 = zero
+            a14 = zero
+            a15 = zero
             for t in range(start, end):
                 e = perm[t]
                 i = np.uint64(col_t[t])
                 w = val[e] if has_val else one
-                a0 = arg[i, fb + np.uint64(0)]
-                a1 = arg[i, fb + np.uint64(1)]
-                a2 = arg[i, fb + np.uint64(2)]
-                a3 = arg[i, fb + np.uint64(3)]
-                a4 = arg[i, fb + np.uint64(4)]
-                a5 = arg[i, fb + np.uint64(5)]
-                a6 = arg[i, fb + np.uint64(6)]
-                a7 = arg[i, fb + np.uint64(7)]
-                a8 = arg[i, fb + np.uint64(8)]
-                a9 = arg[i, fb + np.uint64(9)]
-                a10 = arg[i, fb + np.uint64(10)]
-                a11 = arg[i, fb + np.uint64(11)]
-                a12 = arg[i, fb + np.uint64(12)]
-                a13 = arg[i, fb + np.uint64(13)]
-                a14 = arg[i, fb + np.uint64(14)]
-                a15 = arg[i, fb + np.uint64(15)]
+                m0 = arg[i, fb + np.uint64(0)]
+                m1 = arg[i, fb + np.uint64(1)]
+                m2 = arg[i, fb + np.uint64(2)]
+                m3 = arg[i, fb + np.uint64(3)]
+                m4 = arg[i, fb + np.uint64(4)]
+                m5 = arg[i, fb + np.uint64(5)]
+                m6 = arg[i, fb + np.uint64(6)]
+                m7 = arg[i, fb + np.uint64(7)]
+                m8 = arg[i, fb + np.uint64(8)]
+                m9 = arg[i, fb + np.uint64(9)]
+                m10 = arg[i, fb + np.uint64(10)]
+                m11 = arg[i, fb + np.uint64(11)]
+                m12 = arg[i, fb + np.uint64(12)]
+                m13 = arg[i, fb + np.uint64(13)]
+                m14 = arg[i, fb + np.uint64(14)]
+                m15 = arg[i, fb + np.uint64(15)]
                 t0 = g[i, fb + np.uint64(0)]
                 t1 = g[i, fb + np.uint64(1)]
                 t2 = g[i, fb + np.uint64(2)]
@@ -1140,54 +1033,38 @@ def spmm_max_grad_16_chunk(c, bounds, rowptr_t, col_t, perm, val, has_val, arg, 
                 t13 = g[i, fb + np.uint64(13)]
                 t14 = g[i, fb + np.uint64(14)]
                 t15 = g[i, fb + np.uint64(15)]
-                o0 = acc[0]
-                o1 = acc[1]
-                o2 = acc[2]
-                o3 = acc[3]
-                o4 = acc[4]
-                o5 = acc[5]
-                o6 = acc[6]
-                o7 = acc[7]
-                o8 = acc[8]
-                o9 = acc[9]
-                o10 = acc[10]
-                o11 = acc[11]
-                o12 = acc[12]
-                o13 = acc[13]
-                o14 = acc[14]
-                o15 = acc[15]
-                acc[0] = o0 + (w * t0 if a0 == e else zero)
-                acc[1] = o1 + (w * t1 if a1 == e else zero)
-                acc[2] = o2 + (w * t2 if a2 == e else zero)
-                acc[3] = o3 + (w * t3 if a3 == e else zero)
-                acc[4] = o4 + (w * t4 if a4 == e else zero)
-                acc[5] = o5 + (w * t5 if a5 == e else zero)
-                acc[6] = o6 + (w * t6 if a6 == e else zero)
-                acc[7] = o7 + (w * t7 if a7 == e else zero)
-                acc[8] = o8 + (w * t8 if a8 == e else zero)
-                acc[9] = o9 + (w * t9 if a9 == e else zero)
-                acc[10] = o10 + (w * t10 if a10 == e else zero)
-                acc[11] = o11 + (w * t11 if a11 == e else zero)
-                acc[12] = o12 + (w * t12 if a12 == e else zero)
-                acc[13] = o13 + (w * t13 if a13 == e else zero)
-                acc[14] = o14 + (w * t14 if a14 == e else zero)
-                acc[15] = o15 + (w * t15 if a15 == e else zero)
-            out[j, fb + np.uint64(0)] = acc[0]
-            out[j, fb + np.uint64(1)] = acc[1]
-            out[j, fb + np.uint64(2)] = acc[2]
-            out[j, fb + np.uint64(3)] = acc[3]
-            out[j, fb + np.uint64(4)] = acc[4]
-            out[j, fb + np.uint64(5)] = acc[5]
-            out[j, fb + np.uint64(6)] = acc[6]
-            out[j, fb + np.uint64(7)] = acc[7]
-            out[j, fb + np.uint64(8)] = acc[8]
-            out[j, fb + np.uint64(9)] = acc[9]
-            out[j, fb + np.uint64(10)] = acc[10]
-            out[j, fb + np.uint64(11)] = acc[11]
-            out[j, fb + np.uint64(12)] = acc[12]
-            out[j, fb + np.uint64(13)] = acc[13]
-            out[j, fb + np.uint64(14)] = acc[14]
-            out[j, fb + np.uint64(15)] = acc[15]
+                a0 += w * t0 if m0 == e else zero
+                a1 += w * t1 if m1 == e else zero
+                a2 += w * t2 if m2 == e else zero
+                a3 += w * t3 if m3 == e else zero
+                a4 += w * t4 if m4 == e else zero
+                a5 += w * t5 if m5 == e else zero
+                a6 += w * t6 if m6 == e else zero
+                a7 += w * t7 if m7 == e else zero
+                a8 += w * t8 if m8 == e else zero
+                a9 += w * t9 if m9 == e else zero
+                a10 += w * t10 if m10 == e else zero
+                a11 += w * t11 if m11 == e else zero
+                a12 += w * t12 if m12 == e else zero
+                a13 += w * t13 if m13 == e else zero
+                a14 += w * t14 if m14 == e else zero
+                a15 += w * t15 if m15 == e else zero
+            out[j, fb + np.uint64(0)] = a0
+            out[j, fb + np.uint64(1)] = a1
+            out[j, fb + np.uint64(2)] = a2
+            out[j, fb + np.uint64(3)] = a3
+            out[j, fb + np.uint64(4)] = a4
+            out[j, fb + np.uint64(5)] = a5
+            out[j, fb + np.uint64(6)] = a6
+            out[j, fb + np.uint64(7)] = a7
+            out[j, fb + np.uint64(8)] = a8
+            out[j, fb + np.uint64(9)] = a9
+            out[j, fb + np.uint64(10)] = a10
+            out[j, fb + np.uint64(11)] = a11
+            out[j, fb + np.uint64(12)] = a12
+            out[j, fb + np.uint64(13)] = a13
+            out[j, fb + np.uint64(14)] = a14
+            out[j, fb + np.uint64(15)] = a15
         for f in range(nb, nf):
             r = zero
             for t in range(start, end):
@@ -1199,14 +1076,14 @@ def spmm_max_grad_16_chunk(c, bounds, rowptr_t, col_t, perm, val, has_val, arg, 
 
 def spmm_max_grad_16_par(bounds, rowptr_t, col_t, perm, val, has_val, arg, g, out, zero, one):
     for c in prange(bounds.shape[0] - 1):
-        spmm_max_grad_16_chunk(c, bounds, rowptr_t, col_t, perm, val, has_val, arg, g, out, zero, one)
+        spmm_max_grad_16_chunk(bounds[c], bounds[c + 1], rowptr_t, col_t, perm, val, has_val, arg, g, out, zero, one)
 
 
 
-def sddmm_dot_8_chunk(c, bounds, rowptr, col, a, b, out):
+def sddmm_dot_8_chunk(lo, hi, rowptr, col, a, b, out):
     heads = out.shape[1]
     ch = a.shape[1] // heads
-    for ii in range(bounds[c], bounds[c + 1]):
+    for ii in range(lo, hi):
         i = np.uint64(ii)
         for e in range(rowptr[i], rowptr[i + np.uint64(1)]):
             j = np.uint64(col[e])
@@ -1234,14 +1111,14 @@ def sddmm_dot_8_chunk(c, bounds, rowptr, col, a, b, out):
 
 def sddmm_dot_8_par(bounds, rowptr, col, a, b, out):
     for c in prange(bounds.shape[0] - 1):
-        sddmm_dot_8_chunk(c, bounds, rowptr, col, a, b, out)
+        sddmm_dot_8_chunk(bounds[c], bounds[c + 1], rowptr, col, a, b, out)
 
 
 
-def sddmm_dot_16_chunk(c, bounds, rowptr, col, a, b, out):
+def sddmm_dot_16_chunk(lo, hi, rowptr, col, a, b, out):
     heads = out.shape[1]
     ch = a.shape[1] // heads
-    for ii in range(bounds[c], bounds[c + 1]):
+    for ii in range(lo, hi):
         i = np.uint64(ii)
         for e in range(rowptr[i], rowptr[i + np.uint64(1)]):
             j = np.uint64(col[e])
@@ -1285,14 +1162,14 @@ def sddmm_dot_16_chunk(c, bounds, rowptr, col, a, b, out):
 
 def sddmm_dot_16_par(bounds, rowptr, col, a, b, out):
     for c in prange(bounds.shape[0] - 1):
-        sddmm_dot_16_chunk(c, bounds, rowptr, col, a, b, out)
+        sddmm_dot_16_chunk(bounds[c], bounds[c + 1], rowptr, col, a, b, out)
 
 
 
-def sddmm_dot_64_chunk(c, bounds, rowptr, col, a, b, out):
+def sddmm_dot_64_chunk(lo, hi, rowptr, col, a, b, out):
     heads = out.shape[1]
     ch = a.shape[1] // heads
-    for ii in range(bounds[c], bounds[c + 1]):
+    for ii in range(lo, hi):
         i = np.uint64(ii)
         for e in range(rowptr[i], rowptr[i + np.uint64(1)]):
             j = np.uint64(col[e])
@@ -1432,4 +1309,4 @@ def sddmm_dot_64_chunk(c, bounds, rowptr, col, a, b, out):
 
 def sddmm_dot_64_par(bounds, rowptr, col, a, b, out):
     for c in prange(bounds.shape[0] - 1):
-        sddmm_dot_64_chunk(c, bounds, rowptr, col, a, b, out)
+        sddmm_dot_64_chunk(bounds[c], bounds[c + 1], rowptr, col, a, b, out)
