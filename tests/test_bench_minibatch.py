@@ -21,7 +21,7 @@ def test_quick_run_rows_and_phase_split(tmp_path):
     assert bench.main(["--quick", "--device", "cpu", "--out", str(out), "--md", str(tmp_path / "mb.md")]) == 0
     doc = json.loads(out.read_text())
     rows = {r["provider"]: r for r in doc["rows"]}
-    assert set(rows) == {"ours", "ours_edge_index", "pyg"}
+    assert set(rows) == {"ours", "ours_edge_index", "ours_trim", "pyg", "pyg_trim"}     # captured: CUDA only
     for row in rows.values():
         assert row["error"] is None, row["error"]
         assert row["graph"] == "cora" and row["batches"] == 2 and row["ms"] > 0
@@ -41,3 +41,7 @@ def test_report_verdicts():
     text = bench.markdown(rows, {"device": "test"})
     assert "1.20x (bar 1.3x): FAIL" in text                     # 12 / 10 below the bar
     assert "sampling 6.0 ms < forward + backward 5.0 ms: FAIL" in text
+    # PyG's fastest form is the baseline: a faster trimmed PyG model replaces the untrimmed one
+    trimmed = dict(rows[1], provider="pyg_trim", ms=9.0, ms_per_batch=2.25)
+    text = bench.markdown(rows + [trimmed], {"device": "test"})
+    assert "vs PyG layers (pyg_trim) 9.0 ms per epoch: 0.90x (bar 1.3x): FAIL" in text
