@@ -83,38 +83,25 @@ def _torch_csr(graph: Graph, values: Optional[Tensor], dtype: torch.dtype, num_c
 
 def _decide(graph: Graph, detail: str, x: Tensor, reduce: str, run) -> dict:
     """``tune.decide`` over the candidates, its answer memoised on the graph (per variant,
-    width, dtype and thread count) while the decision store it came from is the process's
-    (``tune.reset_stores`` replaces it): a repeat call costs a dict lookup, not ``decide``'s
-    key formatting and store lookup (2.5 us).  Not memoised on transient graphs."""
+    width, dtype and thread count) together with the decision store it came from: a repeat call
+    costs a dict lookup, not ``decide``'s key formatting (2.5 us); a store replaced by
+    ``tune.reset_stores`` invalidates it.  Not memoised on transient graphs."""
+    from ..tune import decide
+    from ..tune.store import store_for_device
+
     threads = kernels.max_threads()
     cache = graph.cache
     key = ("cpu_decision", detail, x.shape[1], x.dtype, threads)
     memo = cache.get(key)
-    stores = _STORES[0] if _STORES else _stores()
-    if memo is not None and memo[0] is stores.get("cpu"):
+    store = store_for_device("cpu")
+    if memo is not None and memo[0] is store:
         return memo[1]
-    from ..tune import decide
-
     candidates = [NUMBA, TORCH, TORCH_REDUCE] if reduce == "sum" else [NUMBA, TORCH]
     config = decide("cpu_spmm", graph, f"{detail}|t{threads}", x.shape[1], x.dtype, x.device, candidates, run,
                     space=SPACE, ranked=False)
-    store = stores.get("cpu")
-    if store is not None and not graph.transient:
+    if not graph.transient:
         cache[key] = (store, config)
     return config
-
-
-#: ``[tune.store._STORES]`` once looked up (kept in a list: a module global set on first use).
-_STORES: list = []
-
-
-def _stores() -> dict:
-    """The tuner's process-wide decision stores by device name (``tune.store._STORES``: cleared
-    in place by ``reset_stores``, so a store seen before and gone is a reset)."""
-    from ..tune import store
-
-    _STORES.append(store._STORES)
-    return store._STORES
 
 
 #: What ``_numba_runner`` prepares, by kind: the kernel runner and its flag (mean / with_arg).
