@@ -27,6 +27,9 @@ def test_two_and_three_ranks_train_like_one_on_cora(model):
         assert max(abs(a - b) for a, b in zip(one.losses, other.losses)) < 1e-5, (one.losses, other.losses)
         assert abs(one.test_acc - other.test_acc) <= 2e-3                     # same predictions (ties aside)
         assert other.cut_edges > 0 and other.halo_bytes_per_epoch > 0
+        # every layer sends its narrower side (16 then 7 columns) forward and its gradient back
+        assert len(other.halo_sizes) == other.nproc and other.peak_memory == []
+        assert other.halo_bytes_per_epoch == sum(other.halo_sizes) * (16 + 7) * 2 * 4
     assert one.halo_bytes_per_epoch == 0 and one.cut_edges == 0
 
 

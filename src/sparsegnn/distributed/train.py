@@ -53,17 +53,26 @@ class DistResult:
     cut_edges: int
     num_edges: int
     part_nodes: List[int] = field(default_factory=list)
+    #: ``torch.cuda.max_memory_allocated`` of every rank (bytes; empty on the CPU).
+    peak_memory: List[int] = field(default_factory=list)
+    #: rows each rank receives per exchange (its halo size).
+    halo_sizes: List[int] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def prepare_parts(data, model: str, nproc: int, directory, method: str = "auto", seed: int = 0) -> dict:
+def prepare_parts(data, model: str, nproc: int, directory, method: str = "auto", seed: int = 0,
+                  device=None) -> dict:
     """Partition ``data`` (a :class:`~sparsegnn.datasets.NodeDataset`) into ``nproc`` parts and
-    save them in ``directory`` (GCN: the normalised graph with self loops).  Returns the stats."""
+    save them in ``directory`` (GCN: the normalised graph with self loops).  Returns the stats.
+
+    ``device``: where the partition is computed (default: the CPU).  A GPU builds the parts of a
+    graph of hundreds of millions of edges in seconds; its memory is released before returning.
+    """
     from .partition import partition_graph, partition_stats, save_parts
 
-    graph = data.graph.to("cpu")
+    graph = data.graph.to(device if device is not None else "cpu")
     if model == "gcn":
         graph = graph.remove_self_loops().add_self_loops().normalize("sym")
     else:
@@ -72,7 +81,11 @@ def prepare_parts(data, model: str, nproc: int, directory, method: str = "auto",
     tensors = {"x": data.x.cpu(), "y": data.y.cpu(), "train_mask": data.train_mask.cpu(),
                "val_mask": data.val_mask.cpu(), "test_mask": data.test_mask.cpu()}
     save_parts(parts, directory, tensors)
-    return partition_stats(parts)
+    stats = partition_stats(parts)
+    del parts, graph
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()            # the workers need the whole GPU
+    return stats
 
 
 def _flat_all_reduce(params) -> None:
@@ -145,10 +158,14 @@ def _worker(rank: int, nproc: int, cfg: dict) -> None:
         correct = {k: _sum(((pred == y) & m).sum().to(torch.float64)) for k, m in masks.items()}
         count = {k: _sum(m.sum().to(torch.float64)) for k, m in masks.items()}
         traffic = _sum(torch.tensor(float(halo_bytes), device=device, dtype=torch.float64))
+        peak = torch.zeros(nproc, dtype=torch.float64, device=device)
+        if device.type == "cuda":
+            peak[rank] = float(torch.cuda.max_memory_allocated(device))
+        peak = _sum(peak)
         if rank == 0:
             steady = times[1:] or times
             result = {"losses": losses, "mean_epoch_ms": 1e3 * sum(steady) / len(steady),
-                      "halo_bytes_per_epoch": float(traffic),
+                      "halo_bytes_per_epoch": float(traffic), "peak_memory": [int(v) for v in peak.tolist()],
                       **{f"{k}_acc": float(correct[k] / count[k].clamp(min=1)) for k in masks}}
             Path(cfg["result_file"]).write_text(json.dumps(result))
     finally:
@@ -158,7 +175,7 @@ def _worker(rank: int, nproc: int, cfg: dict) -> None:
 def train_distributed(data, model: str = "sage", nproc: int = 2, *, epochs: int = 200, hidden: int = 256,
                       num_layers: int = 3, dropout: float = 0.5, lr: float = 0.01, weight_decay: float = 5e-4,
                       seed: int = 0, device: str = "cpu", method: str = "auto", threads: int = 1,
-                      workdir: Optional[str] = None) -> DistResult:
+                      workdir: Optional[str] = None, partition_device=None) -> DistResult:
     """Train ``model`` (``"gcn"`` or ``"sage"``) full-graph on ``nproc`` processes.
 
     Args:
@@ -167,6 +184,8 @@ def train_distributed(data, model: str = "sage", nproc: int = 2, *, epochs: int 
         method: the partitioner (``"auto"``: METIS when pymetis is installed, else contiguous).
         threads: intra-op threads per CPU worker.
         workdir: where the parts are saved (default: a temporary directory).
+        partition_device: where the partition is computed (default: the CPU; ``"cuda"`` for
+            graphs of 10^8 edges and more).
 
     Returns:
         :class:`DistResult` (losses: the global training loss of every epoch).
@@ -181,7 +200,7 @@ def train_distributed(data, model: str = "sage", nproc: int = 2, *, epochs: int 
               f"nproc={nproc} CUDA processes need {nproc} GPUs, found "
               f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}")
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        stats = prepare_parts(data, model, nproc, Path(tmp) / "parts", method, seed)
+        stats = prepare_parts(data, model, nproc, Path(tmp) / "parts", method, seed, device=partition_device)
         cfg = dict(backend="nccl" if device == "cuda" else "gloo", init_file=os.path.join(tmp, "init"),
                    directory=str(Path(tmp) / "parts"), result_file=os.path.join(tmp, "result.json"), model=model,
                    hidden=hidden, num_layers=num_layers, dropout=dropout, lr=lr, weight_decay=weight_decay, seed=seed,
@@ -191,4 +210,5 @@ def train_distributed(data, model: str = "sage", nproc: int = 2, *, epochs: int 
     return DistResult(model, getattr(data, "name", ""), nproc, cfg["backend"], method, epochs, result["losses"],
                       result["train_acc"], result["val_acc"], result["test_acc"], result["mean_epoch_ms"],
                       result["halo_bytes_per_epoch"], stats.get("cut_edges", 0), stats.get("num_edges", 0),
-                      stats.get("nodes", []))
+                      stats.get("nodes", []), result["peak_memory"] if device == "cuda" else [],
+                      stats.get("halo_sizes", []))
