@@ -211,7 +211,7 @@ def test_a_decision_is_made_once_per_structure():
     before = tuner_invocations()
     out1 = sg.spmm(g1, x)
     assert tuner_invocations() == before + 1
-    record = lookup("cpu_spmm", g1, f"sum|val0|h0|t{torch.get_num_threads()}", 8, torch.float32, x.device)
+    record = lookup(_cpu.DECISION_OP, g1, f"sum|val0|h0|t{torch.get_num_threads()}", 8, torch.float32, x.device)
     assert record is not None and record["config"] in (_cpu.NUMBA, _cpu.TORCH, _cpu.TORCH_REDUCE) and record["ms"] > 0
     g2 = Graph.from_edge_index(ei, num_nodes=300)        # same structure, new object
     out2 = sg.spmm(g2, x)

@@ -31,7 +31,7 @@ def _dense(g: Graph, w: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("width", [3, 16, 24, 64, 100])
+@pytest.mark.parametrize("width", [3, 8, 16, 24, 64, 100])     # 8 / 16 / 64: the exact-width kernels
 @pytest.mark.parametrize("threads", [1, 2])
 def test_runner_matches_the_float64_oracle(dtype, width, threads, monkeypatch):
     g, n = _mixed()
@@ -114,7 +114,7 @@ def test_transient_graphs_cache_no_runner_or_decision():
     x = torch.randn(n, 16)
     out = sg.spmm(t, x, backend="cpu")
     assert _rel(out, _dense(g, torch.ones(g.num_edges)) @ x.double()) < 1e-5
-    assert not [key for key in t.cache if isinstance(key, tuple) and key[0] in ("cpu_spmm_runner", "cpu_decision")]
+    assert not [key for key in t.cache if isinstance(key, tuple) and key[0] in ("cpu_spmm_runner", "cpu_plan", "spmm_cpu_call")]
 
 
 def test_decision_is_memoised_on_the_graph_until_the_store_is_reset(monkeypatch):
@@ -135,10 +135,10 @@ def test_decision_is_memoised_on_the_graph_until_the_store_is_reset(monkeypatch)
     first = sg.spmm(g, x, backend="cpu")
     for _ in range(3):
         assert torch.allclose(sg.spmm(g, x, backend="cpu"), first, atol=1e-5)
-    assert calls == ["cpu_spmm"]
+    assert calls == [_cpu.DECISION_OP]
     store.reset_stores()
     sg.spmm(g, x, backend="cpu")
-    assert calls == ["cpu_spmm", "cpu_spmm"]
+    assert calls == [_cpu.DECISION_OP, _cpu.DECISION_OP]
 
 
 @pytest.mark.parametrize("width", [8, 16, 64])
@@ -162,3 +162,56 @@ def test_sum_and_max_propagate_infinities_and_nans_like_the_reference(width):
     got = cpu_kernels.spmm_max(bounds, g.rowptr, g.col, w, x)
     clean = ~peak.isnan()         # rows with a NaN message left out (scatter_reduce's amax propagates it)
     assert torch.equal(got[clean], peak[clean])
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_repeat_calls_take_the_memoised_path_with_the_same_results_and_errors(reduce, weighted, monkeypatch):
+    """The second call of a signature skips the checks (``spmm_cpu_call`` memo) and gives what the
+    first gave, gradients included; other shapes still go through them and fail as before."""
+    import importlib
+
+    spmm_module = importlib.import_module("sparsegnn.ops.spmm")
+    taken = []
+    real = spmm_module._cpu_linear
+    monkeypatch.setattr(spmm_module, "_cpu_linear", lambda *a: taken.append(1) or real(*a))
+    g, n = _mixed()
+    if weighted:
+        g = g.with_values(torch.rand(g.num_edges, dtype=torch.float64) + 0.5)
+    w = g.edge_val if weighted else torch.ones(g.num_edges, dtype=torch.float64)
+    ones = _dense(g, torch.ones(g.num_edges)).sum(1, keepdim=True).clamp(min=1)
+    x = torch.randn(n, 16, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(n, 16, dtype=torch.float64)
+    ref = _dense(g, w) @ x.detach() / (ones if reduce == "mean" else 1.0)
+    ref_grad = (_dense(g, w) / (ones if reduce == "mean" else 1.0)).T @ grad
+    for call in range(3):
+        taken.clear()
+        out = sg.spmm(g, x, reduce)
+        assert len(taken) == min(call, 1)         # the first call checks, later ones take the memo
+        assert _rel(out, ref) < 1e-12
+        (gx,) = torch.autograd.grad(out, x, grad)
+        assert _rel(gx, ref_grad) < 1e-12
+        with torch.no_grad():
+            assert _rel(sg.spmm(g, x, reduce), ref) < 1e-12
+        assert len(taken) == min(call, 1) + 1     # the no-grad call took it too
+    with pytest.raises(ValueError, match=r"spmm\(\)"):
+        sg.spmm(g, torch.randn(n + 1, 16, dtype=torch.float64), reduce)
+    if weighted:                                 # values changed in place before the backward: caught
+        out = sg.spmm(g, x, reduce)
+        with torch.no_grad():
+            g.edge_val.mul_(2.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            torch.autograd.grad(out, x, grad)
+
+
+def test_memoised_path_gives_learnable_graph_values_their_gradient():
+    g, n = _mixed()
+    w = (torch.rand(g.num_edges, dtype=torch.float64) + 0.5).requires_grad_(True)
+    gw = g.with_values(w)
+    x = torch.randn(n, 8, dtype=torch.float64)
+    sg.spmm(gw, x)                               # memoises the signature
+    out = sg.spmm(gw, x)
+    (gw_grad,) = torch.autograd.grad(out.sum(), w)
+    ref_w = w.detach().clone().requires_grad_(True)
+    (ref,) = torch.autograd.grad(sg.spmm(g, x, edge_weight=ref_w, backend="reference").sum(), ref_w)
+    assert _rel(gw_grad, ref) < 1e-12

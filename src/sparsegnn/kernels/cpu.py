@@ -431,7 +431,8 @@ def spmm_sum_runner(bounds: Tensor, rowptr: Tensor, col: Tensor, val: Optional[T
     """``run(x) -> out``: ``spmm_sum(bounds, rowptr, col, val, x, mean)`` for contiguous ``x``
     [M, width] of ``dtype`` (float32 or float64), with what does not depend on ``x`` prepared
     once: NumPy views, lane kernel, typed constants, serial or parallel (for the thread count
-    now).  What the ``cpu`` backend caches per graph: a call costs the kernel and about 2 us
+    now).  A width of exactly one lane block (8, 16 or 64 in float32, 8 in float64) runs
+    ``spmm_sum_exact`` with the rows' scales precomputed (1 / in-degree for a mean).  What the ``cpu`` backend caches per graph: a call costs the kernel and about 2 us
     (``spmm_sum`` prepares all of it per call, 6-8 us).  ``val`` [E] or None; ``rowptr`` and
     ``col`` int64; ``width > 0`` and rows and edges present.
 
@@ -441,9 +442,17 @@ def spmm_sum_runner(bounds: Tensor, rowptr: Tensor, col: Tensor, val: Optional[T
     ``malloc``, where ``torch.empty``'s aligned blocks alternate between two addresses (deezer
     F=16, 1.8 MB: 212 vs 221 us).
     """
-    fn, threads, head, shape, np_dtype = _prepared("spmm_sum", bounds, rowptr, col, dtype, width)
-    rest = (_np(rowptr), _np(col), _values(val, dtype), val is not None, mean)
     zero, one = _scalars(dtype)
+    if width in _lane_choices("spmm_sum_exact", dtype):     # one lane block: the leaner kernel
+        fn, threads, head, shape, np_dtype = _prepared("spmm_sum_exact", bounds, rowptr, col, dtype, width)
+        scale = np.ones(shape[0], np_dtype)
+        if mean:
+            degree = np.diff(_np(rowptr))
+            np.divide(one, degree, out=scale, where=degree > 0, casting="unsafe")
+        rest = (_np(rowptr), _np(col), _values(val, dtype), val is not None, scale)
+    else:
+        fn, threads, head, shape, np_dtype = _prepared("spmm_sum", bounds, rowptr, col, dtype, width)
+        rest = (_np(rowptr), _np(col), _values(val, dtype), val is not None, mean)
     use_threads, from_numpy = _use_threads, torch.from_numpy
 
     def run(x: Tensor) -> Tensor:

@@ -33,6 +33,10 @@ from ..kernels import cpu as kernels
 #: the tuner stores).  Mean and max have one torch kernel (ATen's reduce), so two candidates.
 NUMBA, TORCH, TORCH_REDUCE = {"impl": 0}, {"impl": 1}, {"impl": 2}
 SPACE = {"impl": (0, 1, 2)}
+#: The tuner's op name for these decisions; a new suffix when the candidates' kernels change, so
+#: decisions persisted against the old ones are not reused (v2: the exact-width Numba kernel,
+#: Cora F = 16 9.7 us against 15.5, which turned MKL's 17 us from a win into a loss).
+DECISION_OP = "cpu_spmm.v2"
 
 # torch.sparse.mm on CSR is the candidate here by choice; its one-time "beta" notice is noise.
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
@@ -82,26 +86,41 @@ def _torch_csr(graph: Graph, values: Optional[Tensor], dtype: torch.dtype, num_c
 
 
 def _decide(graph: Graph, detail: str, x: Tensor, reduce: str, run) -> dict:
-    """``tune.decide`` over the candidates, its answer memoised on the graph (per variant,
-    width, dtype and thread count) together with the decision store it came from: a repeat call
-    costs a dict lookup, not ``decide``'s key formatting (2.5 us); a store replaced by
-    ``tune.reset_stores`` invalidates it.  Not memoised on transient graphs."""
+    """``tune.decide`` over the candidates for this graph, variant, width, dtype and thread count."""
     from ..tune import decide
-    from ..tune.store import store_for_device
 
     threads = kernels.max_threads()
-    cache = graph.cache
-    key = ("cpu_decision", detail, x.shape[1], x.dtype, threads)
-    memo = cache.get(key)
-    store = store_for_device("cpu")
-    if memo is not None and memo[0] is store:
-        return memo[1]
     candidates = [NUMBA, TORCH, TORCH_REDUCE] if reduce == "sum" else [NUMBA, TORCH]
-    config = decide("cpu_spmm", graph, f"{detail}|t{threads}", x.shape[1], x.dtype, x.device, candidates, run,
-                    space=SPACE, ranked=False)
+    return decide(DECISION_OP, graph, f"{detail}|t{threads}", x.shape[1], x.dtype, x.device, candidates, run,
+                  space=SPACE, ranked=False)
+
+
+def _plan(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, detail: str):
+    """``run(x) -> out`` for this call's graph, weights, variant, width, dtype and thread count:
+    the tuner's choice (``_decide``) bound to what it runs (the prepared Numba runner, or the
+    cached torch CSR), memoised on the graph.  A repeat call costs one dict lookup and three
+    identity checks (weights, their version, the decision stores' generation) instead of
+    ``decide``'s key formatting and the runner lookup (~3 us, a third of a Cora F = 16 SpMM).
+    ``tune.reset_stores`` or other / updated weights rebuild it; transient graphs never keep it."""
+    from ..tune.store import stores_generation
+
+    key = ("cpu_plan", detail, reduce, x.shape[1], x.dtype, kernels.max_threads())
+    cache = graph.cache
+    plan = cache.get(key)
+    version = None if weight is None else weight._version
+    generation = stores_generation()
+    if plan is not None and plan[0] == generation and plan[1] is weight and plan[2] == version:
+        return plan[3]
+    config = _decide(graph, detail, x, reduce, lambda cfg: _IMPLS[cfg["impl"]](graph, x, weight, reduce))
+    impl = _IMPLS[config["impl"]]
+    if impl is _numba_aggregate and _fast(graph, x, weight):
+        runner = _numba_runner(graph, x, weight, reduce)
+        run = lambda x: runner(x.contiguous())  # noqa: E731
+    else:
+        run = lambda x: impl(graph, x, weight, reduce)  # noqa: E731
     if not graph.transient:
-        cache[key] = (store, config)
-    return config
+        cache[key] = (generation, weight, version, run)
+    return run
 
 
 #: What ``_numba_runner`` prepares, by kind: the kernel runner and its flag (mean / with_arg).
@@ -167,8 +186,7 @@ def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, de
     if (weight is not None and weight.dim() == 2) or graph.num_edges == 0 or graph.num_nodes == 0:
         out = _numba_aggregate(graph, xc, weight, reduce)     # multi-head, empty: Numba only
     else:
-        config = _decide(graph, detail, xc, reduce, lambda cfg: _IMPLS[cfg["impl"]](graph, xc, weight, reduce))
-        out = _IMPLS[config["impl"]](graph, xc, weight, reduce)
+        out = _plan(graph, xc, weight, reduce, detail)(xc)
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 

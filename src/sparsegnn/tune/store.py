@@ -358,6 +358,8 @@ class DecisionStore:
 # ---------------------------------------------------------------- process-wide stores
 _STORES: Dict[str, DecisionStore] = {}
 _STORES_LOCK = threading.Lock()
+#: Bumped by ``reset_stores`` (see ``stores_generation``).
+_GENERATION = 0
 
 
 def store_for_device(device_name: str) -> DecisionStore:
@@ -382,5 +384,13 @@ def store_for_device(device_name: str) -> DecisionStore:
 
 def reset_stores() -> None:
     """Forget every memoised store, so the next ``store_for_device`` re-reads the environment (tests)."""
+    global _GENERATION
     with _STORES_LOCK:
         _STORES.clear()
+        _GENERATION += 1
+
+
+def stores_generation() -> int:
+    """A number that changes whenever ``reset_stores`` runs: a copy of a decision taken under one
+    generation (a per-graph memo of the hot path) is stale under another.  Costs an attribute read."""
+    return _GENERATION
