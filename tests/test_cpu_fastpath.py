@@ -165,8 +165,8 @@ def test_sum_and_max_propagate_infinities_and_nans_like_the_reference(width):
 
 
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
-@pytest.mark.parametrize("weighted", [False, True])
-def test_repeat_calls_take_the_memoised_path_with_the_same_results_and_errors(reduce, weighted, monkeypatch):
+@pytest.mark.parametrize("weights", ["none", "graph", "explicit"])
+def test_repeat_calls_take_the_memoised_path_with_the_same_results_and_errors(reduce, weights, monkeypatch):
     """The second call of a signature skips the checks (``spmm_cpu_call`` memo) and gives what the
     first gave, gradients included; other shapes still go through them and fail as before."""
     import importlib
@@ -176,9 +176,12 @@ def test_repeat_calls_take_the_memoised_path_with_the_same_results_and_errors(re
     real = spmm_module._cpu_linear
     monkeypatch.setattr(spmm_module, "_cpu_linear", lambda *a: taken.append(1) or real(*a))
     g, n = _mixed()
-    if weighted:
-        g = g.with_values(torch.rand(g.num_edges, dtype=torch.float64) + 0.5)
-    w = g.edge_val if weighted else torch.ones(g.num_edges, dtype=torch.float64)
+    weighted = weights != "none"
+    values = torch.rand(g.num_edges, dtype=torch.float64) + 0.5
+    if weights == "graph":
+        g = g.with_values(values)
+    given = values if weights == "explicit" else None
+    w = values if weighted else torch.ones(g.num_edges, dtype=torch.float64)
     ones = _dense(g, torch.ones(g.num_edges)).sum(1, keepdim=True).clamp(min=1)
     x = torch.randn(n, 16, dtype=torch.float64, requires_grad=True)
     grad = torch.randn(n, 16, dtype=torch.float64)
@@ -186,20 +189,22 @@ def test_repeat_calls_take_the_memoised_path_with_the_same_results_and_errors(re
     ref_grad = (_dense(g, w) / (ones if reduce == "mean" else 1.0)).T @ grad
     for call in range(3):
         taken.clear()
-        out = sg.spmm(g, x, reduce)
+        out = sg.spmm(g, x, reduce, edge_weight=given)
         assert len(taken) == min(call, 1)         # the first call checks, later ones take the memo
         assert _rel(out, ref) < 1e-12
         (gx,) = torch.autograd.grad(out, x, grad)
         assert _rel(gx, ref_grad) < 1e-12
         with torch.no_grad():
-            assert _rel(sg.spmm(g, x, reduce), ref) < 1e-12
+            assert _rel(sg.spmm(g, x, reduce, edge_weight=given), ref) < 1e-12
         assert len(taken) == min(call, 1) + 1     # the no-grad call took it too
     with pytest.raises(ValueError, match=r"spmm\(\)"):
-        sg.spmm(g, torch.randn(n + 1, 16, dtype=torch.float64), reduce)
+        sg.spmm(g, torch.randn(n + 1, 16, dtype=torch.float64), reduce, edge_weight=given)
+    with pytest.raises(ValueError, match=r"spmm\(\): edge_weight has"):
+        sg.spmm(g, x, reduce, edge_weight=values[1:])
     if weighted:                                 # values changed in place before the backward: caught
-        out = sg.spmm(g, x, reduce)
+        out = sg.spmm(g, x, reduce, edge_weight=given)
         with torch.no_grad():
-            g.edge_val.mul_(2.0)
+            values.mul_(2.0)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             torch.autograd.grad(out, x, grad)
 
