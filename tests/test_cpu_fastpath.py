@@ -114,7 +114,7 @@ def test_transient_graphs_cache_no_runner_or_decision():
     x = torch.randn(n, 16)
     out = sg.spmm(t, x, backend="cpu")
     assert _rel(out, _dense(g, torch.ones(g.num_edges)) @ x.double()) < 1e-5
-    assert not [key for key in t.cache if isinstance(key, tuple) and key[0] in ("cpu_spmm_runner", "cpu_plan", "spmm_cpu_call")]
+    assert not [key for key in t.cache if isinstance(key, tuple) and key[0] in ("cpu_spmm_runner", "cpu_plan", "spmm_call")]
 
 
 def test_decision_is_memoised_on_the_graph_until_the_store_is_reset(monkeypatch):
@@ -167,14 +167,14 @@ def test_sum_and_max_propagate_infinities_and_nans_like_the_reference(width):
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 @pytest.mark.parametrize("weights", ["none", "graph", "explicit"])
 def test_repeat_calls_take_the_memoised_path_with_the_same_results_and_errors(reduce, weights, monkeypatch):
-    """The second call of a signature skips the checks (``spmm_cpu_call`` memo) and gives what the
+    """The second call of a signature skips the checks (``spmm_call`` memo) and gives what the
     first gave, gradients included; other shapes still go through them and fail as before."""
     import importlib
 
     spmm_module = importlib.import_module("sparsegnn.ops.spmm")
     taken = []
-    real = spmm_module._cpu_linear
-    monkeypatch.setattr(spmm_module, "_cpu_linear", lambda *a: taken.append(1) or real(*a))
+    real = spmm_module._memoised_linear
+    monkeypatch.setattr(spmm_module, "_memoised_linear", lambda *a: taken.append(1) or real(*a))
     g, n = _mixed()
     weighted = weights != "none"
     values = torch.rand(g.num_edges, dtype=torch.float64) + 0.5

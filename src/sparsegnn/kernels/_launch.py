@@ -94,3 +94,56 @@ def launch(kernel, grid: Tuple[int, ...], args: tuple, constexprs: Dict[str, obj
     compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
                  compiled.function, compiled.packed_metadata, None, None, None,
                  *args, *_tail(kernel, len(args), constexprs))
+
+
+class Bound:
+    """``launch(kernel, grid, args, constexprs, ...)`` with the arguments that do not change from
+    call to call (a graph's index and value tensors) bound once: a call computes the
+    specialisation of the changing ones (``varying`` positions: features, output, widths,
+    strides) only.  Same compiled kernels and same fallbacks as ``launch``: the key of a hit is
+    ``launch``'s key with the bound arguments' part precomputed.
+
+    Args:
+        kernel, constexprs, num_warps, num_stages: as for ``launch``.
+        args: every runtime argument, in order; the values at ``varying`` positions are
+            placeholders replaced at each call.
+        varying: positions of the arguments given at each call, in the order they are given.
+    """
+
+    __slots__ = ("kernel", "args", "varying", "constexprs", "num_warps", "num_stages", "fixed_spec", "cons_key",
+                 "tail", "hits")
+
+    def __init__(self, kernel, args: tuple, constexprs: Dict[str, object], num_warps: int,
+                 num_stages: Optional[int] = None, varying: Tuple[int, ...] = ()) -> None:
+        self.kernel, self.args, self.varying = kernel, tuple(args), tuple(varying)
+        self.constexprs, self.num_warps, self.num_stages = dict(constexprs), num_warps, num_stages
+        self.fixed_spec = tuple(None if i in self.varying else _spec(a) for i, a in enumerate(self.args))
+        self.cons_key = tuple(self.constexprs.items())
+        self.tail = None                          # the compiled path's trailing values, on its first hit
+        self.hits: Dict[tuple, object] = {}      # (device, specs of the varying values) -> compiled
+
+    def __call__(self, grid: Tuple[int, ...], values: tuple) -> None:
+        args = list(self.args)
+        for i, v in zip(self.varying, values):
+            args[i] = v
+        if interpreting() or _hooked():
+            launch(self.kernel, grid, tuple(args), self.constexprs, self.num_warps, self.num_stages)
+            return
+        device = torch.cuda.current_device()
+        vspec = tuple(_spec(v) for v in values)
+        compiled = self.hits.get((device, vspec))
+        if compiled is None:
+            spec = list(self.fixed_spec)
+            for i, sp in zip(self.varying, vspec):
+                spec[i] = sp
+            key = (id(self.kernel), device, self.num_warps, self.num_stages, self.cons_key, tuple(spec))
+            compiled = _COMPILED.get(key)
+            if compiled is None:                  # compile (or take Triton's path) through launch
+                launch(self.kernel, grid, tuple(args), self.constexprs, self.num_warps, self.num_stages)
+                return
+            self.hits[(device, vspec)] = compiled
+            if self.tail is None:
+                self.tail = _tail(self.kernel, len(self.args), self.constexprs)
+        compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                     _current_stream(device), compiled.function, compiled.packed_metadata, None, None, None,
+                     *args, *self.tail)

@@ -95,6 +95,18 @@ def _decide(graph: Graph, detail: str, x: Tensor, reduce: str, run) -> dict:
                   space=SPACE, ranked=False)
 
 
+_GENERATION = []
+
+
+def _stores_generation() -> int:
+    """``tune.store.stores_generation()``, imported on first use (``tune`` imports the ops)."""
+    if not _GENERATION:
+        from ..tune.store import stores_generation
+
+        _GENERATION.append(stores_generation)
+    return _GENERATION[0]()
+
+
 def _plan(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, detail: str):
     """``run(x) -> out`` for this call's graph, weights, variant, width, dtype and thread count:
     the tuner's choice (``_decide``) bound to what it runs (the prepared Numba runner, or the
@@ -102,13 +114,11 @@ def _plan(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, detail
     identity checks (weights, their version, the decision stores' generation) instead of
     ``decide``'s key formatting and the runner lookup (~3 us, a third of a Cora F = 16 SpMM).
     ``tune.reset_stores`` or other / updated weights rebuild it; transient graphs never keep it."""
-    from ..tune.store import stores_generation
-
     key = ("cpu_plan", detail, reduce, x.shape[1], x.dtype, kernels.max_threads())
     cache = graph.cache
     plan = cache.get(key)
     version = None if weight is None else weight._version
-    generation = stores_generation()
+    generation = _stores_generation()
     if plan is not None and plan[0] == generation and plan[1] is weight and plan[2] == version:
         return plan[3]
     config = _decide(graph, detail, x, reduce, lambda cfg: _IMPLS[cfg["impl"]](graph, x, weight, reduce))

@@ -80,6 +80,18 @@ def _kernels():
     return _KERNELS
 
 
+_GENERATION = []
+
+
+def _stores_generation() -> int:
+    """``tune.store.stores_generation()``, imported on first use (``tune`` imports the ops)."""
+    if not _GENERATION:
+        from ..tune.store import stores_generation
+
+        _GENERATION.append(stores_generation)
+    return _GENERATION[0]()
+
+
 def plan_of(graph: Graph):
     """The graph's cached work partition, at the chunk length the heuristics pick for it."""
     plan = graph.cache.get("plan")
@@ -127,13 +139,24 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str)
         return k.batched.spmm_batched(graph.ptr, graph.rowptr, graph.col, weight, x, cfg, reduce, tiles=tiles)
     if graph.transient:   # one step: the plan-free row kernel, no plan, no tuning (see Graph.transient)
         return k.spmm.spmm_csr(graph.rowptr, graph.col, weight, x, reduce=reduce)
-    plan = plan_of(graph)
-    run = lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg)  # noqa: E731
-    candidates = lambda: k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1],  # noqa: E731
-                                                   x.element_size(), plan.max_degree, multi_head=multi_head)
-    config = k.decide("spmm", graph, spmm_detail(weight, reduce), x.shape[1], x.dtype, x.device, candidates, run,
-                      space=k.configs.SPMM_SPACE)
-    return run(config)
+    detail = spmm_detail(weight, reduce)
+
+    def bound():
+        """The tuner's config for this call, bound to the graph (``spmm_csr.bind_planned``): a
+        repeat call skips ``decide`` and, for the one-launch configs of small graphs, the
+        specialisation of the graph's tensors (host time is most of such a call)."""
+        plan = plan_of(graph)
+        run = lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg)  # noqa: E731
+        candidates = lambda: k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1],  # noqa: E731
+                                                       x.element_size(), plan.max_degree, multi_head=multi_head)
+        config = k.decide("spmm", graph, detail, x.shape[1], x.dtype, x.device, candidates, run,
+                          space=k.configs.SPMM_SPACE)
+        return k.spmm.bind_planned(graph.rowptr, plan, weight, reduce, config, x.shape[1])
+
+    # one entry per variant, width, dtype and device; rebuilt for other weights, an in-place update
+    # of them, or a new generation of decision stores (tune.reset_stores)
+    slot = ("spmm_run", detail, x.shape[1], x.dtype, x.device.index, _stores_generation())
+    return derived_values(graph, slot, weight, bound)(x)
 
 
 def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Tensor:

@@ -90,50 +90,58 @@ class _SpMMMax(torch.autograd.Function):
                 grad_w if ctx.needs_input_grad[2] else None, None)
 
 
-#: ``spmm_detail(weight, reduce)`` for [E] or no values (the CPU hot path's keys).
+#: ``spmm_detail(weight, reduce)`` for [E] or no values (the hot path's keys).
 _OWN_DETAIL = {(reduce, with_values): f"{reduce}|val{int(with_values)}|h0" for reduce in ("sum", "mean")
                for with_values in (False, True)}
 
 
 def _call_key(reduce: str, backend: str, precision: str, x: Tensor, weight: Optional[Tensor]):
-    """The signature of a CPU call whose checks depend on nothing else: reduce, backend, precision,
-    the features' dtype / dims / rows, and an explicit weight's dtype and length (None: the graph's)."""
-    w = None if weight is None else (weight.dtype, weight.shape[0])
-    return ("spmm_cpu_call", reduce, backend, precision, x.dtype, x.dim(), x.shape[0], w)
+    """The signature of a call whose checks depend on nothing else: reduce, backend, precision,
+    the features' dtype / dims / rows / device, and an explicit weight's dtype, length and device
+    (None: the graph's own values)."""
+    w = None if weight is None else (weight.dtype, weight.shape[0], weight.device)
+    return ("spmm_call", reduce, backend, precision, x.dtype, x.dim(), x.shape[0], x.device, w)
 
 
-def _cpu_linear(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
-    """``spmm(graph, x, reduce, edge_weight=weight)`` (sum or mean, CPU, ``weight`` [E] in graph
-    order or None for the graph's values) for a signature whose checks passed before (``spmm``
-    memoises that on the graph): the autograd node only when a gradient is needed.  Cora F = 16
-    with a gradient for x: 24.0 -> 19.5 us against the checked path."""
+def _aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
+    if backend == "cpu":
+        return _cpu.aggregate(graph, x, weight, reduce, _OWN_DETAIL[reduce, weight is not None])
+    return aggregate(backend, graph, x, weight, reduce)
+
+
+def _memoised_linear(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, backend: str) -> Tensor:
+    """``spmm(graph, x, reduce, edge_weight=weight)`` (sum or mean; ``weight`` [E] in graph order,
+    or None for the graph's values) for a signature whose checks passed before (``spmm``
+    memoises it on the graph with the backend they chose): the autograd node only when a
+    gradient is needed.  CPU, Cora F = 16 with a gradient for x: 24.0 -> 19.5 us."""
     if weight is None:
         weight = graph.edge_val
     if torch.is_grad_enabled():
         if weight is not None and weight.requires_grad:
-            return _SpMMLinear.apply(graph, x, weight, reduce, "cpu")
+            return _SpMMLinear.apply(graph, x, weight, reduce, backend)
         if x.requires_grad:
-            return _CpuSpMMX.apply(x, weight, graph, reduce)
-    return _cpu.aggregate(graph, x, weight, reduce, _OWN_DETAIL[reduce, weight is not None])
+            return _SpMMX.apply(x, weight, graph, reduce, backend)
+    return _aggregate(backend, graph, x, weight, reduce)
 
 
-class _CpuSpMMX(torch.autograd.Function):
-    """``_SpMMLinear`` for the CPU hot path when only ``x`` needs a gradient: four inputs instead
-    of five, nothing saved but the values (so an in-place change of them before the backward is
-    caught as usual).  Backward: ``dX = A'^T dY``."""
+class _SpMMX(torch.autograd.Function):
+    """``_SpMMLinear`` for the memoised path when only ``x`` needs a gradient: fewer inputs,
+    nothing saved but the values (so an in-place change of them before the backward is caught
+    as usual).  Backward: ``dX = A'^T dY``."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Optional[Tensor], graph: Graph, reduce: str) -> Tensor:
-        ctx.graph, ctx.reduce, ctx.weighted = graph, reduce, weight is not None
+    def forward(ctx, x: Tensor, weight: Optional[Tensor], graph: Graph, reduce: str, backend: str) -> Tensor:
+        ctx.graph, ctx.reduce, ctx.backend, ctx.weighted = graph, reduce, backend, weight is not None
         if weight is not None:
             ctx.save_for_backward(weight)
-        return _cpu.aggregate(graph, x, weight, reduce, _OWN_DETAIL[reduce, weight is not None])
+        return _aggregate(backend, graph, x, weight, reduce)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
         weight = ctx.saved_tensors[0] if ctx.weighted else None
-        return aggregate_transposed("cpu", ctx.graph, grad_out.contiguous(), weight, ctx.reduce), None, None, None
+        grad_x = aggregate_transposed(ctx.backend, ctx.graph, grad_out.contiguous(), weight, ctx.reduce)
+        return grad_x, None, None, None, None
 
 
 def _weight_in_graph_order(graph: Graph, edge_weight: Optional[Tensor], input_order: bool, fn: str,
@@ -209,11 +217,11 @@ def spmm(
     """
     fn = "spmm"
     given = edge_weight
-    if isinstance(x, Tensor) and not x.is_cuda and isinstance(graph, Graph) and (
-            given is None or (isinstance(given, Tensor) and given.dim() == 1 and given.device.type == "cpu")):
-        if graph.cache.get(_call_key(reduce, backend, precision, x, given)) and x.device.type == "cpu" \
-                and not compiling():
-            return _cpu_linear(graph, x, given, reduce)
+    if isinstance(x, Tensor) and isinstance(graph, Graph) and (
+            given is None or (isinstance(given, Tensor) and given.dim() == 1)):
+        memo = graph.cache.get(_call_key(reduce, backend, precision, x, given))
+        if memo is not None and not compiling():
+            return _memoised_linear(graph, x, given, reduce, memo)
     if isinstance(x, CBSR):
         return _spmm_of_cbsr(graph, x, reduce, edge_weight, backend, precision)
     if isinstance(x, Tensor) and x.dim() == 3:  # multi-head: x [N, H, C] with edge_weight [E, H]
@@ -254,10 +262,10 @@ def spmm(
     chosen = choose_backend(fn, backend, x)
     if reduced and chosen == "triton":
         return _tensor_core_spmm(graph, x, edge_weight, reduce, precision)
-    if chosen == "cpu" and input_order is False and reduce != "max" and not reduced and not graph.transient \
-            and (given is None or given.dim() == 1):
+    if chosen in ("cpu", "triton") and input_order is False and reduce != "max" and not reduced \
+            and not graph.transient and (given is None or given.dim() == 1):
         # this call's checks hold for every call with the same signature: the next one skips them
-        graph.cache[_call_key(reduce, backend, precision, x, given)] = True
+        graph.cache[_call_key(reduce, backend, precision, x, given)] = chosen
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad))
     if not needs_grad:  # no autograd node: less overhead per call (inference, small graphs)
         return aggregate(chosen, graph, x, edge_weight, reduce)
