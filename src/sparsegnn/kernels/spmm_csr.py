@@ -19,6 +19,7 @@ Feature and edge tails are masked; node and feature offsets are int64.
 """
 from __future__ import annotations
 
+import threading
 from typing import Dict, Optional
 
 import torch
@@ -281,6 +282,82 @@ def _rowgroup_kernel(
              mask=row_mask[:, None] & feat_mask[None, :])
 
 
+_RECORD = threading.local()
+
+
+def _emit(kernel, grid, args, constexprs, num_warps, num_stages=None) -> None:
+    """``launch``, or, inside ``_recorded``, note the launch instead (``bind_planned``)."""
+    calls = getattr(_RECORD, "calls", None)
+    if calls is None:
+        launch(kernel, grid, args, constexprs, num_warps, num_stages)
+    else:
+        calls.append((kernel, grid, tuple(args), dict(constexprs), num_warps, num_stages))
+
+
+def _recorded(fn) -> list:
+    """The launches ``fn()`` would make, in order, made nothing (this thread only)."""
+    _RECORD.calls = []
+    try:
+        fn()
+        return _RECORD.calls
+    finally:
+        _RECORD.calls = None
+
+
+def _bind_recorded(rowptr: Tensor, plan, edge_val: Optional[Tensor], reduce: str, config: Dict[str, int],
+                   x: Tensor):
+    """``bind_planned`` for any config: the launches of ``spmm_planned`` recorded twice, with
+    different features, outputs and temporaries (the first recording's kept alive, so no
+    address repeats); an argument whose address differs between the two is per call (features,
+    output, a temporary: reallocated per call with its recorded shape and dtype), the rest is
+    bound (``_launch.Bound``)."""
+    num_rows, num_feats = rowptr.numel() - 1, x.shape[1]
+    probes = []
+
+    def record():
+        xp = torch.empty_like(x, memory_format=torch.contiguous_format)
+        outp = torch.empty((num_rows, num_feats), dtype=x.dtype, device=x.device)
+        probes.append((xp, outp))
+        calls = _recorded(lambda: spmm_planned(rowptr, plan, edge_val, xp, reduce, config=config, out=outp))
+        probes.append(calls)                     # keeps the temporaries alive
+        return xp, outp, calls
+
+    x1, out1, first = record()
+    _, _, second = record()
+    if len(first) != len(second):
+        return lambda x: spmm_planned(rowptr, plan, edge_val, x, reduce, config=config)
+    temps: Dict[int, tuple] = {}                 # data_ptr in the first recording -> (slot, shape, dtype)
+    launches = []
+    for (kernel, grid, args, cons, warps, stages), (_, _, args2, _, _, _) in zip(first, second):
+        varying, sources = [], []
+        for i, (a, a2) in enumerate(zip(args, args2)):
+            if not isinstance(a, Tensor) or a.data_ptr() == a2.data_ptr():
+                continue
+            varying.append(i)
+            if a.data_ptr() == x1.data_ptr():
+                sources.append("x")
+            elif a.data_ptr() == out1.data_ptr():
+                sources.append("out")
+            else:
+                slot = temps.setdefault(a.data_ptr(), (len(temps), tuple(a.shape), a.dtype))[0]
+                sources.append(slot)
+        launches.append((Bound(kernel, args, cons, warps, stages, varying=tuple(varying)), grid, tuple(sources)))
+    shapes = [None] * len(temps)
+    for slot, shape, dtype in temps.values():
+        shapes[slot] = (shape, dtype)
+    probes.clear()
+
+    def run(x: Tensor) -> Tensor:
+        x = x.contiguous()
+        out = torch.empty((num_rows, num_feats), dtype=x.dtype, device=x.device)
+        scratch = [torch.empty(shape, dtype=dtype, device=x.device) for shape, dtype in shapes]
+        for bound, grid, sources in launches:
+            bound(grid, tuple(x if s == "x" else out if s == "out" else scratch[s] for s in sources))
+        return out
+
+    return run
+
+
 def _prepare(rowptr: Tensor, x: Tensor, out: Optional[Tensor]):
     """Contiguous ``x`` and the [N, F] output buffer (allocated unless given)."""
     x = x.contiguous()
@@ -335,7 +412,7 @@ def _launch(seg_ids, start, end, col, val, x, out, out_rows, scale, num_segments
     rows, block_f = cfg["ROWS"], cfg["BLOCK_F"]
     grid = (triton.cdiv(num_segments, rows), triton.cdiv(x.shape[1], block_f))
     dummy = start
-    launch(_segment_reduce_kernel, grid,
+    _emit(_segment_reduce_kernel, grid,
            (seg_ids if seg_ids is not None else dummy, start, end,
             col if col is not None else dummy, val if val is not None else dummy,
             x, out, out_rows if out_rows is not None else dummy, scale if scale is not None else dummy,
@@ -347,17 +424,18 @@ def _launch(seg_ids, start, end, col, val, x, out, out_rows, scale, num_segments
 
 
 def bind_planned(rowptr: Tensor, plan, edge_val: Optional[Tensor], reduce: str, config: Dict[str, int],
-                 num_feats: int):
+                 x: Tensor):
     """``run(x) -> spmm_planned(rowptr, plan, edge_val, x, reduce, config)`` for features of
-    ``num_feats`` columns, with what does not depend on ``x`` prepared once: for a ``FLAT``
-    config (small graphs, where the host's work is most of a call) and a ``SPLIT`` one with
-    ``INLINE`` (hubs: one launch) the launch is bound (``_launch.Bound``: the specialisation of
-    the graph's tensors is not recomputed per call); other configs call ``spmm_planned``.
+    ``x``'s width, dtype and device (``x``: a sample, not kept), with what does not depend on
+    the features prepared once: every launch is bound (``_launch.Bound``: the specialisation
+    of the graph's tensors is not recomputed per call).  ``FLAT`` (small graphs, where the
+    host's work is most of a call) and inline ``SPLIT`` (hubs) configs, one launch each, are
+    bound directly; the others (2-4 launches) through a recording (``_bind_recorded``).
 
     Shapes:
-        x: [M, num_feats] -> [N, num_feats].
+        x: [M, F] -> run: [M, F] -> [N, F].
     """
-    num_rows = rowptr.numel() - 1
+    num_rows, num_feats = rowptr.numel() - 1, x.shape[1]
     multi = edge_val is not None and edge_val.dim() == 2
     num_heads = edge_val.shape[1] if multi else 1
     head_dim = num_feats // num_heads if multi else 0
@@ -366,7 +444,7 @@ def bind_planned(rowptr: Tensor, plan, edge_val: Optional[Tensor], reduce: str, 
     if config.get("SPLIT") and config.get("INLINE", 1):
         return _bind_split(rowptr, plan, edge_val, reduce, config, num_feats, num_heads, head_dim)
     if not config.get("FLAT") or config.get("SPLIT"):
-        return lambda x: spmm_planned(rowptr, plan, edge_val, x, reduce, config=config)
+        return _bind_recorded(rowptr, plan, edge_val, reduce, config, x)
     block_f, heavy_e = config["BLOCK_F"], config.get("HEAVY_E", 0)
     heavy, light_max = rowptr, 0
     if heavy_e:
@@ -465,7 +543,7 @@ def spmm_planned(
         if heavy_e:  # rows of more than LIGHT_STEPS light steps: listed first, HEAVY_E edges per step
             heavy, light_max = plan.heavy_rows(cfg.get("LIGHT_STEPS", 8) * cfg["BLOCK_E"])
         num_heavy = heavy.numel() if heavy_e else 0
-        launch(_spmm_rows_kernel, (num_heavy + num_rows, triton.cdiv(num_feats, block_f)),
+        _emit(_spmm_rows_kernel, (num_heavy + num_rows, triton.cdiv(num_feats, block_f)),
                (rowptr, plan.col32, val, x, out, heavy,
                 num_heavy, light_max, num_feats, x.stride(0), out.stride(0), num_heads),
                dict(REDUCE=code, HAS_VAL=edge_val is not None, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f,
@@ -485,7 +563,7 @@ def spmm_planned(
         num_light = plan.num_short_below(cfg.get("LIGHT_STEPS", 4) * group_e)
     if num_light:
         grid = (triton.cdiv(num_light, group), triton.cdiv(num_feats, cfg["BLOCK_F"]))
-        launch(_rowgroup_kernel, grid,
+        _emit(_rowgroup_kernel, grid,
                (plan.short_rows, rowptr, plan.col32, edge_val if edge_val is not None else rowptr, x, out,
                 num_light, num_feats, x.stride(0), out.stride(0)),
                dict(REDUCE=code, HAS_VAL=edge_val is not None, ROWS=group, BLOCK_E=group_e, BLOCK_F=cfg["BLOCK_F"]),
@@ -517,7 +595,7 @@ def _spmm_split(rowptr, plan, val, has_val, x, out, code, cfg, head_dim, num_hea
     partial = torch.empty((max(split.num_pieces, 1), num_feats), dtype=torch.float32, device=x.device)
     counts = split.counters(fblocks) if inline else split.piece_heavy
     piece_code = REDUCE_CODES["max"] if code == REDUCE_CODES["max"] else REDUCE_CODES["sum"]
-    launch(_spmm_split_kernel, (split.num_pieces + num_rows, fblocks),
+    _emit(_spmm_split_kernel, (split.num_pieces + num_rows, fblocks),
            (rowptr, plan.col32, val, x, out,
             split.piece_heavy, split.piece_start, split.heavy_rows, split.heavy_first, partial, counts,
             split.num_pieces, split.light_max, num_feats, x.stride(0), out.stride(0), num_heads),

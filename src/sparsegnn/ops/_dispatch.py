@@ -141,20 +141,26 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str)
         return k.spmm.spmm_csr(graph.rowptr, graph.col, weight, x, reduce=reduce)
     detail = spmm_detail(weight, reduce)
 
-    def bound():
-        """The tuner's config for this call, bound to the graph (``spmm_csr.bind_planned``): a
-        repeat call skips ``decide`` and, for the one-launch configs of small graphs, the
-        specialisation of the graph's tensors (host time is most of such a call)."""
-        plan = plan_of(graph)
+    plan = plan_of(graph)
+
+    def config():
         run = lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg)  # noqa: E731
         candidates = lambda: k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1],  # noqa: E731
                                                        x.element_size(), plan.max_degree, multi_head=multi_head)
-        config = k.decide("spmm", graph, detail, x.shape[1], x.dtype, x.device, candidates, run,
-                          space=k.configs.SPMM_SPACE)
-        return k.spmm.bind_planned(graph.rowptr, plan, weight, reduce, config, x.shape[1])
+        return k.decide("spmm", graph, detail, x.shape[1], x.dtype, x.device, candidates, run,
+                        space=k.configs.SPMM_SPACE)
 
-    # one entry per variant, width, dtype and device; rebuilt for other weights, an in-place update
-    # of them, or a new generation of decision stores (tune.reset_stores)
+    def bound():
+        """The tuner's config for this call, bound to the graph (``spmm_csr.bind_planned``): a
+        repeat call skips ``decide`` and, for the one-launch configs, the specialisation of the
+        graph's tensors (host time is most of a call on a small graph)."""
+        return k.spmm.bind_planned(graph.rowptr, plan, weight, reduce, config(), x)
+
+    if weight is not None and weight is not graph.edge_val:
+        # values that may be new every call (attention weights): not bound, as before
+        return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=config())
+    # one entry per variant, width, dtype and device; rebuilt for an in-place update of the
+    # graph's values or a new generation of decision stores (tune.reset_stores)
     slot = ("spmm_run", detail, x.shape[1], x.dtype, x.device.index, _stores_generation())
     return derived_values(graph, slot, weight, bound)(x)
 
