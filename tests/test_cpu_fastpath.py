@@ -220,3 +220,26 @@ def test_memoised_path_gives_learnable_graph_values_their_gradient():
     ref_w = w.detach().clone().requires_grad_(True)
     (ref,) = torch.autograd.grad(sg.spmm(g, x, edge_weight=ref_w, backend="reference").sum(), ref_w)
     assert _rel(gw_grad, ref) < 1e-12
+
+
+def test_graph_values_on_another_device_are_refused():
+    """``with_values`` copies the checked-signature memo: values it accepts must be on the
+    graph's device, or a memoised call would skip the device check."""
+    g, _ = _mixed()
+    with pytest.raises(ValueError, match=r"Graph.with_values\(\): edge_val must be on the graph's device"):
+        g.with_values(torch.ones(g.num_edges, device="meta"))
+
+
+def test_bound_spmm_keeps_one_entry_per_signature_across_store_resets():
+    """The Triton path binds its config once per graph / variant / width / dtype / device and
+    rebuilds that entry in place when the decision stores are reset (no entry per generation)."""
+    from sparsegnn.tune import store
+
+    g, n = _mixed()
+    g = g.with_values(torch.rand(g.num_edges) + 0.5)
+    x = torch.randn(n, 8)
+    ref = _dense(g, g.edge_val) @ x.double()
+    for _ in range(3):
+        assert _rel(sg.spmm(g, x, backend="triton"), ref) < 1e-5
+        store.reset_stores()
+    assert sum(1 for k in g.cache if isinstance(k, tuple) and k[:2] == ("derived", "spmm_run")) == 1

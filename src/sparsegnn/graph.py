@@ -443,6 +443,8 @@ class Graph:
         """Same structure (sharing caches of the structure) with other edge values."""
         if edge_val is not None:
             check_edge_values(edge_val, self.num_edges, "Graph.with_values", "edge_val", max_dim=1)
+            check(edge_val.device == self.rowptr.device, "Graph.with_values",
+                  f"edge_val must be on the graph's device ({self.rowptr.device}), got {edge_val.device}")
         g = Graph(self.rowptr, self.col, edge_val, self.num_nodes, edge_perm=self.edge_perm, ptr=self.ptr,
                   num_src=self.num_src, transient=self.transient, volatile=self.volatile)
         g._cache = {k: v for k, v in self._cache.items()   # without what depends on the values

@@ -338,10 +338,16 @@ def _bind_recorded(rowptr: Tensor, plan, edge_val: Optional[Tensor], reduce: str
                 sources.append("x")
             elif a.data_ptr() == out1.data_ptr():
                 sources.append("out")
+            elif a._base is not None or not a.is_contiguous():
+                # a per-call tensor that is not a plain fresh buffer (a view, a derived copy):
+                # what it holds cannot be rebuilt by an empty allocation, so nothing is bound
+                return lambda x: spmm_planned(rowptr, plan, edge_val, x, reduce, config=config)
             else:
                 slot = temps.setdefault(a.data_ptr(), (len(temps), tuple(a.shape), a.dtype))[0]
                 sources.append(slot)
-        launches.append((Bound(kernel, args, cons, warps, stages, varying=tuple(varying)), grid, tuple(sources)))
+        # the per-call positions hold placeholders: the probes are not kept by the binding
+        fixed = tuple(None if i in varying else a for i, a in enumerate(args))
+        launches.append((Bound(kernel, fixed, cons, warps, stages, varying=tuple(varying)), grid, tuple(sources)))
     shapes = [None] * len(temps)
     for slot, shape, dtype in temps.values():
         shapes[slot] = (shape, dtype)
@@ -430,7 +436,8 @@ def bind_planned(rowptr: Tensor, plan, edge_val: Optional[Tensor], reduce: str, 
     the features prepared once: every launch is bound (``_launch.Bound``: the specialisation
     of the graph's tensors is not recomputed per call).  ``FLAT`` (small graphs, where the
     host's work is most of a call) and inline ``SPLIT`` (hubs) configs, one launch each, are
-    bound directly; the others (2-4 launches) through a recording (``_bind_recorded``).
+    bound directly; the others (2-4 launches) through a recording (``_bind_recorded``), whose
+    per-call temporaries must be fresh ``torch.empty`` buffers that the kernels fully write.
 
     Shapes:
         x: [M, F] -> run: [M, F] -> [N, F].

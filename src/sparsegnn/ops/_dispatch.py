@@ -156,13 +156,20 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str)
         graph's tensors (host time is most of a call on a small graph)."""
         return k.spmm.bind_planned(graph.rowptr, plan, weight, reduce, config(), x)
 
-    if weight is not None and weight is not graph.edge_val:
-        # values that may be new every call (attention weights): not bound, as before
+    capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
+    if (weight is not None and weight is not graph.edge_val) or capturing:
+        # values that may be new every call (attention weights), or a decision taken inside a
+        # CUDA-graph capture (provisional: decide re-decides after it): not bound, as before
         return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=config())
-    # one entry per variant, width, dtype and device; rebuilt for an in-place update of the
-    # graph's values or a new generation of decision stores (tune.reset_stores)
-    slot = ("spmm_run", detail, x.shape[1], x.dtype, x.device.index, _stores_generation())
-    return derived_values(graph, slot, weight, bound)(x)
+    # one entry per variant, width, dtype and device ("derived": not copied by with_values);
+    # rebuilt for an in-place update of the graph's values or a new generation of decision
+    # stores (tune.reset_stores), in place: no entry per generation
+    key = ("derived", "spmm_run", detail, x.shape[1], x.dtype, x.device.index)
+    entry = graph.cache.get(key)
+    version, generation = (None if weight is None else weight._version), _stores_generation()
+    if entry is None or entry[0] is not weight or entry[1] != version or entry[2] != generation:
+        entry = graph.cache[key] = (weight, version, generation, bound())
+    return entry[3](x)
 
 
 def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Tensor:
