@@ -433,77 +433,17 @@ def bind_planned(rowptr: Tensor, plan, edge_val: Optional[Tensor], reduce: str, 
                  x: Tensor):
     """``run(x) -> spmm_planned(rowptr, plan, edge_val, x, reduce, config)`` for features of
     ``x``'s width, dtype and device (``x``: a sample, not kept), with what does not depend on
-    the features prepared once: every launch is bound (``_launch.Bound``: the specialisation
-    of the graph's tensors is not recomputed per call).  ``FLAT`` (small graphs, where the
-    host's work is most of a call) and inline ``SPLIT`` (hubs) configs, one launch each, are
-    bound directly; the others (2-4 launches) through a recording (``_bind_recorded``), whose
-    per-call temporaries must be fresh ``torch.empty`` buffers that the kernels fully write.
+    the features prepared once: every launch of the config is bound (``_launch.Bound``: the
+    specialisation of the graph's tensors is not recomputed per call), through a recording of
+    ``spmm_planned``'s launches (``_bind_recorded``), whose per-call temporaries must be fresh
+    ``torch.empty`` buffers that the kernels fully write.
 
     Shapes:
         x: [M, F] -> run: [M, F] -> [N, F].
     """
-    num_rows, num_feats = rowptr.numel() - 1, x.shape[1]
-    multi = edge_val is not None and edge_val.dim() == 2
-    num_heads = edge_val.shape[1] if multi else 1
-    head_dim = num_feats // num_heads if multi else 0
-    if num_rows == 0 or num_feats == 0:
+    if rowptr.numel() == 1 or x.shape[1] == 0:
         return lambda x: spmm_planned(rowptr, plan, edge_val, x, reduce, config=config)
-    if config.get("SPLIT") and config.get("INLINE", 1):
-        return _bind_split(rowptr, plan, edge_val, reduce, config, num_feats, num_heads, head_dim)
-    if not config.get("FLAT") or config.get("SPLIT"):
-        return _bind_recorded(rowptr, plan, edge_val, reduce, config, x)
-    block_f, heavy_e = config["BLOCK_F"], config.get("HEAVY_E", 0)
-    heavy, light_max = rowptr, 0
-    if heavy_e:
-        heavy, light_max = plan.heavy_rows(config.get("LIGHT_STEPS", 8) * config["BLOCK_E"])
-    num_heavy = heavy.numel() if heavy_e else 0
-    grid = (num_heavy + num_rows, triton.cdiv(num_feats, block_f))
-    val = edge_val if edge_val is not None else rowptr
-    bound = Bound(_spmm_rows_kernel,
-                  (rowptr, plan.col32, val, None, None, heavy, num_heavy, light_max, num_feats, None, None, num_heads),
-                  dict(REDUCE=REDUCE_CODES[reduce], HAS_VAL=edge_val is not None, BLOCK_E=config["BLOCK_E"],
-                       BLOCK_F=block_f, HEAVY_E=heavy_e, HEAD_DIM=head_dim),
-                  config["num_warps"], config.get("num_stages", 3), varying=(3, 4, 9, 10))
-
-    def run(x: Tensor) -> Tensor:
-        x = x.contiguous()
-        out = torch.empty((num_rows, num_feats), dtype=x.dtype, device=x.device)
-        bound(grid, (x, out, x.stride(0), out.stride(0)))
-        return out
-
-    return run
-
-
-def _bind_split(rowptr: Tensor, plan, edge_val: Optional[Tensor], reduce: str, cfg: Dict[str, int], num_feats: int,
-                num_heads: int, head_dim: int):
-    """``bind_planned`` for a ``SPLIT`` config with ``INLINE`` (one launch: ``_spmm_split``'s)."""
-    num_rows = rowptr.numel() - 1
-    code = REDUCE_CODES[reduce]
-    block_f, heavy_e = cfg["BLOCK_F"], cfg["HEAVY_E"]
-    piece_e = heavy_e * cfg["PIECE_STEPS"]
-    split = plan.split_pieces(cfg.get("LIGHT_STEPS", 8) * cfg["BLOCK_E"], piece_e)
-    fblocks = triton.cdiv(num_feats, block_f)
-    counts = split.counters(fblocks)
-    piece_code = REDUCE_CODES["max"] if code == REDUCE_CODES["max"] else REDUCE_CODES["sum"]
-    val = edge_val if edge_val is not None else rowptr
-    grid = (split.num_pieces + num_rows, fblocks)
-    bound = Bound(_spmm_split_kernel,
-                  (rowptr, plan.col32, val, None, None, split.piece_heavy, split.piece_start, split.heavy_rows,
-                   split.heavy_first, None, counts, split.num_pieces, split.light_max, num_feats, None, None,
-                   num_heads),
-                  dict(REDUCE=code, HAS_VAL=edge_val is not None, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f,
-                       PIECE_REDUCE=piece_code, HEAVY_E=heavy_e, PIECE_E=piece_e, INLINE=True, HEAD_DIM=head_dim),
-                  cfg["num_warps"], cfg.get("num_stages", 3), varying=(3, 4, 9, 14, 15))
-    pieces = max(split.num_pieces, 1)
-
-    def run(x: Tensor) -> Tensor:
-        x = x.contiguous()
-        out = torch.empty((num_rows, num_feats), dtype=x.dtype, device=x.device)
-        partial = torch.empty((pieces, num_feats), dtype=torch.float32, device=x.device)
-        bound(grid, (x, out, partial, x.stride(0), out.stride(0)))
-        return out
-
-    return run
+    return _bind_recorded(rowptr, plan, edge_val, reduce, config, x)
 
 
 def spmm_planned(

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from ..graph import Graph
 from ..kernels import cpu as kernels
+from ..tune.store import stores_generation
 
 #: Numba / torch.sparse.mm (MKL for sums) / torch.sparse.mm(reduce=) candidates (the config
 #: the tuner stores).  Mean and max have one torch kernel (ATen's reduce), so two candidates.
@@ -95,18 +96,6 @@ def _decide(graph: Graph, detail: str, x: Tensor, reduce: str, run) -> dict:
                   space=SPACE, ranked=False)
 
 
-_GENERATION = []
-
-
-def _stores_generation() -> int:
-    """``tune.store.stores_generation()``, imported on first use (``tune`` imports the ops)."""
-    if not _GENERATION:
-        from ..tune.store import stores_generation
-
-        _GENERATION.append(stores_generation)
-    return _GENERATION[0]()
-
-
 def _plan(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, detail: str):
     """``run(x) -> out`` for this call's graph, weights, variant, width, dtype and thread count:
     the tuner's choice (``_decide``) bound to what it runs (the prepared Numba runner, or the
@@ -118,7 +107,7 @@ def _plan(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, detail
     cache = graph.cache
     plan = cache.get(key)
     version = None if weight is None else weight._version
-    generation = _stores_generation()
+    generation = stores_generation()
     if plan is not None and plan[0] == generation and plan[1] is weight and plan[2] == version:
         return plan[3]
     config = _decide(graph, detail, x, reduce, lambda cfg: _IMPLS[cfg["impl"]](graph, x, weight, reduce))

@@ -17,6 +17,7 @@ from .._checks import check
 from ..graph import Graph
 from ..kernels import interpreting, triton_available
 from ..kernels.cpu import numba_available
+from ..tune.store import stores_generation
 from . import _cpu, reference
 
 BACKENDS = ("auto", "reference", "triton", "cpu")
@@ -78,18 +79,6 @@ def _kernels():
 
         _KERNELS = SimpleNamespace(configs=configs, spmm=spmm_csr, sddmm=sddmm_csr, batched=spmm_batched, decide=decide)
     return _KERNELS
-
-
-_GENERATION = []
-
-
-def _stores_generation() -> int:
-    """``tune.store.stores_generation()``, imported on first use (``tune`` imports the ops)."""
-    if not _GENERATION:
-        from ..tune.store import stores_generation
-
-        _GENERATION.append(stores_generation)
-    return _GENERATION[0]()
 
 
 def plan_of(graph: Graph):
@@ -166,7 +155,7 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str)
     # stores (tune.reset_stores), in place: no entry per generation
     key = ("derived", "spmm_run", detail, x.shape[1], x.dtype, x.device.index)
     entry = graph.cache.get(key)
-    version, generation = (None if weight is None else weight._version), _stores_generation()
+    version, generation = (None if weight is None else weight._version), stores_generation()
     if entry is None or entry[0] is not weight or entry[1] != version or entry[2] != generation:
         entry = graph.cache[key] = (weight, version, generation, bound())
     return entry[3](x)
