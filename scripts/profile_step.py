@@ -44,6 +44,7 @@ def main() -> None:
     p.add_argument("--models", default="gcn,gat")
     p.add_argument("--top", type=int, default=22)
     p.add_argument("--torch-profiler", action="store_true", help="torch.profiler CPU table instead of cProfile")
+    p.add_argument("--cuda", action="store_true", help="with --torch-profiler: also CUDA kernels, sorted by GPU time")
     args = p.parse_args()
     device = torch.device("cuda")
     graph, kind = bt.load_bench_graph(args.graph, device, None)
@@ -82,11 +83,16 @@ def main() -> None:
         if args.torch_profiler:
             from torch.profiler import ProfilerActivity, profile
 
-            with profile(activities=[ProfilerActivity.CPU]) as tp:
-                for _ in range(20):
-                    ours()
-                torch.cuda.synchronize()
-            print(tp.key_averages().table(sort_by="cpu_time_total", row_limit=args.top, max_name_column_width=60))
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.cuda else [])
+            key = "cuda_time_total" if args.cuda else "cpu_time_total"
+            steps = {"ours": ours} if pyg_nn is None or not args.cuda else {"ours": ours, "pyg": pyg}
+            for name, step in steps.items():
+                with profile(activities=acts) as tp:
+                    for _ in range(20):
+                        step()
+                    torch.cuda.synchronize()
+                print(f"-- {name} (20 steps)")
+                print(tp.key_averages().table(sort_by=key, row_limit=args.top, max_name_column_width=60))
             continue
         prof = cProfile.Profile()
         prof.enable()

@@ -9,7 +9,7 @@ from sparsegnn import Graph
 from sparsegnn.kernels import cpu as cpu_kernels
 from sparsegnn.ops import _cpu
 
-from conftest import GRAPH_CASES
+from conftest import DEVICE, GRAPH_CASES
 
 pytestmark = pytest.mark.skipif(not cpu_kernels.numba_available(), reason="the CPU backend needs numba")
 
@@ -237,9 +237,31 @@ def test_bound_spmm_keeps_one_entry_per_signature_across_store_resets():
 
     g, n = _mixed()
     g = g.with_values(torch.rand(g.num_edges) + 0.5)
-    x = torch.randn(n, 8)
-    ref = _dense(g, g.edge_val) @ x.double()
+    ref = _dense(g, g.edge_val) @ torch.randn(n, 8, generator=torch.Generator().manual_seed(0)).double()
+    g = g.to(DEVICE)
+    x = torch.randn(n, 8, generator=torch.Generator().manual_seed(0)).to(DEVICE)
     for _ in range(3):
-        assert _rel(sg.spmm(g, x, backend="triton"), ref) < 1e-5
+        assert _rel(sg.spmm(g, x, backend="triton").cpu(), ref) < 1e-5
         store.reset_stores()
     assert sum(1 for k in g.cache if isinstance(k, tuple) and k[:2] == ("derived", "spmm_run")) == 1
+
+
+def test_backward_spmm_binds_the_permuted_values_once():
+    """The backward's ``A^T dY`` reads the graph's values permuted once per version: its launch
+    is bound like the forward's (one entry on the transpose, reused every step), stays exact,
+    and is rebuilt after an in-place update of the values."""
+    g, n = _mixed()
+    g = g.with_values(torch.rand(g.num_edges, dtype=torch.float64) + 0.5).to(DEVICE)
+    gen = torch.Generator().manual_seed(1)
+    x0 = torch.randn(n, 8, generator=gen, dtype=torch.float64)
+    dy = torch.randn(n, 8, generator=gen, dtype=torch.float64)
+    for step in range(3):
+        if step == 2:
+            with torch.no_grad():
+                g.edge_val.mul_(2.0)         # a version bump: the permuted copy must follow
+        x = x0.to(DEVICE).float().requires_grad_()
+        sg.spmm(g, x, backend="triton").backward(dy.to(DEVICE).float())
+        want = _dense(g.to("cpu"), g.edge_val.cpu()).t() @ dy
+        assert _rel(x.grad.cpu(), want) < 1e-5, step
+    entries = [k for k in g.t().cache if isinstance(k, tuple) and k[:2] == ("derived", "spmm_run")]
+    assert len(entries) == 1 and entries[0][-1] is True

@@ -114,7 +114,7 @@ def _batched_applies(graph: Graph, stats) -> bool:
             and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES)
 
 
-def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
+def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, owned: bool = False) -> Tensor:
     k = _kernels()
     multi_head = weight is not None and weight.dim() == 2
     small = graph.ptr is not None and not multi_head and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES
@@ -146,14 +146,16 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str)
         return k.spmm.bind_planned(graph.rowptr, plan, weight, reduce, config(), x)
 
     capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
-    if (weight is not None and weight is not graph.edge_val) or capturing:
+    if (weight is not None and weight is not graph.edge_val and not owned) or capturing:
         # values that may be new every call (attention weights), or a decision taken inside a
         # CUDA-graph capture (provisional: decide re-decides after it): not bound, as before
         return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=config())
     # one entry per variant, width, dtype and device ("derived": not copied by with_values);
     # rebuilt for an in-place update of the graph's values or a new generation of decision
     # stores (tune.reset_stores), in place: no entry per generation
-    key = ("derived", "spmm_run", detail, x.shape[1], x.dtype, x.device.index)
+    # (an owned weight other than edge_val, such as the values permuted for a backward, has its
+    # own entry: a caller alternating it with edge_val does not rebind on every call)
+    key = ("derived", "spmm_run", detail, x.shape[1], x.dtype, x.device.index, owned and weight is not graph.edge_val)
     entry = graph.cache.get(key)
     version, generation = (None if weight is None else weight._version), stores_generation()
     if entry is None or entry[0] is not weight or entry[1] != version or entry[2] != generation:
@@ -179,13 +181,18 @@ def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Te
     return reference.sddmm(graph.row, graph.col, a, b, op)
 
 
-def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str = "sum") -> Tensor:
+def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str = "sum",
+              owned: bool = False) -> Tensor:
     """``out[i] = reduce_{e in row i} w_e x[col[e]]`` on ``graph`` with the chosen backend.
 
     ``reduce`` is ``"sum"``, ``"mean"`` (divide by the number of stored edges) or ``"max"``.
     ``weight`` of shape [E, H] with ``F % H == 0`` is multi-head: feature ``f`` is weighted by
     ``w[e, f // (F / H)]`` (``H = F``: per-feature weights).  Multi-head sums run in one
     Triton launch for every head; other per-feature cases take the reference path.
+
+    ``owned``: ``weight`` is a tensor the graph keeps and hands back on every call (a
+    ``derived_values`` entry, such as its values permuted for the transpose), so the Triton
+    launch may be bound to it like to ``graph.edge_val``.
 
     Shapes:
         x: [M, F]; weight: [E], [E, H] or None -> [N, F] (``M = graph.num_src``).
@@ -194,7 +201,7 @@ def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], r
     if backend == "cpu" and (not multi_head or (reduce == "sum" and x.shape[1] % weight.shape[1] == 0)):
         return _cpu.aggregate(graph, x, weight, reduce, spmm_detail(weight, reduce))
     if backend == "triton" and (not multi_head or (reduce == "sum" and x.shape[1] % weight.shape[1] == 0)):
-        return _spmm_triton(graph, x, weight, reduce)
+        return _spmm_triton(graph, x, weight, reduce, owned)
     if multi_head and weight.shape[1] != x.shape[1]:
         weight = weight.repeat_interleave(x.shape[1] // weight.shape[1], dim=1)
     if reduce == "max":
@@ -245,24 +252,28 @@ def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional
     Shapes:
         x: [N, F]; weight: [E], [E, H] or None -> [M, F].
     """
-    transposed, weight_t = transposed_weights(graph, weight, reduce, x.dtype)
-    return aggregate(backend, transposed, x, weight_t)
+    transposed, weight_t, owned = _transposed_weights(graph, weight, reduce, x.dtype)
+    return aggregate(backend, transposed, x, weight_t, owned=owned)
 
 
 def transposed_weights(graph: Graph, weight: Optional[Tensor], reduce: str, dtype: torch.dtype):
     """``(graph.t(), w'^T)``: the cached transpose and the effective weights ``w'`` (``w``, or
     ``w / deg(row)`` for ``"mean"``; None = ones) in the transpose's edge order."""
+    return _transposed_weights(graph, weight, reduce, dtype)[:2]
+
+
+def _transposed_weights(graph: Graph, weight: Optional[Tensor], reduce: str, dtype: torch.dtype):
+    """``transposed_weights`` and whether ``w'^T`` is one the graph keeps (its own values or
+    ``1/deg`` permuted once per version, or None): the same tensor on every call."""
     transposed = graph.t()
     perm = graph.transpose_parts()[2]
     if weight is None and reduce == "mean":
-        weight_t = _permuted_own_values(graph, mean_scale(graph, dtype), perm)
-    elif weight is not None and weight is graph.edge_val and reduce == "sum":
-        weight_t = _permuted_own_values(graph, weight, perm)
-    else:
-        if reduce == "mean":
-            weight = scaled(weight, mean_scale(graph, dtype))
-        weight_t = weight.index_select(0, perm) if weight is not None else None
-    return transposed, weight_t
+        return transposed, _permuted_own_values(graph, mean_scale(graph, dtype), perm), True
+    if weight is not None and weight is graph.edge_val and reduce == "sum":
+        return transposed, _permuted_own_values(graph, weight, perm), True
+    if reduce == "mean":
+        weight = scaled(weight, mean_scale(graph, dtype))
+    return transposed, (weight.index_select(0, perm) if weight is not None else None), weight is None
 
 
 def spmm_weight_grad(backend: str, graph: Graph, grad_out: Tensor, x: Tensor, heads: int, reduce: str) -> Tensor:
