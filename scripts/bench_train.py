@@ -15,7 +15,9 @@ a set of training nodes (an index tensor), backward and an Adam step. Models (th
 
 Providers (``--providers``):
 
-* ``ours``: our model, eager, given a ``sparsegnn.Graph``;
+* ``ours``: our model, eager, given a ``sparsegnn.Graph`` (on CUDA its forward and backward
+  replay from CUDA graphs after two calls: ``sparsegnn.nn.replay``);
+* ``ours_noreplay``: the same with ``replay=False`` (every op launched from Python);
 * ``ours_capture``: the whole step as one CUDA graph replay (``sparsegnn.capture.CapturedStep``,
   Adam with ``capturable=True``; CUDA only);
 * ``ours_compile``: model + loss through ``torch.compile`` (default mode, ``--compile-backend``);
@@ -72,10 +74,13 @@ for _path in (HERE.parent / "src", HERE):
 import bench_layers as layers  # noqa: E402  (inputs, timing and version helpers shared with it)
 from sparsegnn import Graph  # noqa: E402
 from sparsegnn import nn as sgnn  # noqa: E402
+from sparsegnn.nn.replay import replay_state  # noqa: E402
 from sparsegnn.training import make_optimizer, make_train_step  # noqa: E402
 
 MODELS = ("gcn", "sage", "gin", "gat", "agnn")
-PROVIDERS = ("ours", "ours_capture", "ours_compile", "pyg", "pyg_compile", "pyg_accel")
+PROVIDERS = ("ours", "ours_noreplay", "ours_capture", "ours_compile", "pyg", "pyg_compile", "pyg_accel")
+#: Providers whose speedup over PyG eager is reported.
+SPEED_PROVIDERS = ("ours", "ours_noreplay", "ours_capture", "ours_compile", "pyg_compile", "pyg_accel")
 STAND_INS = ("reddit", "amazon0505")
 #: Dropout of each model in sparsegnn.nn.models (the PyG mirrors use the same).
 DEFAULT_DROPOUT = {"gcn": 0.5, "sage": 0.5, "gin": 0.5, "gat": 0.6, "agnn": 0.5}
@@ -335,16 +340,20 @@ def run_case(provider: str, variant: str, model: str, graph: Graph, inputs: Dict
     """Time one (provider, input variant) on one graph and model."""
     f_in, classes = inputs["x"].shape[1], inputs["classes"]
     x, train_idx, y_train = inputs["x"], inputs["train_idx"], inputs["y_train"]
-    mode = {"ours": "none", "ours_capture": "capture", "ours_compile": "default", "pyg": "none",
+    mode = {"ours": "none", "ours_noreplay": "none", "ours_capture": "capture", "ours_compile": "default", "pyg": "none",
             "pyg_compile": "default", "pyg_accel": "none"}[provider]
     if mode == "capture" and device.type != "cuda":
         return {"ms": None, "error": "skipped: CUDA graphs need a CUDA device"}
+
+    built: Dict[str, nn.Module] = {}
 
     def build() -> Callable[[], Tensor]:
         torch.manual_seed(args.seed)
         if provider.startswith("ours"):
             net = ours_model(model, f_in, classes, args.dropout, args.gat_hidden, args.gat_heads,
                              args.precision).to(device)
+            if provider == "ours_noreplay":
+                net.replay = False
             graph_arg = layers.bare(graph)           # a fresh Graph: its caches are built (and counted) here
         else:
             net = pyg_model(pyg_nn, model, f_in, classes, args.dropout, args.gat_hidden, args.gat_heads).to(device)
@@ -356,11 +365,15 @@ def run_case(provider: str, variant: str, model: str, graph: Graph, inputs: Dict
                     raise RuntimeError(f"accelerate() left {len(report.skipped)} PyG layer(s): {report.skipped[0]}")
             graph_arg = dict(pyg_variants(model, graph))[variant]()
         net.train()
+        built["net"] = net
         optimizer = make_optimizer(net, mode, lr=0.01, weight_decay=5e-4)
         return make_train_step(net, optimizer, x, graph_arg, train_idx, y_train, compile=mode,
                                compile_backend=args.compile_backend)
 
-    return measure(build, device, args.warmup, args.epochs, uses_compile=mode == "default")
+    result = measure(build, device, args.warmup, args.epochs, uses_compile=mode == "default")
+    if "net" in built:     # whether the eager forward / backward replayed (sparsegnn.nn.replay)
+        result["replay"] = replay_state(built.pop("net"))
+    return result
 
 
 # ---------------------------------------------------------------------------- report
@@ -404,7 +417,7 @@ def summarize(rows: List[dict]) -> Dict[str, Dict[str, object]]:
             pyg = best["pyg"]
             pyg_ok = pyg is not None and pyg.get("ms") is not None and not pyg.get("error")
             speed: Dict[str, object] = {}
-            for p in ("ours", "ours_capture", "ours_compile", "pyg_compile", "pyg_accel"):
+            for p in SPEED_PROVIDERS:
                 row = best[p]
                 if row is None or not pyg_ok:
                     speed[p] = None
@@ -418,7 +431,7 @@ def summarize(rows: List[dict]) -> Dict[str, Dict[str, object]]:
             per_graph[graph] = {"kind": grows[0].get("kind"), "best": best, "speedup": speed,
                                 "pyg_oom": pyg is not None and pyg.get("error") == "oom"}
         summary: Dict[str, object] = {"graphs": per_graph}
-        for p in ("ours", "ours_capture", "ours_compile", "pyg_compile", "pyg_accel", "accel_vs_ours"):
+        for p in SPEED_PROVIDERS + ("accel_vs_ours",):
             vals = {g: v["speedup"][p] for g, v in per_graph.items() if v["speedup"][p] is not None}
             real = [v for g, v in vals.items() if per_graph[g]["kind"] == "real"]
             summary[p] = {"geomean": _geomean(list(vals.values())), "geomean_real": _geomean(real),
@@ -434,7 +447,8 @@ def markdown_details(rows: List[dict]) -> str:
     parts = []
     for model, s in summ.items():
         arch = next((r.get("arch") for r in rows if r["model"] == model), "")
-        head = ("| graph | nodes | edges | F | ours ms | PyG ms (input) | ours x | capture ms | capture x "
+        head = ("| graph | nodes | edges | F | ours ms | PyG ms (input) | ours x | no-replay ms | no-replay x "
+                "| capture ms | capture x "
                 "| compile ms | compile x | PyG compile ms | PyG compile x | accelerate(PyG) ms | accel x "
                 "| ours / accel | peak MB ours / PyG |")
         lines = [f"### {model.upper()} ({arch})", "", head, "|" + "---|" * (head.count("|") - 1)]
@@ -446,18 +460,20 @@ def markdown_details(rows: List[dict]) -> str:
             peak = " / ".join(_fmt((b[p] or {}).get("peak_mb"), 0) for p in ("ours", "pyg"))
             lines.append(
                 f"| {graph} | {r0['num_nodes']:,} | {r0['num_edges']:,} | {r0['f_in']} | {_cell(b['ours'])} "
-                f"| {_cell(pyg)}{variant} | {_fmt(sp['ours'])} | {_cell(b['ours_capture'])} "
+                f"| {_cell(pyg)}{variant} | {_fmt(sp['ours'])} | {_cell(b['ours_noreplay'])} "
+                f"| {_fmt(sp['ours_noreplay'])} | {_cell(b['ours_capture'])} "
                 f"| {_fmt(sp['ours_capture'])} | {_cell(b['ours_compile'])} | {_fmt(sp['ours_compile'])} "
                 f"| {_cell(b['pyg_compile'])} | {_fmt(sp['pyg_compile'])} | {_cell(b['pyg_accel'])} "
                 f"| {_fmt(sp['pyg_accel'])} | {_fmt(sp['accel_vs_ours'])} | {peak} |")
         for label, key in (("geomean (all)", "geomean"), ("geomean (real suite)", "geomean_real")):
-            lines.append(f"| **{label}** | | | | | | {_fmt(s['ours'][key])} | | {_fmt(s['ours_capture'][key])} | "
+            lines.append(f"| **{label}** | | | | | | {_fmt(s['ours'][key])} | | {_fmt(s['ours_noreplay'][key])} "
+                         f"| | {_fmt(s['ours_capture'][key])} | "
                          f"| {_fmt(s['ours_compile'][key])} | | {_fmt(s['pyg_compile'][key])} | "
                          f"| {_fmt(s['pyg_accel'][key])} | {_fmt(s['accel_vs_ours'][key])} | |")
-        worst = {p: s[p]["worst"] for p in ("ours", "ours_capture", "ours_compile", "pyg_compile", "pyg_accel",
-                                            "accel_vs_ours")}
+        worst = {p: s[p]["worst"] for p in SPEED_PROVIDERS + ("accel_vs_ours",)}
         wcell = lambda w: "-" if w is None else f"{w[1]:.2f} ({w[0]})"  # noqa: E731
-        lines.append(f"| **worst** | | | | | | {wcell(worst['ours'])} | | {wcell(worst['ours_capture'])} | "
+        lines.append(f"| **worst** | | | | | | {wcell(worst['ours'])} | | {wcell(worst['ours_noreplay'])} "
+                     f"| | {wcell(worst['ours_capture'])} | "
                      f"| {wcell(worst['ours_compile'])} | | {wcell(worst['pyg_compile'])} | "
                      f"| {wcell(worst['pyg_accel'])} | {wcell(worst['accel_vs_ours'])} | |")
         errors = sorted({f"{r['provider']}/{r.get('variant')} on {r['graph']}: {r['error']}" for r in rows
@@ -465,6 +481,14 @@ def markdown_details(rows: List[dict]) -> str:
                          and not str(r["error"]).startswith("skipped")})
         if errors:
             lines += ["", "Errors: " + "; ".join(errors)]
+        states = {}
+        for r in rows:
+            if r["model"] == model and r["provider"] in ("ours", "pyg_accel") and r.get("replay"):
+                key = r["replay"].split(",")[0]
+                states.setdefault((r["provider"], key), []).append(r["graph"])
+        if states:
+            lines += ["", "Replay of the eager steps (`sparsegnn.nn.replay`): " + "; ".join(
+                f"{prov} {state} on {len(gs)} ({', '.join(gs)})" for (prov, state), gs in sorted(states.items()))]
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
 

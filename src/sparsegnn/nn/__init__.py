@@ -8,7 +8,8 @@ from .graphclass import ChemGCN, GINClassifier
 from .norm import PaddedBatchNorm1d, padded_nodes
 from .accelerate import AccelerateReport, accelerate
 from .prepare import prepare
+from .replay import enable_replay
 
 __all__ = ["GCNConv", "SAGEConv", "GINConv", "GINEConv", "AGNNConv", "GATConv", "GATv2Conv", "GCN", "AGNN",
            "GraphSAGE", "GIN", "GAT", "MaxKSAGEConv", "MaxKGCNConv", "MaxKGINConv", "MaxKGNN", "prepare", "accelerate",
-           "AccelerateReport", "ChemGCN", "GINClassifier", "PaddedBatchNorm1d", "padded_nodes"]
+           "AccelerateReport", "enable_replay", "ChemGCN", "GINClassifier", "PaddedBatchNorm1d", "padded_nodes"]

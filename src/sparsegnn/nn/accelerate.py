@@ -365,7 +365,8 @@ def _call_forms(module: nn.Module, pyg: Any) -> Dict[int, Tuple[str, Any]]:
 
 
 def accelerate(model: nn.Module, *, inplace: bool = False, verbose: bool = False,
-               return_report: bool = False) -> Union[nn.Module, Tuple[nn.Module, AccelerateReport]]:
+               return_report: bool = False, replay: Optional[bool] = None
+               ) -> Union[nn.Module, Tuple[nn.Module, AccelerateReport]]:
     r"""Replace every supported PyG convolution in ``model`` by the :mod:`sparsegnn.nn` layer
     of the same name, weights carried over (shared), everything else untouched.
 
@@ -382,6 +383,10 @@ def accelerate(model: nn.Module, *, inplace: bool = False, verbose: bool = False
             either way.
         verbose: print the report.
         return_report: return ``(model, report)`` instead of the model alone.
+        replay: when a layer was swapped, the model's ``forward`` replays its forward and
+            backward from CUDA graphs in training steps that call it with the same CUDA
+            tensors (:func:`sparsegnn.nn.replay.enable_replay`, as our own models do): None
+            (default) within a memory budget, True always, False never.
 
     Returns:
         The converted model, or ``(model, AccelerateReport)`` with ``return_report=True``.
@@ -463,6 +468,10 @@ def accelerate(model: nn.Module, *, inplace: bool = False, verbose: bool = False
     if root is not None:
         model = root
     walk(model, "")
+    if report.swapped and replay is not False:
+        from .replay import enable_replay
+
+        enable_replay(model, replay)
     if verbose:
         print(report)
     return (model, report) if return_report else model

@@ -10,10 +10,15 @@
 
 ``precision`` (GCN, AGNN, GraphSAGE, GIN): ``"ieee"`` (default, exact), ``"tf32"`` or ``"bf16"``
 for every layer's sum / mean aggregation (see :func:`sparsegnn.spmm`).
+
+``replay`` (GCN, AGNN, GraphSAGE, GIN, GAT): training steps on a CUDA graph that call the model
+with the same ``x`` and :class:`~sparsegnn.Graph` replay its forward and backward from CUDA
+graphs after two eager calls (None: when the forward keeps at most 512 MiB alive; True: always;
+False: never).  See :mod:`sparsegnn.nn.replay`.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -22,9 +27,10 @@ from .._checks import check
 from ..ops.dropout import dropout
 from .conv import AGNNConv, GATConv, GCNConv, GINConv, SAGEConv
 from .maxk import MaxKGCNConv, MaxKGINConv, MaxKSAGEConv
+from .replay import Replayable
 
 
-class GCN(nn.Module):
+class GCN(Replayable):
     """Logits ``A_hat relu(A_hat drop(X) W1) W2`` with dropout before each layer.
 
     Shapes:
@@ -32,20 +38,20 @@ class GCN(nn.Module):
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden: int = 16, dropout: float = 0.5,
-                 backend: str = "auto", precision: str = "ieee") -> None:
-        super().__init__()
+                 backend: str = "auto", precision: str = "ieee", replay: Optional[bool] = None) -> None:
+        super().__init__(replay)
         self.dropout = dropout
         self.conv1 = GCNConv(in_channels, hidden, cached=True, backend=backend, precision=precision)
         self.conv2 = GCNConv(hidden, out_channels, cached=True, backend=backend, precision=precision)
 
-    def forward(self, x: Tensor, graph) -> Tensor:
+    def _forward(self, x: Tensor, graph) -> Tensor:
         x = dropout(x, self.dropout, self.training)
         x = F.relu(self.conv1(x, graph))
         x = dropout(x, self.dropout, self.training)
         return self.conv2(x, graph)
 
 
-class AGNN(nn.Module):
+class AGNN(Replayable):
     """``lin_out(prop_L(...prop_1(relu(lin_in(drop(X))))))`` with ``L = num_layers - 2`` AGNNConv.
 
     The first propagation has a fixed ``beta`` (as in the AGNN paper), the rest learn it.
@@ -55,8 +61,9 @@ class AGNN(nn.Module):
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden: int = 32, num_layers: int = 4,
-                 dropout: float = 0.5, backend: str = "auto", precision: str = "ieee") -> None:
-        super().__init__()
+                 dropout: float = 0.5, backend: str = "auto", precision: str = "ieee",
+                 replay: Optional[bool] = None) -> None:
+        super().__init__(replay)
         if num_layers < 3:
             raise ValueError(f"AGNN(): num_layers must be >= 3 (input, propagation, output), got {num_layers}")
         self.dropout = dropout
@@ -67,7 +74,7 @@ class AGNN(nn.Module):
         )
         self.lin_out = nn.Linear(hidden, out_channels)
 
-    def forward(self, x: Tensor, graph) -> Tensor:
+    def _forward(self, x: Tensor, graph) -> Tensor:
         x = dropout(x, self.dropout, self.training)
         x = F.relu(self.lin_in(x))
         for prop in self.props:
@@ -76,16 +83,17 @@ class AGNN(nn.Module):
         return self.lin_out(x)
 
 
-class _NormedStack(nn.Module):
+class _NormedStack(Replayable):
     """``num_layers`` conv layers; LayerNorm + ReLU + dropout after every one but the last."""
 
-    def __init__(self, convs: List[nn.Module], hidden: int, dropout: float, norm: bool) -> None:
-        super().__init__()
+    def __init__(self, convs: List[nn.Module], hidden: int, dropout: float, norm: bool,
+                 replay: Optional[bool] = None) -> None:
+        super().__init__(replay)
         self.convs = nn.ModuleList(convs)
         self.norms = nn.ModuleList([nn.LayerNorm(hidden) if norm else nn.Identity() for _ in convs[:-1]])
         self.dropout = dropout
 
-    def forward(self, x: Tensor, graph) -> Tensor:
+    def _forward(self, x: Tensor, graph) -> Tensor:
         """``graph``: one graph for every layer, or a list of one graph per layer
         (``sampling.layer_graphs(batch)``: layer ``l`` then computes only its graph's targets,
         ``conv((x[:g.num_src], x[:g.num_nodes]), g)``)."""
@@ -119,10 +127,11 @@ class GraphSAGE(_NormedStack):
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden: int = 256, num_layers: int = 3,
-                 dropout: float = 0.5, norm: bool = True, backend: str = "auto", precision: str = "ieee") -> None:
+                 dropout: float = 0.5, norm: bool = True, backend: str = "auto", precision: str = "ieee",
+                 replay: Optional[bool] = None) -> None:
         w = _widths(in_channels, hidden, out_channels, num_layers)
         convs = [SAGEConv(w[i], w[i + 1], backend=backend, precision=precision) for i in range(num_layers)]
-        super().__init__(convs, hidden, dropout, norm)
+        super().__init__(convs, hidden, dropout, norm, replay)
 
 
 class GIN(_NormedStack):
@@ -133,17 +142,18 @@ class GIN(_NormedStack):
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden: int = 256, num_layers: int = 3,
-                 dropout: float = 0.5, norm: bool = True, backend: str = "auto", precision: str = "ieee") -> None:
+                 dropout: float = 0.5, norm: bool = True, backend: str = "auto", precision: str = "ieee",
+                 replay: Optional[bool] = None) -> None:
         w = _widths(in_channels, hidden, out_channels, num_layers)
         convs = [
             GINConv(nn.Sequential(nn.Linear(w[i], w[i + 1]), nn.ReLU(), nn.Linear(w[i + 1], w[i + 1])), backend=backend,
                     precision=precision)
             for i in range(num_layers)
         ]
-        super().__init__(convs, hidden, dropout, norm)
+        super().__init__(convs, hidden, dropout, norm, replay)
 
 
-class GAT(nn.Module):
+class GAT(Replayable):
     """Two-layer GAT (8 heads x 8 hidden, ELU, dropout 0.6 on features and attention).
 
     Shapes:
@@ -151,13 +161,13 @@ class GAT(nn.Module):
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden: int = 8, heads: int = 8,
-                 dropout: float = 0.6, backend: str = "auto") -> None:
-        super().__init__()
+                 dropout: float = 0.6, backend: str = "auto", replay: Optional[bool] = None) -> None:
+        super().__init__(replay)
         self.dropout = dropout
         self.conv1 = GATConv(in_channels, hidden, heads=heads, dropout=dropout, backend=backend)
         self.conv2 = GATConv(hidden * heads, out_channels, heads=1, dropout=dropout, backend=backend)
 
-    def forward(self, x: Tensor, graph) -> Tensor:
+    def _forward(self, x: Tensor, graph) -> Tensor:
         x = dropout(x, self.dropout, self.training)
         x = F.elu(self.conv1(x, graph))
         x = dropout(x, self.dropout, self.training)

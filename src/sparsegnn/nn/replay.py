@@ -1,0 +1,372 @@
+"""A model's forward and backward replayed from CUDA graphs, behind the ordinary eager API.
+
+A full-graph training step on a small graph is host-bound: each of the forward's and
+backward's few dozen ops costs Python, autograd and launch time that the GPU waits on.  The
+reference models (:class:`~sparsegnn.nn.GCN`, ``GraphSAGE``, ``GIN``, ``GAT``, ``AGNN``)
+therefore record, after ``warmup`` eager calls with the same inputs, their forward and its
+backward (the gradients of every parameter) as two CUDA graphs, and from then on replay them:
+
+    out = model(x, graph)          # replays the forward (one launch), returns a fresh tensor
+    loss = F.cross_entropy(out[idx], y)
+    loss.backward()                # replays the backward, gradients accumulate as usual
+    opt.step()
+
+This is :func:`torch.cuda.make_graphed_callables`' scheme, applied automatically and guarded
+so that nothing is silently wrong:
+
+* **When.** Training mode, gradients enabled, on the device's default stream (a whole-step
+  capture such as :class:`~sparsegnn.capture.CapturedStep` warms up on a side stream and
+  records the model itself), not under ``torch.compile``, autocast, another capture or any
+  module hook; arguments that are CUDA tensors needing no gradient (the features first; an
+  ``edge_index`` or edge weights after them), :class:`~sparsegnn.Graph` objects or plain
+  values; the same argument objects as when recorded (the features' values may change in
+  place, a replay reads the current memory; an in-place change of any other tensor or of a
+  Graph's values is a new signature, since layers cache what they derive from them) and the
+  same parameters (identity, storage, ``requires_grad``).  Anything else runs eagerly, as
+  does a signature whose forward keeps more than ``budget`` bytes alive (activations are held
+  by the graphs between calls; large graphs are kernel-bound and gain nothing from a replay).
+* **One forward at a time.** The recorded activations are overwritten by the next replay, so
+  a forward whose backward has not run yet (and whose autograd graph is still alive) makes the
+  next call run eagerly; the backward of an older replay raises instead of using newer
+  activations.  Outputs and gradients are fresh tensors, never the graphs' own buffers.
+* **Dropout** draws new masks on every replay: PyTorch registers the default generator with
+  the graph and advances its offset per replay.
+* A recording that fails (an op that syncs the host) turns replay off for the model with a
+  warning; ``model.replay = False`` turns it off, ``True`` ignores the memory budget.
+
+PyG models converted by :func:`~sparsegnn.nn.accelerate` get the same through
+:func:`enable_replay` (a wrapper set as the module's ``forward``).
+
+Shapes:
+    x: [N, F] (CUDA) -> the model's output.
+"""
+from __future__ import annotations
+
+import warnings
+import weakref
+from typing import Callable, List, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+
+from ..graph import Graph
+
+#: Eager calls with one signature before it is recorded (the first tunes the sparse kernels).
+WARMUP = 2
+#: Largest forward (activations kept for the backward plus output, bytes) replayed by default.
+BUDGET = 512 << 20
+
+
+class _Token:
+    """Lives as long as a replay's autograd node (its ``ctx``): a weak reference to it tells
+    whether that forward's backward can still come."""
+
+    __slots__ = ("__weakref__",)
+
+
+class _Recording:
+    """The two graphs of one signature, their static tensors and the replay bookkeeping."""
+
+    def __init__(self, sig: tuple, inputs: tuple, fwd, bwd, out: Tensor, grad_out: Tensor,
+                 grads: List[Optional[Tensor]]) -> None:
+        self.sig, self.inputs = sig, inputs      # inputs: the arguments read by the graphs, kept alive
+        self.fwd, self.bwd, self.out, self.grad_out, self.grads = fwd, bwd, out, grad_out, grads
+        self.made = [g for g in grads if g is not None]
+        self.generation = 0
+        self.live: Optional[weakref.ref] = None
+
+    def pending(self) -> bool:
+        """A replayed forward whose backward has not run while its autograd graph lives."""
+        return self.live is not None and self.live() is not None
+
+
+class _Replayed(torch.autograd.Function):
+    """Forward: replay, return a copy of the output.  Backward: copy ``dY`` in, replay, return
+    copies of the parameters' gradients (``None`` for unused ones)."""
+
+    @staticmethod
+    def forward(ctx, rec: _Recording, *params: Tensor) -> Tensor:
+        rec.fwd.replay()
+        rec.generation += 1
+        ctx.rec, ctx.generation, ctx.token = rec, rec.generation, _Token()
+        rec.live = weakref.ref(ctx.token)
+        return rec.out.clone()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        rec = ctx.rec
+        if ctx.generation != rec.generation:
+            raise RuntimeError(
+                "sparsegnn replay: the backward of a forward that a later replay has overwritten "
+                "(keep one forward per backward, or set model.replay = False)")
+        rec.grad_out.copy_(grad)
+        rec.bwd.replay()
+        rec.live = None
+        made = iter(torch._foreach_mul(rec.made, 1.0)) if rec.made else iter(())
+        return (None,) + tuple(None if g is None else next(made) for g in rec.grads)
+
+
+def _parameters(model: nn.Module) -> Optional[Tuple[Tensor, ...]]:
+    """Every parameter once, in ``model.parameters()`` order; None if any module has a hook (a
+    replay would skip it)."""
+    from torch.nn.modules import module as m
+
+    if (m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks
+            or m._global_backward_pre_hooks):
+        return None
+    params = {}
+    for mod in model.modules():
+        if mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks or mod._backward_pre_hooks:
+            return None
+        for p in mod._parameters.values():
+            if p is not None:
+                params[p] = None
+    return tuple(params)
+
+
+_PLAIN = (int, float, bool, str, type(None))
+_VALUE = object()      # marks a plain value in a signature
+
+
+def _inputs(args: tuple, kwargs: dict) -> Optional[tuple]:
+    """What a recording depends on in the call's arguments, or None where a replay cannot take
+    them: each tensor by identity (CUDA, no gradient; after the first, the features, also its
+    version: layers cache what they derive from an ``edge_index`` or edge weights), each
+    :class:`~sparsegnn.Graph` by identity and its values' version (caches derived from them,
+    such as the transpose's permuted copy, are rebuilt after an in-place update), plain values
+    by value.  The first argument must be a tensor."""
+    if not args or not isinstance(args[0], Tensor):
+        return None
+    out = []
+    for i, a in enumerate(args + tuple(kwargs.values())):
+        if isinstance(a, Tensor):
+            if not a.is_cuda or a.requires_grad:
+                return None
+            out.append((a, None if i == 0 else a._version))
+        elif isinstance(a, Graph):
+            if a.transient:
+                return None
+            out.append((a, None if a.edge_val is None else a.edge_val._version))
+        elif isinstance(a, _PLAIN):
+            out.append((_VALUE, a))
+        else:
+            return None
+    return tuple(out), tuple(kwargs)
+
+
+def _signature(inputs: tuple, params: Tuple[Tensor, ...]) -> tuple:
+    """``inputs`` and the parameters' identity, storage and ``requires_grad``."""
+    return (inputs, params, tuple(p.data_ptr() for p in params), tuple(p.requires_grad for p in params))
+
+
+def _same(a: Optional[tuple], b: tuple) -> bool:
+    if a is None:
+        return False
+    (ia, ka), pa, da, ra = a
+    (ib, kb), pb, db, rb = b
+    if ka != kb or len(ia) != len(ib) or len(pa) != len(pb) or da != db or ra != rb:
+        return False
+    if any(p is not q for p, q in zip(pa, pb)):
+        return False
+    # (object, version) pairs; plain values are (_VALUE, value)
+    return all(u is w and vu == vw for (u, vu), (w, vw) in zip(ia, ib))
+
+
+class Replay:
+    """Per-model replay state (owned by the model, not a submodule; copies and pickles start
+    afresh).  ``mode``: None (auto: within ``budget``), True (any size), False (off)."""
+
+    def __init__(self, mode: Optional[bool] = None, warmup: int = WARMUP, budget: int = BUDGET) -> None:
+        if mode not in (None, True, False):
+            raise ValueError(f"replay(): mode must be None, True or False, got {mode!r}")
+        self.mode, self.warmup, self.budget = mode, int(warmup), int(budget)
+        self.reset()
+
+    def reset(self) -> None:
+        """Drop the recording (its graphs and memory)."""
+        self.rec: Optional[_Recording] = None
+        self.seen: Optional[tuple] = None        # the signature of the eager calls counted
+        self.count = 0
+        self.refused: Optional[tuple] = None     # a signature over budget (or out of memory)
+        self.failed: Optional[str] = None
+
+    def __reduce__(self):
+        return (Replay, (self.mode, self.warmup, self.budget))
+
+    @property
+    def recorded(self) -> bool:
+        return self.rec is not None
+
+    def _active(self, model: nn.Module, x) -> bool:
+        return (self.mode is not False and self.failed is None and model.training and torch.is_grad_enabled()
+                and isinstance(x, Tensor) and x.is_cuda and not torch.compiler.is_compiling()
+                and not torch.is_autocast_enabled("cuda") and not torch.cuda.is_current_stream_capturing()
+                and torch.cuda.current_stream(x.device) == torch.cuda.default_stream(x.device))
+
+    def __call__(self, model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwargs: dict) -> Tensor:
+        """``forward(*args, **kwargs)``, replayed where it can be (see the module doc)."""
+        if not self._active(model, args[0] if args else None):
+            return forward(*args, **kwargs)
+        inputs = _inputs(args, kwargs)
+        params = _parameters(model) if inputs is not None else None
+        if params is None:
+            return forward(*args, **kwargs)
+        sig = _signature(inputs, params)
+        trained = tuple(p for p in params if p.requires_grad)
+        if not trained:
+            return forward(*args, **kwargs)
+        rec = self.rec
+        if rec is not None and _same(rec.sig, sig):
+            if rec.pending():
+                return forward(*args, **kwargs)
+            return _Replayed.apply(rec, *trained)
+        if _same(self.refused, sig):
+            return forward(*args, **kwargs)
+        if _same(self.seen, sig):
+            self.count += 1
+        else:
+            self.seen, self.count = sig, 1
+        if self.count <= self.warmup:
+            return forward(*args, **kwargs)
+        self.rec, self.seen = None, None          # a new signature replaces the old recording
+        try:
+            self.rec = _record(model, args, kwargs, sig, trained, None if self.mode is True else self.budget)
+        except (torch.cuda.OutOfMemoryError, _OverBudget):
+            self.refused = sig
+            return forward(*args, **kwargs)
+        except RuntimeError as exc:
+            self.failed = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            warnings.warn(f"{type(model).__name__}: recording the forward as a CUDA graph failed, replay is off "
+                          f"for this model ({self.failed})", RuntimeWarning, stacklevel=3)
+            return forward(*args, **kwargs)
+        return _Replayed.apply(self.rec, *trained)
+
+
+class _OverBudget(Exception):
+    """The forward keeps more memory alive than the replay budget allows."""
+
+
+def _record(model: nn.Module, args: tuple, kwargs: dict, sig: tuple, params: Tuple[Tensor, ...],
+            budget: Optional[int]) -> _Recording:
+    """One warm-up on a side stream (the CUDA-graph recipe; host syncs there raise, so a forward
+    that cannot be captured is found before any capture starts; what its forward keeps alive is
+    measured there, after the eager calls built every cache, and over ``budget`` bytes nothing
+    is captured), then the forward and the backward (``autograd.grad`` for a static ``dY``)
+    captured into one memory pool.
+
+    The model runs on aliases of its parameters (``p.detach()``: same storage, so a replay reads
+    the current values; new leaves): ``autograd.grad`` on the parameters themselves would reach
+    their gradient accumulators, which live on the stream of an earlier eager step whenever its
+    output is still alive, and the capture would then reach into that stream and fail."""
+    named = dict(model.named_parameters())
+    aliases = {n: p.detach().requires_grad_(p.requires_grad) for n, p in named.items()}
+    by_id = {id(p): aliases[n] for n, p in named.items()}
+    leaves = tuple(by_id[id(p)] for p in params)
+
+    def run() -> Tensor:
+        return torch.func.functional_call(model, aliases, args, kwargs)
+
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    mode = torch.cuda.get_sync_debug_mode()
+    try:
+        with torch.cuda.stream(side):
+            torch.cuda.set_sync_debug_mode("error")
+            before = torch.cuda.memory_allocated()
+            out = run()
+            if budget is not None and torch.cuda.memory_allocated() - before > budget:
+                raise _OverBudget()
+            if not isinstance(out, Tensor) or not out.requires_grad:
+                raise RuntimeError(f"the forward must return one tensor that needs a gradient, got {type(out).__name__}")
+            torch.autograd.grad(out, leaves, grad_outputs=torch.empty_like(out), allow_unused=True)
+            del out
+    finally:
+        torch.cuda.set_sync_debug_mode(mode)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    pool = torch.cuda.graph_pool_handle()
+    fwd = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(fwd, pool=pool, capture_error_mode="thread_local"):
+        out = run()
+    grad_out = torch.empty_like(out)
+    bwd = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(bwd, pool=pool, capture_error_mode="thread_local"):
+        grads = torch.autograd.grad(out, leaves, grad_outputs=grad_out, allow_unused=True)
+    return _Recording(sig, (args, kwargs, aliases), fwd, bwd, out.detach(), grad_out, list(grads))
+
+
+def replay_state(module: nn.Module) -> str:
+    """What ``module``'s replay did: ``"recorded, N replays"``, ``"refused"`` (over the memory
+    budget), ``"failed: ..."`` (the recording's error), ``"waiting"`` (not recorded yet: fewer
+    than three calls with one signature, or none that qualified), ``"off"`` or ``"none"`` (not a
+    replaying module)."""
+    r = module._replay if isinstance(module, Replayable) else getattr(module.__dict__.get("forward"), "state", None)
+    if r is None:
+        return "none"
+    if r.mode is False:
+        return "off"
+    if r.rec is not None:
+        return f"recorded, {r.rec.generation} replays"
+    if r.failed:
+        return f"failed: {r.failed}"
+    return "refused" if r.refused is not None else "waiting"
+
+
+class ReplayedForward:
+    """``module.forward`` replaced by a replaying wrapper (:func:`enable_replay`): picklable and
+    deep-copied with the module (a copy starts without a recording).  ``forward``: an instance
+    override that was there before, else None (the class's ``forward``, looked up per call)."""
+
+    def __init__(self, module: nn.Module, forward: Optional[Callable[..., Tensor]], mode: Optional[bool]) -> None:
+        self.module, self.forward, self.state = module, forward, Replay(mode)
+
+    def __call__(self, *args, **kwargs) -> Tensor:
+        forward = self.forward if self.forward is not None else type(self.module).forward.__get__(self.module)
+        return self.state(self.module, forward, args, kwargs)
+
+
+def enable_replay(module: nn.Module, mode: Optional[bool] = None) -> nn.Module:
+    """Make ``module``'s ``forward`` replay (any model whose forward takes CUDA tensors,
+    :class:`~sparsegnn.Graph` objects and plain values and returns one tensor; see the module
+    doc).  ``mode``: None (within the memory budget) or True; False turns it off.  Returns
+    ``module``."""
+    if mode not in (None, True, False):
+        raise ValueError(f"enable_replay(): mode must be None, True or False, got {mode!r}")
+    if isinstance(module, Replayable):
+        module.replay = mode
+        return module
+    current = module.__dict__.get("forward")
+    if isinstance(current, ReplayedForward):
+        del module.forward
+        current = current.forward
+    if mode is not False:
+        module.forward = ReplayedForward(module, current, mode)
+    elif current is not None:
+        module.forward = current
+    return module
+
+
+class Replayable(nn.Module):
+    """Base of the reference models: ``forward(x, graph)`` replays (see the module doc) and
+    otherwise runs ``_forward(x, graph)``.  ``replay``: None (auto), True or False."""
+
+    def __init__(self, replay: Optional[bool] = None) -> None:
+        super().__init__()
+        self._replay = Replay(replay)
+
+    @property
+    def replay(self) -> Optional[bool]:
+        return self._replay.mode
+
+    @replay.setter
+    def replay(self, mode: Optional[bool]) -> None:
+        self._replay = Replay(mode, self._replay.warmup, self._replay.budget)
+
+    def _forward(self, x: Tensor, graph) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, graph) -> Tensor:
+        return self._replay(self, self._forward, (x, graph), {})

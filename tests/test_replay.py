@@ -1,0 +1,336 @@
+"""The reference models' forward / backward replayed from CUDA graphs (``sparsegnn.nn.replay``):
+same outputs and gradients as the eager model, fresh draws of dropout, and an eager fallback (or
+an error) wherever a replay would read stale memory.  The replay itself needs CUDA; the API and
+the CPU behaviour are checked everywhere."""
+import copy
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import sparsegnn as sg
+from sparsegnn import Graph
+from sparsegnn.datasets import random_graph
+from sparsegnn.nn.replay import Replay, replay_state
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+
+MODELS = {
+    "gcn": lambda f, c, **kw: sg.nn.GCN(f, c, dropout=0.0, **kw),
+    "sage": lambda f, c, **kw: sg.nn.GraphSAGE(f, c, hidden=32, num_layers=2, dropout=0.0, **kw),
+    "gin": lambda f, c, **kw: sg.nn.GIN(f, c, hidden=32, num_layers=2, dropout=0.0, **kw),
+    "gat": lambda f, c, **kw: sg.nn.GAT(f, c, hidden=4, heads=2, dropout=0.0, **kw),
+    "agnn": lambda f, c, **kw: sg.nn.AGNN(f, c, hidden=16, num_layers=3, dropout=0.0, **kw),
+}
+
+
+def _graph(device):
+    ei, _ = random_graph(60, 300, seed=3, num_isolated=3, num_empty_rows=4, num_self_loops=5, num_duplicates=6)
+    return Graph.from_edge_index(ei, num_nodes=60).to(device)
+
+
+def _pair(name, device, seed=0):
+    torch.manual_seed(seed)
+    model = MODELS[name](12, 5).to(device)
+    ref = copy.deepcopy(model)
+    ref.replay = False
+    return model, ref
+
+
+def _step(model, x, g, w):
+    out = model(x, g)
+    (out * w).sum().backward()
+    return out.detach().clone()
+
+
+def _cuda_pair(name):
+    """(model, eager copy, graph, x, w) on the GPU."""
+    model, ref = _pair(name, "cuda")
+    return model, ref, _graph("cuda"), torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda")
+
+
+def _steps(models, x, g, w, n):
+    for _ in range(n):
+        for m in models:
+            _step(m, x, g, w)
+
+
+def test_replay_mode_is_checked_and_copies_start_afresh():
+    with pytest.raises(ValueError, match=r"replay\(\): mode"):
+        Replay("yes")
+    model = sg.nn.GCN(8, 3, replay=False)
+    assert model.replay is False
+    assert copy.deepcopy(model).replay is False and pickle.loads(pickle.dumps(model)).replay is False
+    assert replay_state(model) == "off" and replay_state(torch.nn.Linear(2, 2)) == "none"
+    model.replay = None
+    assert model.replay is None and not model._replay.recorded and replay_state(model) == "waiting"
+    assert sorted(model.state_dict()) == ["conv1.bias", "conv1.lin.weight", "conv2.bias", "conv2.lin.weight"]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_cpu_models_run_eagerly(name):
+    g = _graph("cpu")
+    model, ref = _pair(name, "cpu")
+    x = torch.randn(60, 12)
+    for _ in range(4):
+        assert torch.equal(model(x, g), ref(x, g))
+    assert not model._replay.recorded
+
+
+@cuda
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_replay_matches_eager_through_training_steps(name):
+    """Four optimiser steps (the parameters change in place between replays): outputs and
+    every gradient equal the eager model's, and the forward was recorded on the third call."""
+    g = _graph("cuda")
+    model, ref = _pair(name, "cuda")
+    x = torch.randn(60, 12, device="cuda")
+    w = torch.randn(60, 5, device="cuda") * 0.01           # small steps: GIN's sums stay finite
+    opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (model, ref)]
+    for step in range(5):
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
+        out, want = _step(model, x, g, w), _step(ref, x, g, w)
+        assert out.isfinite().all()
+        assert torch.allclose(out, want, rtol=1e-4, atol=1e-5), (name, step)
+        for (pn, p), q in zip(model.named_parameters(), ref.parameters()):
+            assert (p.grad is None) == (q.grad is None), pn
+            if p.grad is not None:
+                assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-5), (name, step, pn)
+        for opt in opts:
+            opt.step()
+    assert model._replay.recorded, model._replay.failed
+    assert model._replay.rec.generation == 3 and replay_state(model) == "recorded, 3 replays"
+
+
+@cuda
+def test_gradients_accumulate_across_replays():
+    """No zero_grad between two steps: the gradients add up (a replay returns fresh tensors,
+    not the graph's buffers that the next replay overwrites)."""
+    model, ref, g, x, w = _cuda_pair("gcn")
+    _steps((model, ref), x, g, w, 5)
+    assert model._replay.recorded
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+@cuda
+def test_dropout_draws_new_masks_on_every_replay():
+    g = _graph("cuda")
+    torch.manual_seed(0)
+    model = sg.nn.GCN(12, 5, dropout=0.5).cuda()
+    x = torch.randn(60, 12, device="cuda")
+    outs = [_step(model, x, g, torch.ones(60, 5, device="cuda")) for _ in range(5)]
+    assert model._replay.recorded
+    assert not torch.equal(outs[3], outs[4]) and not torch.equal(outs[2], outs[3])
+
+
+@cuda
+def test_a_second_forward_before_the_backward_runs_eagerly():
+    """Two forwards, then one backward through both: the second may not overwrite the first's
+    recorded activations, so it runs eagerly; outputs and gradients stay exact."""
+    model, ref, g, x, w = _cuda_pair("sage")
+    _steps((model, ref), x, g, w, 3)
+    for m in (model, ref):
+        m.zero_grad(set_to_none=True)
+    gen = model._replay.rec.generation
+    a1, a2 = model(x, g), model(x, g)
+    assert model._replay.rec.generation == gen + 1       # the first replayed, the second did not
+    b1, b2 = ref(x, g), ref(x, g)
+    (a1 * w + a2 * w * 2).sum().backward()
+    (b1 * w + b2 * w * 2).sum().backward()
+    assert torch.allclose(a1, b1, rtol=1e-4, atol=1e-5) and torch.allclose(a2, b2, rtol=1e-4, atol=1e-5)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+@cuda
+def test_the_backward_of_an_overwritten_forward_raises():
+    model, _, g, x, w = _cuda_pair("gcn")
+    _steps((model,), x, g, w, 3)
+    loss = (model(x, g) * w).sum()
+    loss.backward(retain_graph=True)
+    _step(model, x, g, w)                                 # a new replay overwrites the activations
+    with pytest.raises(RuntimeError, match="overwritten"):
+        loss.backward()
+
+
+@cuda
+def test_what_a_recording_depends_on_falls_back_or_re_records():
+    """A new x, a replaced parameter, a hook, eval mode, no_grad and an in-place change of the
+    graph's values each give the eager result (a changed signature warms up and records anew)."""
+    g = _graph("cuda")
+    g = g.with_values(torch.rand(g.num_edges, device="cuda") + 0.5)
+    model, ref = _pair("gcn", "cuda")
+    x, w = torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda")
+
+    def check(xx):
+        for m in (model, ref):
+            m.zero_grad(set_to_none=True)
+        assert torch.allclose(_step(model, xx, g, w), _step(ref, xx, g, w), rtol=1e-4, atol=1e-5)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+    for _ in range(3):
+        check(x)
+    first = model._replay.rec
+    check(x.clone())                                      # another x: eager
+    assert model._replay.rec is first
+    with torch.no_grad():
+        g.edge_val.mul_(1.5)                              # in-place values: a new signature
+    for _ in range(3):
+        check(x)
+    assert model._replay.rec is not first and model._replay.rec.generation == 1
+    handle = model.conv1.register_forward_hook(lambda *a: None)
+    gen = model._replay.rec.generation
+    check(x)
+    assert model._replay.rec.generation == gen            # hooked: eager
+    handle.remove()
+    new = torch.nn.Parameter(ref.conv2.lin.weight.detach().clone())
+    model.conv2.lin.weight = new
+    check(x)
+    assert model._replay.rec.generation == gen            # a replaced parameter: eager
+    model.eval(), ref.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(x, g), ref(x, g), rtol=1e-4, atol=1e-5)
+
+
+@cuda
+def test_over_budget_signatures_are_not_recorded():
+    model, _, g, x, w = _cuda_pair("gcn")
+    model._replay = Replay(None, budget=0)
+    _steps((model,), x, g, w, 5)
+    assert not model._replay.recorded and replay_state(model) == "refused"
+    model._replay = Replay(True, budget=0)                # True: any size
+    _steps((model,), x, g, w, 3)
+    assert model._replay.recorded
+
+
+@cuda
+def test_a_whole_step_capture_records_the_model_only_once():
+    """CapturedStep warms up on a side stream and captures the step itself: the model's own
+    replay stays out of it, and the captured step trains."""
+    from sparsegnn.capture import CapturedStep
+
+    g = _graph("cuda")
+    torch.manual_seed(0)
+    model = sg.nn.GCN(12, 5, dropout=0.0).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, capturable=True)
+    x, y = torch.randn(60, 12, device="cuda"), torch.randint(0, 5, (60,), device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x, g), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    captured = CapturedStep(step, warmup=3, optimizer=opt, inputs=(x, y))
+    losses = [float(captured()) for _ in range(30)]
+    assert not model._replay.recorded and captured.captured
+    assert losses[-1] < losses[0]
+
+
+class _Plain(torch.nn.Module):
+    """A hand-written model: forward(x, graph, scale=...)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(12, 5)
+
+    def forward(self, x, graph, scale=1.0):
+        return sg.spmm(graph, self.lin(x)) * scale
+
+
+def test_enable_replay_wraps_any_module_and_survives_copies():
+    from sparsegnn.nn.replay import ReplayedForward, enable_replay
+
+    g, x = _graph("cpu"), torch.randn(60, 12)
+    model = _Plain()
+    want = model(x, g, scale=2.0)
+    assert enable_replay(model) is model and isinstance(model.__dict__["forward"], ReplayedForward)
+    assert torch.equal(model(x, g, scale=2.0), want)
+    for other in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert other.forward.module is other and not other.forward.state.recorded
+        assert torch.allclose(other(x, g, scale=2.0), want)
+    enable_replay(model, False)
+    assert "forward" not in model.__dict__ and torch.equal(model(x, g, scale=2.0), want)
+    with pytest.raises(ValueError, match=r"enable_replay\(\): mode"):
+        enable_replay(model, "on")
+
+
+@cuda
+def test_a_wrapped_module_with_keyword_arguments_replays_exactly():
+    """A hand-written forward with a plain keyword: replayed after two calls, equal to eager;
+    another keyword value is another signature (eager until it is recorded in turn)."""
+    from sparsegnn.nn.replay import enable_replay
+
+    g = _graph("cuda")
+    torch.manual_seed(0)
+    model = _Plain().cuda()
+    ref = copy.deepcopy(model)
+    enable_replay(model)
+    x, w = torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda")
+    for scale in (2.0, 2.0, 2.0, 3.0, 2.0):
+        for m in (model, ref):
+            m.zero_grad(set_to_none=True)
+        a, b = model(x, g, scale=scale), ref(x, g, scale=scale)
+        (a * w).sum().backward()
+        (b * w).sum().backward()
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    assert model.forward.state.recorded, model.forward.state.failed
+    assert model.forward.state.rec.generation == 2
+
+
+@cuda
+@pytest.mark.parametrize("name", ["gcn", "sage", "gin", "gat"])
+def test_accelerated_pyg_models_replay_like_ours(name):
+    """PyG's models converted by accelerate replay (edge_index input): same outputs and
+    gradients as the converted model without replay."""
+    pyg_nn = pytest.importorskip("torch_geometric.nn")
+    g = _graph("cuda")
+    ei = g.edge_index().contiguous()
+    torch.manual_seed(0)
+    cls = {"gcn": pyg_nn.GCN, "sage": pyg_nn.GraphSAGE, "gin": pyg_nn.GIN, "gat": pyg_nn.GAT}[name]
+    pyg = cls(12, 16, num_layers=2, out_channels=5).cuda()
+    model = sg.nn.accelerate(pyg)
+    ref = sg.nn.accelerate(pyg, replay=False)
+    assert isinstance(model.__dict__.get("forward"), sg.nn.replay.ReplayedForward)
+    assert "forward" not in ref.__dict__
+    x, w = torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda") * 0.01
+    for _ in range(4):
+        for m in (model, ref):
+            m.zero_grad(set_to_none=True)
+        a, b = model(x, ei), ref(x, ei)
+        (a * w).sum().backward()
+        (b * w).sum().backward()
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert (p.grad is None) == (q.grad is None)
+            if p.grad is not None:
+                assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    assert model.forward.state.recorded, model.forward.state.failed
+
+
+@cuda
+def test_a_loop_that_keeps_the_last_output_alive_records():
+    """``out = model(x, g)`` in a loop keeps the previous step's autograd graph alive (and with
+    it the parameters' gradient accumulators on the default stream) while the next call records:
+    the recording must not reach into that stream, and dropout keeps drawing on the default
+    generator afterwards."""
+    g = _graph("cuda")
+    torch.manual_seed(0)
+    model = sg.nn.GCN(12, 5, dropout=0.5).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    x, y = torch.randn(60, 12, device="cuda"), torch.randint(0, 5, (60,), device="cuda")
+    out = None
+    for _ in range(6):
+        opt.zero_grad()
+        out = model(x, g)
+        F.cross_entropy(out, y).backward()
+        opt.step()
+    assert model._replay.recorded, model._replay.failed
+    assert torch.rand(4, device="cuda").isfinite().all() and out.isfinite().all()
