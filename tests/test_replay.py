@@ -187,13 +187,14 @@ def test_what_a_recording_depends_on_falls_back_or_re_records():
     check(x)
     assert model._replay.rec.generation == gen            # hooked: eager
     handle.remove()
-    new = torch.nn.Parameter(ref.conv2.lin.weight.detach().clone())
-    model.conv2.lin.weight = new
-    check(x)
-    assert model._replay.rec.generation == gen            # a replaced parameter: eager
     model.eval(), ref.eval()
     with torch.no_grad():
         assert torch.allclose(model(x, g), ref(x, g), rtol=1e-4, atol=1e-5)
+    model.train(), ref.train()
+    assert model._replay.rec.generation == gen            # eval / no_grad: eager
+    model.conv2.lin.weight = torch.nn.Parameter(ref.conv2.lin.weight.detach().clone())
+    check(x)
+    assert not model._replay.recorded                     # a replaced parameter: eager, recording dropped
 
 
 @cuda
@@ -334,3 +335,112 @@ def test_a_loop_that_keeps_the_last_output_alive_records():
         opt.step()
     assert model._replay.recorded, model._replay.failed
     assert torch.rand(4, device="cuda").isfinite().all() and out.isfinite().all()
+
+
+@cuda
+def test_settings_parameters_and_moves_change_the_signature():
+    """A module's plain setting (dropout rate, a submodule's train/eval flag), a parameter's
+    requires_grad and an in-place change of x: each is honoured (eager or re-recorded, never
+    the stale recording); moving the model drops its recording."""
+    model, ref, g, x, w = _cuda_pair("gcn")
+
+    def check():
+        for m in (model, ref):
+            m.zero_grad(set_to_none=True)
+        return _step(model, x, g, w), _step(ref, x, g, w)
+
+    for _ in range(3):
+        check()
+    gen = model._replay.rec.generation
+    x.mul_(2.0)                                           # the features in place: read by the replay
+    a, b = check()
+    assert model._replay.rec.generation == gen + 1 and torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    model.dropout = ref.dropout = 0.9
+    a, _ = check()
+    assert model._replay.rec.generation == gen + 1        # a new setting: eager, so dropout 0.9 applies
+    assert (a == 0).float().mean() < 1.0
+    model.dropout = ref.dropout = 0.0
+    model.conv1.bias.requires_grad_(False)
+    ref.conv1.bias.requires_grad_(False)
+    a, b = check()
+    assert model._replay.rec.generation == gen + 1 and model.conv1.bias.grad is None
+    assert torch.allclose(model.conv1.lin.weight.grad, ref.conv1.lin.weight.grad, rtol=1e-4, atol=1e-5)
+    model.conv1.bias.requires_grad_(True)
+    ref.conv1.bias.requires_grad_(True)
+    model.conv2.eval(), ref.conv2.eval()
+    check()
+    assert model._replay.rec.generation == gen + 1        # a submodule's mode: eager
+    model.conv2.train(), ref.conv2.train()
+    check()
+    assert model._replay.rec.generation == gen + 2        # back to the recorded signature
+    model.cuda()
+    assert not model._replay.recorded
+
+
+class _Shifted(sg.nn.GCN):
+    """A subclass whose forward adds to the replayed forward."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.shift = torch.nn.Parameter(torch.ones(5))
+
+    def forward(self, x, graph):
+        return super().forward(x, graph) + self.shift
+
+
+@cuda
+def test_a_subclass_forward_runs_once_around_the_replay():
+    torch.manual_seed(0)
+    model = _Shifted(12, 5, dropout=0.0).cuda()
+    ref = copy.deepcopy(model)
+    ref.replay = False
+    g, x, w = _graph("cuda"), torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda")
+    for _ in range(4):
+        for m in (model, ref):
+            m.zero_grad(set_to_none=True)
+        assert torch.allclose(_step(model, x, g, w), _step(ref, x, g, w), rtol=1e-4, atol=1e-5)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    assert model._replay.recorded, model._replay.failed
+
+
+@cuda
+def test_double_backward_raises_a_clear_error():
+    model, _, g, x, w = _cuda_pair("gcn")
+    _steps((model,), x, g, w, 3)
+    loss = (model(x, g) * w).sum()
+    with pytest.raises(RuntimeError, match="replay=False"):
+        torch.autograd.grad(loss, list(model.parameters()), create_graph=True)
+
+
+@cuda
+def test_a_recorded_edge_index_graph_outlives_the_graph_cache():
+    """accelerate's layers build their Graph from edge_index through a process-wide cache; the
+    recording keeps the Graphs it read, so clearing the cache (or evicting them) between steps
+    leaves the replay exact.  An inference-mode edge_index runs eagerly."""
+    pyg_nn = pytest.importorskip("torch_geometric.nn")
+    from sparsegnn.nn import _graph_input
+
+    g = _graph("cuda")
+    ei = g.edge_index().contiguous()
+    torch.manual_seed(0)
+    pyg = pyg_nn.GCN(12, 16, num_layers=2, out_channels=5).cuda()
+    model, ref = sg.nn.accelerate(pyg), sg.nn.accelerate(pyg, replay=False)
+    x, w = torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda")
+    for step in range(6):
+        if step >= 3:
+            _graph_input.clear_graph_cache()
+            torch.randn(1 << 20, device="cuda")       # reuse freed memory, if any
+        for m in (model, ref):
+            m.zero_grad(set_to_none=True)
+        a, b = model(x, ei), ref(x, ei)
+        (a * w).sum().backward()
+        (b * w).sum().backward()
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), step
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-5), step
+    assert model.forward.state.rec.generation == 4
+    with torch.inference_mode():
+        frozen = ei.clone()
+    assert torch.allclose(model(x, frozen), ref(x, frozen), rtol=1e-4, atol=1e-5)
+    assert model.forward.state.rec.generation == 4

@@ -54,6 +54,7 @@ references, building graphs on the host) can be traced, so a compiled layer only
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import weakref
@@ -429,6 +430,27 @@ def _insert(key: Hashable, tensors: List[Tensor], graph: Optional[Graph], router
             _CACHE.popitem(last=False)
 
 
+_COLLECTOR: Optional[List[Graph]] = None
+
+
+@contextlib.contextmanager
+def collect_graphs(into: List[Graph]):
+    """Append every Graph a layer's ``_graph`` returns inside the block to ``into`` (a CUDA-graph
+    recording keeps them alive: the cache above may drop them while a replay still reads them)."""
+    global _COLLECTOR
+    previous, _COLLECTOR = _COLLECTOR, into
+    try:
+        yield into
+    finally:
+        _COLLECTOR = previous
+
+
+def _collected(graph: Graph) -> Graph:
+    if _COLLECTOR is not None:
+        _COLLECTOR.append(graph)
+    return graph
+
+
 def _needs_grad(values: Optional[Tensor]) -> bool:
     return values is not None and values.requires_grad
 
@@ -742,7 +764,7 @@ class GraphInputMixin:
                 raise ValueError(f"{fn}(): the cached graph has {cached.num_nodes} target and {cached.num_src} source "
                                  f"nodes but x has {num_nodes} and {num_src} rows; call reset_cache() when the graph "
                                  "changes")
-            return cached
+            return _collected(cached)
         kind = graph_kind(graph)
         if kind != "graph" and torch.compiler.is_compiling():
             raise not_traceable_graph(fn, graph)
@@ -776,7 +798,7 @@ class GraphInputMixin:
                              f"torch sparse adj_t or a torch_sparse.SparseTensor, got {type(graph).__name__}")
         if self.cached:
             self._cached_graph = result
-        return result
+        return _collected(result)
 
     def reset_cache(self) -> None:
         """Forget the cached graph."""

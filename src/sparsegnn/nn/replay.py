@@ -14,17 +14,21 @@ backward (the gradients of every parameter) as two CUDA graphs, and from then on
 This is :func:`torch.cuda.make_graphed_callables`' scheme, applied automatically and guarded
 so that nothing is silently wrong:
 
-* **When.** Training mode, gradients enabled, on the device's default stream (a whole-step
-  capture such as :class:`~sparsegnn.capture.CapturedStep` warms up on a side stream and
-  records the model itself), not under ``torch.compile``, autocast, another capture or any
-  module hook; arguments that are CUDA tensors needing no gradient (the features first; an
-  ``edge_index`` or edge weights after them), :class:`~sparsegnn.Graph` objects or plain
-  values; the same argument objects as when recorded (the features' values may change in
-  place, a replay reads the current memory; an in-place change of any other tensor or of a
-  Graph's values is a new signature, since layers cache what they derive from them) and the
-  same parameters (identity, storage, ``requires_grad``).  Anything else runs eagerly, as
-  does a signature whose forward keeps more than ``budget`` bytes alive (activations are held
-  by the graphs between calls; large graphs are kernel-bound and gain nothing from a replay).
+* **When.** Training mode, gradients enabled, on the current device's default stream (a
+  whole-step capture such as :class:`~sparsegnn.capture.CapturedStep` warms up on a side
+  stream and records the model itself), not under ``torch.compile``, autocast, another
+  capture or any module hook; arguments that are CUDA tensors needing no gradient (the
+  features first; an ``edge_index`` or edge weights after them), :class:`~sparsegnn.Graph`
+  objects whose values need no gradient, or plain values.  A call replays when it matches the
+  recording: the same argument objects, storage and shapes (the features' values may change
+  in place, a replay reads the current memory; an in-place change of any other tensor or of a
+  Graph's values is a new signature, since layers cache what they derive from them), the same
+  parameters (identity, storage, ``requires_grad``), the same plain settings of every module
+  (``training``, dropout rates, ...) and matmul precision flags.  Anything else runs eagerly
+  and, after two calls with one signature, is recorded in its place.  A signature whose
+  forward keeps more than ``budget`` bytes alive is never recorded (activations are held by
+  the graphs between calls; large graphs are kernel-bound and gain nothing from a replay).
+  Moving or converting the model (``.to()``, ``.half()``) drops its recording.
 * **One forward at a time.** The recorded activations are overwritten by the next replay, so
   a forward whose backward has not run yet (and whose autograd graph is still alive) makes the
   next call run eagerly; the backward of an older replay raises instead of using newer
@@ -32,7 +36,8 @@ so that nothing is silently wrong:
 * **Dropout** draws new masks on every replay: PyTorch registers the default generator with
   the graph and advances its offset per replay.
 * A recording that fails (an op that syncs the host) turns replay off for the model with a
-  warning; ``model.replay = False`` turns it off, ``True`` ignores the memory budget.
+  warning; ``model.replay = False`` turns it off, ``True`` ignores the memory budget.  A
+  double backward (``create_graph=True``) through a replay raises: use ``replay=False``.
 
 PyG models converted by :func:`~sparsegnn.nn.accelerate` get the same through
 :func:`enable_replay` (a wrapper set as the module's ``forward``).
@@ -48,9 +53,10 @@ from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
+from torch.nn.utils.stateless import _reparametrize_module
 
 from ..graph import Graph
+from . import _graph_input
 
 #: Eager calls with one signature before it is recorded (the first tunes the sparse kernels).
 WARMUP = 2
@@ -66,13 +72,15 @@ class _Token:
 
 
 class _Recording:
-    """The two graphs of one signature, their static tensors and the replay bookkeeping."""
+    """The two graphs of one signature, their static tensors and the replay bookkeeping.
+    ``keep``: what the graphs read that nothing else may keep alive (the arguments, the
+    parameter aliases, the Graphs the layers built from an ``edge_index``)."""
 
-    def __init__(self, sig: tuple, inputs: tuple, fwd, bwd, out: Tensor, grad_out: Tensor,
-                 grads: List[Optional[Tensor]]) -> None:
-        self.sig, self.inputs = sig, inputs      # inputs: the arguments read by the graphs, kept alive
-        self.fwd, self.bwd, self.out, self.grad_out, self.grads = fwd, bwd, out, grad_out, grads
-        self.made = [g for g in grads if g is not None]
+    def __init__(self, sig: tuple, keep: tuple, fwd, bwd, out: Tensor, grad_out: Tensor,
+                 used: Tuple[Tensor, ...], grads: List[Tensor]) -> None:
+        self.sig, self.keep = sig, keep
+        self.fwd, self.bwd, self.out, self.grad_out = fwd, bwd, out, grad_out
+        self.used, self.grads = used, grads       # parameters that get a gradient, and theirs
         self.generation = 0
         self.live: Optional[weakref.ref] = None
 
@@ -83,7 +91,7 @@ class _Recording:
 
 class _Replayed(torch.autograd.Function):
     """Forward: replay, return a copy of the output.  Backward: copy ``dY`` in, replay, return
-    copies of the parameters' gradients (``None`` for unused ones)."""
+    copies of the parameters' gradients."""
 
     @staticmethod
     def forward(ctx, rec: _Recording, *params: Tensor) -> Tensor:
@@ -94,9 +102,11 @@ class _Replayed(torch.autograd.Function):
         return rec.out.clone()
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad: Tensor):
         rec = ctx.rec
+        if torch.is_grad_enabled():
+            raise RuntimeError("sparsegnn replay: a replayed forward has no double backward (create_graph=True); "
+                               "build the model with replay=False for higher-order gradients")
         if ctx.generation != rec.generation:
             raise RuntimeError(
                 "sparsegnn replay: the backward of a forward that a later replay has overwritten "
@@ -104,74 +114,80 @@ class _Replayed(torch.autograd.Function):
         rec.grad_out.copy_(grad)
         rec.bwd.replay()
         rec.live = None
-        made = iter(torch._foreach_mul(rec.made, 1.0)) if rec.made else iter(())
-        return (None,) + tuple(None if g is None else next(made) for g in rec.grads)
+        return (None, *torch._foreach_mul(rec.grads, 1.0))
 
 
-def _parameters(model: nn.Module) -> Optional[Tuple[Tensor, ...]]:
-    """Every parameter once, in ``model.parameters()`` order; None if any module has a hook (a
-    replay would skip it)."""
+_PLAIN = (int, float, bool, str, type(None))
+_SETTING = (int, float, bool, str)
+_MISSING = object()
+
+
+def _model_state(model: nn.Module, watched: "weakref.WeakKeyDictionary") -> Optional[Tuple[Tuple[Tensor, ...], tuple]]:
+    """``(parameters, settings)``: every parameter once in ``model.parameters()`` order, and
+    every module's plain attributes (``training``, dropout rates, flags: the names found on a
+    module's first visit, kept in ``watched``) with the global matmul precision settings; None
+    if any module has a hook (a replay would skip it)."""
     from torch.nn.modules import module as m
 
     if (m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks
             or m._global_backward_pre_hooks):
         return None
     params = {}
+    settings = [torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
+                torch.backends.cudnn.allow_tf32]
     for mod in model.modules():
         if mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks or mod._backward_pre_hooks:
             return None
+        d = mod.__dict__
+        names = watched.get(mod)
+        if names is None:
+            names = watched[mod] = tuple(k for k, v in d.items() if isinstance(v, _SETTING))
+        settings.append(tuple(d.get(k, _MISSING) for k in names))
         for p in mod._parameters.values():
             if p is not None:
                 params[p] = None
-    return tuple(params)
+    return tuple(params), tuple(settings)
 
 
-_PLAIN = (int, float, bool, str, type(None))
-_VALUE = object()      # marks a plain value in a signature
+def _signature(args: tuple, kwargs: dict, params: Tuple[Tensor, ...], settings: tuple) -> Optional[tuple]:
+    """``(objects, values)``: what a recording depends on, compared by identity and by value;
+    None where a replay cannot take the call.
 
-
-def _inputs(args: tuple, kwargs: dict) -> Optional[tuple]:
-    """What a recording depends on in the call's arguments, or None where a replay cannot take
-    them: each tensor by identity (CUDA, no gradient; after the first, the features, also its
-    version: layers cache what they derive from an ``edge_index`` or edge weights), each
-    :class:`~sparsegnn.Graph` by identity and its values' version (caches derived from them,
-    such as the transpose's permuted copy, are rebuilt after an in-place update), plain values
-    by value.  The first argument must be a tensor."""
+    Arguments: tensors on CUDA needing no gradient, by identity, storage and shape, and after
+    the first (the features) also by version (layers cache what they derive from an
+    ``edge_index`` or edge weights); :class:`~sparsegnn.Graph` objects with their values by
+    identity and version (values needing a gradient are refused: a replay gives them none);
+    plain values by type and value.  Parameters by identity, storage and ``requires_grad``;
+    module settings by value."""
     if not args or not isinstance(args[0], Tensor):
         return None
-    out = []
-    for i, a in enumerate(args + tuple(kwargs.values())):
-        if isinstance(a, Tensor):
-            if not a.is_cuda or a.requires_grad:
+    objs, vals = [], [tuple(kwargs)]
+    try:
+        for i, a in enumerate(args + tuple(kwargs.values())):
+            if isinstance(a, Tensor):
+                if not a.is_cuda or a.requires_grad or a.is_inference():
+                    return None
+                objs.append(a)
+                vals.append((a.data_ptr(), a.shape, None if i == 0 else a._version))
+            elif isinstance(a, Graph):
+                val = a.edge_val
+                if a.transient or (val is not None and (val.requires_grad or val.is_inference())):
+                    return None
+                objs += [a, val]
+                vals.append(None if val is None else (val.data_ptr(), val._version))
+            elif isinstance(a, _PLAIN):
+                vals.append((type(a), a))
+            else:
                 return None
-            out.append((a, None if i == 0 else a._version))
-        elif isinstance(a, Graph):
-            if a.transient:
-                return None
-            out.append((a, None if a.edge_val is None else a.edge_val._version))
-        elif isinstance(a, _PLAIN):
-            out.append((_VALUE, a))
-        else:
-            return None
-    return tuple(out), tuple(kwargs)
-
-
-def _signature(inputs: tuple, params: Tuple[Tensor, ...]) -> tuple:
-    """``inputs`` and the parameters' identity, storage and ``requires_grad``."""
-    return (inputs, params, tuple(p.data_ptr() for p in params), tuple(p.requires_grad for p in params))
+        vals += [tuple(p.data_ptr() for p in params), tuple(p.requires_grad for p in params), settings]
+    except RuntimeError:        # tensors without storage (functorch transforms): not replayable
+        return None
+    return tuple(objs) + params, tuple(vals)
 
 
 def _same(a: Optional[tuple], b: tuple) -> bool:
-    if a is None:
-        return False
-    (ia, ka), pa, da, ra = a
-    (ib, kb), pb, db, rb = b
-    if ka != kb or len(ia) != len(ib) or len(pa) != len(pb) or da != db or ra != rb:
-        return False
-    if any(p is not q for p, q in zip(pa, pb)):
-        return False
-    # (object, version) pairs; plain values are (_VALUE, value)
-    return all(u is w and vu == vw for (u, vu), (w, vw) in zip(ia, ib))
+    return (a is not None and len(a[0]) == len(b[0]) and all(p is q for p, q in zip(a[0], b[0]))
+            and a[1] == b[1])
 
 
 class Replay:
@@ -185,12 +201,13 @@ class Replay:
         self.reset()
 
     def reset(self) -> None:
-        """Drop the recording (its graphs and memory)."""
+        """Drop the recording (its graphs and memory) and what was counted."""
         self.rec: Optional[_Recording] = None
         self.seen: Optional[tuple] = None        # the signature of the eager calls counted
         self.count = 0
         self.refused: Optional[tuple] = None     # a signature over budget (or out of memory)
         self.failed: Optional[str] = None
+        self.watched: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # module -> setting names
 
     def __reduce__(self):
         return (Replay, (self.mode, self.warmup, self.budget))
@@ -202,26 +219,26 @@ class Replay:
     def _active(self, model: nn.Module, x) -> bool:
         return (self.mode is not False and self.failed is None and model.training and torch.is_grad_enabled()
                 and isinstance(x, Tensor) and x.is_cuda and not torch.compiler.is_compiling()
-                and not torch.is_autocast_enabled("cuda") and not torch.cuda.is_current_stream_capturing()
-                and torch.cuda.current_stream(x.device) == torch.cuda.default_stream(x.device))
+                and not torch.is_autocast_enabled("cuda") and x.device.index == torch.cuda.current_device()
+                and not torch.cuda.is_current_stream_capturing()
+                and torch.cuda.current_stream() == torch.cuda.default_stream())
 
     def __call__(self, model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwargs: dict) -> Tensor:
         """``forward(*args, **kwargs)``, replayed where it can be (see the module doc)."""
         if not self._active(model, args[0] if args else None):
             return forward(*args, **kwargs)
-        inputs = _inputs(args, kwargs)
-        params = _parameters(model) if inputs is not None else None
-        if params is None:
-            return forward(*args, **kwargs)
-        sig = _signature(inputs, params)
-        trained = tuple(p for p in params if p.requires_grad)
-        if not trained:
+        state = _model_state(model, self.watched)
+        sig = None if state is None else _signature(args, kwargs, *state)
+        if sig is None or not any(p.requires_grad for p in state[0]):
             return forward(*args, **kwargs)
         rec = self.rec
-        if rec is not None and _same(rec.sig, sig):
-            if rec.pending():
-                return forward(*args, **kwargs)
-            return _Replayed.apply(rec, *trained)
+        if rec is not None:
+            if _same(rec.sig, sig):
+                if rec.pending():
+                    return forward(*args, **kwargs)
+                return _Replayed.apply(rec, *rec.used)
+            if rec.sig[1][-3] != sig[1][-3]:      # parameters moved (.to(), .half()): never again
+                self.rec = rec = None
         if _same(self.refused, sig):
             return forward(*args, **kwargs)
         if _same(self.seen, sig):
@@ -232,7 +249,7 @@ class Replay:
             return forward(*args, **kwargs)
         self.rec, self.seen = None, None          # a new signature replaces the old recording
         try:
-            self.rec = _record(model, args, kwargs, sig, trained, None if self.mode is True else self.budget)
+            self.rec = _record(model, forward, args, kwargs, sig, state[0], None if self.mode is True else self.budget)
         except (torch.cuda.OutOfMemoryError, _OverBudget):
             self.refused = sig
             return forward(*args, **kwargs)
@@ -241,34 +258,42 @@ class Replay:
             warnings.warn(f"{type(model).__name__}: recording the forward as a CUDA graph failed, replay is off "
                           f"for this model ({self.failed})", RuntimeWarning, stacklevel=3)
             return forward(*args, **kwargs)
-        return _Replayed.apply(self.rec, *trained)
+        return _Replayed.apply(self.rec, *self.rec.used)
 
 
 class _OverBudget(Exception):
     """The forward keeps more memory alive than the replay budget allows."""
 
 
-def _record(model: nn.Module, args: tuple, kwargs: dict, sig: tuple, params: Tuple[Tensor, ...],
-            budget: Optional[int]) -> _Recording:
+def _record(model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwargs: dict, sig: tuple,
+            params: Tuple[Tensor, ...], budget: Optional[int]) -> _Recording:
     """One warm-up on a side stream (the CUDA-graph recipe; host syncs there raise, so a forward
     that cannot be captured is found before any capture starts; what its forward keeps alive is
     measured there, after the eager calls built every cache, and over ``budget`` bytes nothing
-    is captured), then the forward and the backward (``autograd.grad`` for a static ``dY``)
-    captured into one memory pool.
+    is captured; buffers it updates, such as BatchNorm's running statistics, are restored), then
+    the forward and the backward (``autograd.grad`` for a static ``dY``) captured into one
+    memory pool.
 
-    The model runs on aliases of its parameters (``p.detach()``: same storage, so a replay reads
-    the current values; new leaves): ``autograd.grad`` on the parameters themselves would reach
-    their gradient accumulators, which live on the stream of an earlier eager step whenever its
-    output is still alive, and the capture would then reach into that stream and fail."""
+    ``forward`` runs with the module's parameters swapped for aliases (``p.detach()``: same
+    storage, so a replay reads the current values; new leaves): ``autograd.grad`` on the
+    parameters themselves would reach their gradient accumulators, which live on the stream of
+    an earlier eager step whenever its output is still alive, and the capture would then reach
+    into that stream and fail.  The Graphs the layers build from an ``edge_index`` while it
+    runs are kept with the recording (the process-wide graph cache may drop them)."""
     named = dict(model.named_parameters())
     aliases = {n: p.detach().requires_grad_(p.requires_grad) for n, p in named.items()}
     by_id = {id(p): aliases[n] for n, p in named.items()}
-    leaves = tuple(by_id[id(p)] for p in params)
+    trained = tuple(p for p in params if p.requires_grad)
+    leaves = tuple(by_id[id(p)] for p in trained)
+    graphs: List[Graph] = []
 
     def run() -> Tensor:
-        return torch.func.functional_call(model, aliases, args, kwargs)
+        with _reparametrize_module(model, aliases, tie_weights=True), _graph_input.collect_graphs(graphs):
+            return forward(*args, **kwargs)
 
     torch.cuda.synchronize()
+    buffers = [b for b in model.buffers() if b.is_cuda]
+    saved = [b.clone() for b in buffers]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     mode = torch.cuda.get_sync_debug_mode()
@@ -277,16 +302,18 @@ def _record(model: nn.Module, args: tuple, kwargs: dict, sig: tuple, params: Tup
             torch.cuda.set_sync_debug_mode("error")
             before = torch.cuda.memory_allocated()
             out = run()
-            if budget is not None and torch.cuda.memory_allocated() - before > budget:
-                raise _OverBudget()
             if not isinstance(out, Tensor) or not out.requires_grad:
                 raise RuntimeError(f"the forward must return one tensor that needs a gradient, got {type(out).__name__}")
+            if budget is not None and torch.cuda.memory_allocated() - before > budget:
+                raise _OverBudget()
             torch.autograd.grad(out, leaves, grad_outputs=torch.empty_like(out), allow_unused=True)
             del out
+            for b, v in zip(buffers, saved):
+                b.copy_(v)
     finally:
         torch.cuda.set_sync_debug_mode(mode)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
     pool = torch.cuda.graph_pool_handle()
     fwd = torch.cuda.CUDAGraph()
     with torch.cuda.graph(fwd, pool=pool, capture_error_mode="thread_local"):
@@ -295,7 +322,11 @@ def _record(model: nn.Module, args: tuple, kwargs: dict, sig: tuple, params: Tup
     bwd = torch.cuda.CUDAGraph()
     with torch.cuda.graph(bwd, pool=pool, capture_error_mode="thread_local"):
         grads = torch.autograd.grad(out, leaves, grad_outputs=grad_out, allow_unused=True)
-    return _Recording(sig, (args, kwargs, aliases), fwd, bwd, out.detach(), grad_out, list(grads))
+    used = tuple(p for p, g in zip(trained, grads) if g is not None)
+    if not used:
+        raise RuntimeError("no parameter gets a gradient from the forward's output")
+    return _Recording(sig, (args, kwargs, aliases, graphs), fwd, bwd, out.detach(), grad_out, used,
+                      [g for g in grads if g is not None])
 
 
 def replay_state(module: nn.Module) -> str:
@@ -351,7 +382,8 @@ def enable_replay(module: nn.Module, mode: Optional[bool] = None) -> nn.Module:
 
 class Replayable(nn.Module):
     """Base of the reference models: ``forward(x, graph)`` replays (see the module doc) and
-    otherwise runs ``_forward(x, graph)``.  ``replay``: None (auto), True or False."""
+    otherwise runs ``_forward(x, graph)``.  ``replay``: None (auto), True or False.  Moving or
+    converting the model (``.to()``, ``.half()``) drops its recording."""
 
     def __init__(self, replay: Optional[bool] = None) -> None:
         super().__init__()
@@ -364,6 +396,10 @@ class Replayable(nn.Module):
     @replay.setter
     def replay(self, mode: Optional[bool]) -> None:
         self._replay = Replay(mode, self._replay.warmup, self._replay.budget)
+
+    def _apply(self, fn, *args, **kwargs):
+        self._replay.reset()
+        return super()._apply(fn, *args, **kwargs)
 
     def _forward(self, x: Tensor, graph) -> Tensor:
         raise NotImplementedError
