@@ -14,6 +14,8 @@ from typing import Optional
 
 import torch
 from torch import Tensor
+from torch._C import _are_functorch_transforms_active
+from torch._C._functorch import is_functorch_wrapped_tensor as _wrapped
 from torch.autograd.function import once_differentiable
 
 from .._checks import check, check_edge_values, check_node_features, check_precision, check_same_device
@@ -117,10 +119,11 @@ def _memoised_linear(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: 
     if weight is None:
         weight = graph.edge_val
     if torch.is_grad_enabled():
+        lean = not (_are_functorch_transforms_active() or _wrapped(x) or (weight is not None and _wrapped(weight)))
         if weight is not None and weight.requires_grad:
-            return _SpMMLinear.apply(graph, x, weight, reduce, backend)
+            return (_LINEAR_APPLY if lean else _SpMMLinear.apply)(graph, x, weight, reduce, backend)
         if x.requires_grad:
-            return _SpMMX.apply(x, weight, graph, reduce, backend)
+            return (_X_APPLY if lean else _SpMMX.apply)(x, weight, graph, reduce, backend)
     return _aggregate(backend, graph, x, weight, reduce)
 
 
@@ -142,6 +145,13 @@ class _SpMMX(torch.autograd.Function):
         weight = ctx.saved_tensors[0] if ctx.weighted else None
         grad_x = aggregate_transposed(ctx.backend, ctx.graph, grad_out.contiguous(), weight, ctx.reduce)
         return grad_x, None, None, None, None
+
+
+# ``Function.apply`` without its Python layer (default-argument binding, functorch's dead-wrapper
+# unwrapping), for calls with no functorch transform active and no functorch-wrapped tensor,
+# where that layer does nothing: the C++ ``_FunctionBase.apply``.  CPU, Cora F = 16: 15.2 -> 13.6 us.
+_X_APPLY = super(torch.autograd.Function, _SpMMX).apply
+_LINEAR_APPLY = super(torch.autograd.Function, _SpMMLinear).apply
 
 
 def _weight_in_graph_order(graph: Graph, edge_weight: Optional[Tensor], input_order: bool, fn: str,
