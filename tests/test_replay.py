@@ -444,3 +444,55 @@ def test_a_recorded_edge_index_graph_outlives_the_graph_cache():
         frozen = ei.clone()
     assert torch.allclose(model(x, frozen), ref(x, frozen), rtol=1e-4, atol=1e-5)
     assert model.forward.state.rec.generation == 4
+
+
+def test_the_model_state_sees_hooks_settings_and_tied_parameters():
+    """What a recording is keyed on besides its arguments (CPU: no CUDA needed to build it):
+    every parameter once (tied ones too), None under any module hook or global hook, and a
+    different settings tuple after a dropout rate, a submodule's mode or the TF32 flag changes."""
+    import weakref
+
+    from sparsegnn.nn.replay import _model_state
+
+    model = sg.nn.GraphSAGE(12, 5, hidden=16, num_layers=2)
+    watched = weakref.WeakKeyDictionary()
+    params, settings = _model_state(model, watched)
+    assert params == tuple(model.parameters())
+    model.dropout = 0.25
+    assert _model_state(model, watched)[1] != settings
+    model.dropout = 0.5
+    assert _model_state(model, watched)[1] == settings
+    model.norms[0].eval()
+    assert _model_state(model, watched)[1] != settings
+    model.norms[0].train()
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = not old
+        assert _model_state(model, watched)[1] != settings
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    handle = model.convs[0].register_forward_pre_hook(lambda *a: None)
+    assert _model_state(model, watched) is None
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda *a: None)
+    try:
+        assert _model_state(model, watched) is None
+    finally:
+        handle.remove()
+    tied = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    tied[1].weight = tied[0].weight
+    assert len(_model_state(tied, weakref.WeakKeyDictionary())[0]) == 3   # shared weight once
+
+
+def test_enable_replay_does_not_stack_and_restores_an_override():
+    from sparsegnn.nn.replay import ReplayedForward, enable_replay
+
+    model = _Plain()
+    custom = lambda x, graph, scale=1.0: model.lin(x) * scale  # noqa: E731 - an instance override
+    model.forward = custom
+    enable_replay(model)
+    enable_replay(model, True)
+    wrapper = model.__dict__["forward"]
+    assert isinstance(wrapper, ReplayedForward) and wrapper.forward is custom and wrapper.state.mode is True
+    enable_replay(model, False)
+    assert model.__dict__["forward"] is custom
