@@ -3,6 +3,7 @@
 #   bash scripts/gpu_issue8.sh attn layers       # fused-attention tests, layer steps vs PyG
 #   bash scripts/gpu_issue8.sh tests train       # GPU test suite, training epochs vs PyG
 #   bash scripts/gpu_issue8.sh accuracy first    # Cora test accuracy over 5 seeds, eager and captured; first call
+#   bash scripts/gpu_issue8.sh replay             # replay tests, replay state per model and graph, accel vs ours
 # Real graphs are read from $SPARSEGNN_DATA (default .data, a copy of shared/datasets).
 set -o pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1 SPARSEGNN_DATA=${SPARSEGNN_DATA:-.data}
@@ -22,5 +23,10 @@ for stage in "$@"; do
 print(r['model'], r['compile'], 'test %.2f%%' % (100*r['test_acc']), 'per seed', [round(100*a,1) for a in r['test_acc_per_seed']], 'epoch %.2f ms' % r['mean_epoch_ms'])"
               done; done ;;
     first) timeout 300 python3 scripts/first_call.py --out "$OUT/first_call.json" 2>&1 | tail -12 ;;
+    replay) python3 -m pytest -q -p no:cacheprovider tests/test_replay.py -W ignore 2>&1 | grep "^E \|passed\|failed" | head -20
+            timeout 200 python3 scripts/replay_status.py --graphs ${GRAPHS:-cora,twitch,reddit-threads-10k,tox21} 2>&1 \
+              | grep -v Warn | tail -40
+            timeout 300 python3 scripts/time_accel.py --graphs ${GRAPHS:-cora,twitch,reddit-threads-10k,tox21} --rounds 6 \
+              --out "$OUT/accel_replay.json" 2>&1 | grep -v "it/s" | tail -24 ;;
   esac
 done
