@@ -38,7 +38,7 @@ def spgemm_table(args, out: Path) -> int:
     sg.spmm(g, h, edge_weight=g.edge_val)
     ours = bench(lambda: sg.spmm(g, h, edge_weight=g.edge_val))
     plan = plan_of(g)
-    t, w_t = transposed_weights(g, g.edge_val, "sum", torch.float32)
+    t, w_t, _ = transposed_weights(g, g.edge_val, "sum", torch.float32)
     grad = torch.randn(g.num_nodes, args.cols, device="cuda")
     rows = []
     for k in [int(v) for v in args.ks.split(",")]:

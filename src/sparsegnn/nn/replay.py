@@ -185,6 +185,9 @@ def _signature(args: tuple, kwargs: dict, params: Tuple[Tensor, ...], settings: 
     return tuple(objs) + params, tuple(vals)
 
 
+_PTRS, _GRADS = -3, -2     # where the parameters' storage and requires_grad sit in a signature's values
+
+
 def _same(a: Optional[tuple], b: tuple) -> bool:
     return (a is not None and len(a[0]) == len(b[0]) and all(p is q for p, q in zip(a[0], b[0]))
             and a[1] == b[1])
@@ -229,7 +232,7 @@ class Replay:
             return forward(*args, **kwargs)
         state = _model_state(model, self.watched)
         sig = None if state is None else _signature(args, kwargs, *state)
-        if sig is None or not any(p.requires_grad for p in state[0]):
+        if sig is None or not any(sig[1][_GRADS]):
             return forward(*args, **kwargs)
         rec = self.rec
         if rec is not None:
@@ -237,7 +240,7 @@ class Replay:
                 if rec.pending():
                     return forward(*args, **kwargs)
                 return _Replayed.apply(rec, *rec.used)
-            if rec.sig[1][-3] != sig[1][-3]:      # parameters moved (.to(), .half()): never again
+            if rec.sig[1][_PTRS] != sig[1][_PTRS]:      # parameters moved (.to(), .half()): never again
                 self.rec = rec = None
         if _same(self.refused, sig):
             return forward(*args, **kwargs)

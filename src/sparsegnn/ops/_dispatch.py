@@ -252,19 +252,15 @@ def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional
     Shapes:
         x: [N, F]; weight: [E], [E, H] or None -> [M, F].
     """
-    transposed, weight_t, owned = _transposed_weights(graph, weight, reduce, x.dtype)
+    transposed, weight_t, owned = transposed_weights(graph, weight, reduce, x.dtype)
     return aggregate(backend, transposed, x, weight_t, owned=owned)
 
 
 def transposed_weights(graph: Graph, weight: Optional[Tensor], reduce: str, dtype: torch.dtype):
-    """``(graph.t(), w'^T)``: the cached transpose and the effective weights ``w'`` (``w``, or
-    ``w / deg(row)`` for ``"mean"``; None = ones) in the transpose's edge order."""
-    return _transposed_weights(graph, weight, reduce, dtype)[:2]
-
-
-def _transposed_weights(graph: Graph, weight: Optional[Tensor], reduce: str, dtype: torch.dtype):
-    """``transposed_weights`` and whether ``w'^T`` is one the graph keeps (its own values or
-    ``1/deg`` permuted once per version, or None): the same tensor on every call."""
+    """``(graph.t(), w'^T, owned)``: the cached transpose, the effective weights ``w'`` (``w``, or
+    ``w / deg(row)`` for ``"mean"``; None = ones) in the transpose's edge order, and whether
+    ``w'^T`` is one the graph keeps (its own values or ``1/deg`` permuted once per version, or
+    None): the same tensor on every call."""
     transposed = graph.t()
     perm = graph.transpose_parts()[2]
     if weight is None and reduce == "mean":
