@@ -67,6 +67,24 @@ def test_runner_outputs_are_fresh_tensors():
     assert first.data_ptr() != second.data_ptr()
 
 
+@pytest.mark.parametrize("width", [16, 24])                  # the exact-width kernel and the general one
+def test_runner_repeat_calls_and_strided_features_match_the_oracle(width):
+    """After its first call the runner calls Numba's compiled entry directly (no type dispatch):
+    later calls with new features, and features that are not contiguous (which take the
+    dispatcher again), still equal the oracle."""
+    g, n = _mixed()
+    w = torch.rand(g.num_edges, dtype=torch.float64) + 0.5
+    a = _dense(g, w)
+    run = cpu_kernels.spmm_sum_runner(cpu_kernels.chunk_bounds(g.rowptr, 4), g.rowptr, g.col, w.float(),
+                                      torch.float32, width)
+    for seed in range(4):
+        x = torch.randn(n, width, generator=torch.Generator().manual_seed(seed))
+        if seed == 2:                                 # column-major storage: x.is_contiguous() is False
+            x = x.t().contiguous().t()
+            assert not x.is_contiguous()
+        assert _rel(run(x), a @ x.double()) < TOL[torch.float32]
+
+
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
 def test_cached_runner_follows_the_weights(reduce, monkeypatch):
     """The runner cached on the graph is rebuilt for other weights and after an in-place update."""

@@ -17,6 +17,7 @@ Tensors in, tensors out; no autograd, no Graph, no validation.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import threading
@@ -454,15 +455,36 @@ def spmm_sum_runner(bounds: Tensor, rowptr: Tensor, col: Tensor, val: Optional[T
         fn, threads, head, shape, np_dtype = _prepared("spmm_sum", bounds, rowptr, col, dtype, width)
         rest = (_np(rowptr), _np(col), _values(val, dtype), val is not None, mean)
     use_threads, from_numpy = _use_threads, torch.from_numpy
+    entry = None
 
     def run(x: Tensor) -> Tensor:
+        nonlocal entry
         out = np.empty(shape, np_dtype)
         if threads > 1:
             use_threads(threads)
-        _run(fn, *head, *rest, x.numpy(force=True), out, zero, one)
+        if entry is not None and x.dtype is dtype and x.is_contiguous():
+            entry(x.numpy(force=True), out, zero, one)
+        else:
+            args = (*head, *rest, x.numpy(force=True), out, zero, one)
+            _run(fn, *args)
+            if x.dtype is dtype and x.is_contiguous():
+                entry = _bound_entry(fn, args, len(args) - 4)
         return from_numpy(out)
 
     return run
+
+
+def _bound_entry(fn, args: tuple, fixed: int):
+    """The machine code Numba compiled for ``args``' types, its first ``fixed`` arguments bound
+    (``functools.partial``): a call skips the dispatcher's type resolution and the argument
+    tuple (Cora F = 16: 0.6 of a 10 us runner).  The entry checks no types, so the caller uses
+    it only for arguments of the types it was looked up with (same dtype, contiguous).  None
+    where Numba keeps no such entry (the dispatcher then serves every call)."""
+    try:
+        compiled = fn.overloads[tuple(fn.typeof_pyval(a) for a in args)]
+        return functools.partial(compiled.entry_point, *args[:fixed])
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
 
 
 def _prepared(kernel: str, bounds: Tensor, rowptr: Tensor, col: Tensor, dtype: torch.dtype, width: int):

@@ -128,22 +128,27 @@ def _memoised_linear(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: 
 
 
 class _SpMMX(torch.autograd.Function):
-    """``_SpMMLinear`` for the memoised path when only ``x`` needs a gradient: fewer inputs,
-    nothing saved but the values (so an in-place change of them before the backward is caught
-    as usual).  Backward: ``dX = A'^T dY``."""
+    """``_SpMMLinear`` for the memoised path when only ``x`` needs a gradient: fewer inputs, one
+    context attribute (``(graph, reduce, backend, weight, weight's version)``: 0.3 us less than
+    four attributes and ``save_for_backward``).  The values are not a saved tensor, so the
+    backward checks their version itself: an in-place change of them before the backward
+    raises as autograd's own check does.  Backward: ``dX = A'^T dY``."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Optional[Tensor], graph: Graph, reduce: str, backend: str) -> Tensor:
-        ctx.graph, ctx.reduce, ctx.backend, ctx.weighted = graph, reduce, backend, weight is not None
-        if weight is not None:
-            ctx.save_for_backward(weight)
+        ctx.state = (graph, reduce, backend, weight, None if weight is None else weight._version)
         return _aggregate(backend, graph, x, weight, reduce)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        weight = ctx.saved_tensors[0] if ctx.weighted else None
-        grad_x = aggregate_transposed(ctx.backend, ctx.graph, grad_out.contiguous(), weight, ctx.reduce)
+        graph, reduce, backend, weight, version = ctx.state
+        if weight is not None and weight._version != version:
+            raise RuntimeError(
+                "spmm(): one of the variables needed for gradient computation has been modified by an inplace "
+                f"operation: the edge values [{weight.shape[0]}] are at version {weight._version}; expected version "
+                f"{version} instead")
+        grad_x = aggregate_transposed(backend, graph, grad_out.contiguous(), weight, reduce)
         return grad_x, None, None, None, None
 
 
