@@ -45,6 +45,8 @@ def main() -> None:
     p.add_argument("--top", type=int, default=22)
     p.add_argument("--torch-profiler", action="store_true", help="torch.profiler CPU table instead of cProfile")
     p.add_argument("--cuda", action="store_true", help="with --torch-profiler: also CUDA kernels, sorted by GPU time")
+    p.add_argument("--accel", action="store_true", help="also PyG's model converted by sparsegnn.accelerate "
+                   "(called with edge_index), in the synced times and the torch.profiler tables")
     args = p.parse_args()
     device = torch.device("cuda")
     graph, kind = bt.load_bench_graph(args.graph, device, None)
@@ -69,6 +71,17 @@ def main() -> None:
             for _ in range(10):
                 pyg()
             row.append(f"PyG host {host_ms(pyg):.3f} ms, synced {synced_ms(pyg):.3f} ms")
+            if args.accel:
+                from sparsegnn import accelerate
+
+                torch.manual_seed(0)
+                anet = bt.pyg_model(pyg_nn, model, x.shape[1], inputs["classes"], None, 8, 8).to(device)
+                anet = accelerate(anet, inplace=True)
+                aopt = bt.make_optimizer(anet, "none", lr=0.01, weight_decay=5e-4)
+                accel = bt.make_train_step(anet, aopt, x, graph.edge_index().contiguous(), idx, y, compile="none")
+                for _ in range(10):
+                    accel()
+                row.append(f"accel host {host_ms(accel):.3f} ms, synced {synced_ms(accel):.3f} ms")
         print(f"== {model} on {args.graph}: " + "; ".join(row))
         # host time of the parts: forward, forward + backward, optimiser step (GPU held busy)
         import torch.nn.functional as F
@@ -86,6 +99,8 @@ def main() -> None:
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.cuda else [])
             key = "cuda_time_total" if args.cuda else "cpu_time_total"
             steps = {"ours": ours} if pyg_nn is None or not args.cuda else {"ours": ours, "pyg": pyg}
+            if args.accel and pyg_nn is not None:
+                steps["accel"] = accel
             for name, step in steps.items():
                 with profile(activities=acts) as tp:
                     for _ in range(20):
