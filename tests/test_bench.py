@@ -43,3 +43,13 @@ def test_compulsory_bytes():
 def test_bench_cli_needs_gpu(capsys):
     assert main(["bench", "--suite", "small"]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err
+
+
+def test_markdown_names_the_cases_that_ran_cusparse():
+    rows = _rows()
+    rows[2]["extra"] = {"kernel": "cusparse", "tuned_ms": 4.5}      # b: the tuner chose the vendor kernel
+    rows[0]["extra"] = {"kernel": "sparsegnn", "tuned_ms": 1.0}
+    text = markdown(rows, {"device": "test"})
+    listed = text.split("Cases where sparsegnn ran cuSPARSE")[1]
+    assert "- b, F=32, float32: our schedule 4.500 ms" in listed and "- a," not in listed
+    assert "ran cuSPARSE" not in markdown(_rows(), {"device": "test"})

@@ -126,7 +126,12 @@ def _chosen_config(graph: Graph, op: str, num_feats: int, dtype: torch.dtype) ->
         record = lookup("spmm", graph, spmm_detail(graph.edge_val, reduce), num_feats, dtype, graph.device)
     if record is None:
         return {}
-    return {"config": dict(record["config"]), "tuned_ms": record.get("ms"), "tune_source": record.get("source")}
+    chosen = {"config": dict(record["config"]), "tuned_ms": record.get("ms"), "tune_source": record.get("source")}
+    if op == "spmm":   # ours or cuSPARSE, where the exact sum times both (ops._dispatch.vendor_applies)
+        vendor = lookup("spmm_vendor", graph, spmm_detail(graph.edge_val, "sum"), num_feats, dtype, graph.device)
+        if vendor is not None:
+            chosen["kernel"] = "cusparse" if vendor["config"]["path"] else "sparsegnn"
+    return chosen
 
 
 def bench_graph(name: str, seed: int = 0, device=None, data_dir=None, real: bool = False) -> Graph:

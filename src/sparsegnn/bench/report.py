@@ -64,6 +64,13 @@ def markdown(rows: List[dict], meta: dict) -> str:
                     if vals:
                         lines.append(f"- {d}, F={f}: geomean {_geomean(vals):.2f}x, min {min(vals):.2f}x")
             lines.append("")
+        vendor = [r for r in op_rows if r["provider"] == "sparsegnn" and (r.get("extra") or {}).get("kernel") == "cusparse"]
+        if vendor:
+            lines += ["Cases where sparsegnn ran cuSPARSE (timed faster than our best schedule by the tuner's "
+                      "`spmm_vendor` decision; the tuner's own reading of that schedule, cold L2, follows):", ""]
+            lines += [f"- {r['graph']}, F={r['F']}, {r['dtype']}: our schedule "
+                      f"{r['extra'].get('tuned_ms') or float('nan'):.3f} ms" for r in vendor]
+            lines.append("")
     return "\n".join(lines)
 
 

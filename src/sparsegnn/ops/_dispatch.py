@@ -8,6 +8,7 @@ with the device once the graph's cached forms (transpose, plan, tuned config) ex
 """
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import torch
@@ -114,6 +115,50 @@ def _batched_applies(graph: Graph, stats) -> bool:
             and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES)
 
 
+def csr_of(graph: Graph, weight: Optional[Tensor], dtype: torch.dtype) -> Tensor:
+    """``graph`` as a torch CSR tensor [N, M] of ``dtype`` with values ``weight`` (None = ones),
+    for cuSPARSE; cached while the same tensor at the same version comes back."""
+    def build():
+        vals = torch.ones(graph.num_edges, dtype=dtype, device=graph.device) if weight is None else weight.detach().to(dtype)
+        with warnings.catch_warnings():    # torch's one-time "CSR support is in beta" notice is not the user's concern
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(graph.rowptr, graph.col, vals, (graph.num_nodes, graph.num_src),
+                                           check_invariants=False)   # a Graph's CSR is valid by construction
+    return derived_values(graph, ("csr", dtype), weight, build)
+
+
+#: The exact SpMM sum times cuSPARSE beside our bound kernel on graphs with at least this
+#: much work (edges x features).  Every case where cuSPARSE beat us on the H100 suites
+#: (``benchmarks/h100/real_spmm_fp32.md``, ``paper_spmm_fp32.md``) has 2.7M or more but one,
+#: real Cora F = 32 (0.34M, a first-case timing artefact); smaller graphs keep their first call
+#: free of cuSPARSE's library load (Cora GCN's first step is the one users feel most).
+VENDOR_MIN_WORK = 1 << 21
+#: Search space of the ``"spmm_vendor"`` decision: 0 = our bound kernel, 1 = cuSPARSE.
+VENDOR_SPACE = {"path": (0, 1)}
+
+
+def vendor_applies(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> bool:
+    """Whether the exact SpMM ``A x`` may run on cuSPARSE: a sum with no or one value per
+    edge, fp32 features (cuSPARSE's bf16 CSR product rejects some structures), no duplicate
+    edges beyond ``N M`` (rejected too) and at least ``VENDOR_MIN_WORK`` edge-features."""
+    return (reduce == "sum" and x.dtype == torch.float32 and (weight is None or weight.dim() == 1)
+            and 0 < graph.num_edges <= graph.num_nodes * graph.num_src
+            and graph.num_edges * x.shape[1] >= VENDOR_MIN_WORK)
+
+
+def _with_vendor(graph: Graph, x: Tensor, weight: Optional[Tensor], detail: str, ours):
+    """``ours`` or cuSPARSE on the graph's cached CSR, whichever the tuner times faster for
+    this graph, width and dtype (``"spmm_vendor"``, default ours): the fastest exact result,
+    where a vendor kernel wins (wikipedia, 3.5k-edge hubs, F = 256: cuSPARSE 72 us, our best
+    schedule 94 us; notes/spmm.md)."""
+    csr = csr_of(graph, weight, x.dtype)
+    vendor = lambda x: torch.sparse.mm(csr, x)  # noqa: E731
+    config = _kernels().decide("spmm_vendor", graph, detail, x.shape[1], x.dtype, x.device,
+                               [{"path": 0}, {"path": 1}], lambda cfg: (vendor if cfg["path"] else ours)(x),
+                               space=VENDOR_SPACE, ranked=False)
+    return vendor if config["path"] else ours
+
+
 def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, owned: bool = False) -> Tensor:
     k = _kernels()
     multi_head = weight is not None and weight.dim() == 2
@@ -142,8 +187,10 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     def bound():
         """The tuner's config for this call, bound to the graph (``spmm_csr.bind_planned``): a
         repeat call skips ``decide`` and, for the one-launch configs, the specialisation of the
-        graph's tensors (host time is most of a call on a small graph)."""
-        return k.spmm.bind_planned(graph.rowptr, plan, weight, reduce, config(), x)
+        graph's tensors (host time is most of a call on a small graph); or cuSPARSE where it
+        times faster (``_with_vendor``)."""
+        ours = k.spmm.bind_planned(graph.rowptr, plan, weight, reduce, config(), x)
+        return _with_vendor(graph, x, weight, detail, ours) if vendor_applies(graph, x, weight, reduce) else ours
 
     capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
     if (weight is not None and weight is not graph.edge_val and not owned) or capturing:

@@ -23,7 +23,7 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_edge_values, check_node_features, check_same_device
 from ..graph import Graph
 from ..kernels import interpreting
-from ._dispatch import derived_values, edge_values
+from ._dispatch import csr_of, derived_values, edge_values
 
 __all__ = ["spmm_tc", "spmm_precise", "precise_aggregate", "sddmm_precise", "SDDMM_TC_SPACE", "tiles_of_graph", "tc_candidates", "TC_SPACE"]
 
@@ -141,13 +141,6 @@ def _tile_vals(graph: Graph, tiles, weight: Optional[Tensor], dtype: torch.dtype
     return derived_values(graph, ("tile_vals", tiles.window, tiles.block_k, dtype), weight, build)
 
 
-def _csr(graph: Graph, weight: Optional[Tensor], dtype: torch.dtype) -> Tensor:
-    def build():
-        vals = torch.ones(graph.num_edges, dtype=dtype, device=graph.device) if weight is None else weight.detach().to(dtype)
-        return torch.sparse_csr_tensor(graph.rowptr, graph.col, vals, (graph.num_nodes, graph.num_src))
-    return derived_values(graph, ("csr", dtype), weight, build)
-
-
 def _run_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, config: dict) -> Tensor:
     """``A x`` (weights ``weight`` in ``graph``'s CSR order, None = ones) with one config."""
     from ._dispatch import aggregate
@@ -158,8 +151,8 @@ def _run_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, 
     half = x.dtype in (torch.float16, torch.bfloat16)
     if path == 2:
         if half and not x.is_cuda:   # MKL has no half CSR product (the interpreter runs on the CPU)
-            return torch.sparse.mm(_csr(graph, weight, torch.float32), x.float()).to(x.dtype)
-        return torch.sparse.mm(_csr(graph, weight, x.dtype), x)
+            return torch.sparse.mm(csr_of(graph, weight, torch.float32), x.float()).to(x.dtype)
+        return torch.sparse.mm(csr_of(graph, weight, x.dtype), x)
     slot = ("tile_launch", x.dtype, x.shape[1], precision, tuple(sorted(config.items())))
     return derived_values(graph, slot, weight, lambda: _tile_launch(graph, x, weight, precision, config))(x)
 

@@ -1,0 +1,87 @@
+"""The exact SpMM sum's vendor choice (``ops._dispatch._with_vendor``): where the tuner times
+cuSPARSE (here torch's CSR product on whatever device the tests run) faster than our bound
+kernel, the forward and the backward on the transpose take it, and the results still equal
+the float64 reference."""
+import pytest
+import torch
+
+import sparsegnn as sg
+from sparsegnn import Graph
+from sparsegnn.ops import _dispatch
+from sparsegnn.ops._dispatch import spmm_detail, vendor_applies
+from sparsegnn.tune import lookup, set_timer
+from sparsegnn.tune.store import reset_stores
+
+from conftest import DEVICE, dense_adjacency
+
+
+@pytest.fixture
+def fresh_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARSEGNN_TUNE_CACHE", str(tmp_path))
+    reset_stores()
+    yield tmp_path
+    set_timer(None)
+    reset_stores()
+
+
+def _vendor_faster(run, cfg):
+    """A fake timer: cuSPARSE wins the vendor decision, every other config ties."""
+    return 0.5 if cfg == {"path": 1} else 1.0
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_spmm_on_the_vendor_path_matches_float64_forward_and_backward(graph_case, weighted, fresh_store, monkeypatch):
+    name, n, ei, w = graph_case
+    monkeypatch.setattr(_dispatch, "VENDOR_MIN_WORK", 0)
+    set_timer(_vendor_faster)
+    g = Graph.from_edge_index(ei, w if weighted else None, num_nodes=n).to(DEVICE)
+    x64 = torch.randn(n, 12, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    up64 = torch.randn(n, 12, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    a = dense_adjacency(ei, n, w if weighted else None)
+    applies = vendor_applies(g, x64.float(), g.edge_val, "sum")
+    assert applies == (0 < g.num_edges <= n * n)       # duplicate edges beyond N^2 stay with ours
+    for _ in range(2):                                   # the first call decides, the second reuses
+        x = x64.float().to(DEVICE).requires_grad_(True)
+        out = sg.spmm(g, x, backend="triton")
+        out.backward(up64.float().to(DEVICE))
+        assert float((out.detach().double().cpu() - a @ x64).abs().max()) <= 1e-5 * max(1.0, float((a @ x64).abs().max()))
+        want_grad = a.T @ up64
+        assert float((x.grad.double().cpu() - want_grad).abs().max()) <= 1e-5 * max(1.0, float(want_grad.abs().max()))
+    record = lookup("spmm_vendor", g, spmm_detail(g.edge_val, "sum"), 12, torch.float32, g.device)
+    if applies:
+        assert record is not None and record["config"] == {"path": 1}
+        transposed = lookup("spmm_vendor", g.t(), spmm_detail(g.t().edge_val, "sum"), 12, torch.float32, g.device)
+        assert transposed is not None and transposed["config"] == {"path": 1}   # the backward took it too
+    else:
+        assert record is None
+
+
+def test_vendor_is_not_timed_for_half_features_small_work_or_other_reductions(fresh_store, monkeypatch):
+    ei, w = sg.datasets.random_graph(30, 200, seed=5, weighted=True)
+    g = Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE)
+    x = torch.randn(30, 8, device=DEVICE)
+    assert not vendor_applies(g, x, g.edge_val, "sum")                  # 200 x 8 edge-features: too small
+    monkeypatch.setattr(_dispatch, "VENDOR_MIN_WORK", 0)
+    assert vendor_applies(g, x, g.edge_val, "sum") and vendor_applies(g, x, None, "sum")
+    assert not vendor_applies(g, x.bfloat16(), g.edge_val, "sum")
+    assert not vendor_applies(g, x, g.edge_val, "mean") and not vendor_applies(g, x, g.edge_val, "max")
+    assert not vendor_applies(g, x, torch.rand(g.num_edges, 2, device=DEVICE), "sum")   # multi-head
+    set_timer(_vendor_faster)
+    out = sg.spmm(g, x.bfloat16(), backend="triton")
+    assert lookup("spmm_vendor", g, spmm_detail(g.edge_val, "sum"), 8, torch.bfloat16, g.device) is None
+    ref = dense_adjacency(ei, 30, w).float() @ x.bfloat16().float().cpu()
+    assert torch.allclose(out.float().cpu(), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_in_place_update_of_the_graph_values_rebuilds_the_vendor_csr(fresh_store, monkeypatch):
+    monkeypatch.setattr(_dispatch, "VENDOR_MIN_WORK", 0)
+    set_timer(_vendor_faster)
+    ei, w = sg.datasets.random_graph(30, 200, seed=6, weighted=True)
+    g = Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE)
+    x = torch.randn(30, 8, device=DEVICE)
+    first = sg.spmm(g, x, backend="triton")
+    with torch.no_grad():
+        g.edge_val.mul_(3.0)                    # an optimiser step on a learnable edge weight
+    second = sg.spmm(g, x, backend="triton")
+    assert torch.allclose(second.cpu(), 3 * first.cpu(), rtol=1e-5, atol=1e-5)
+    assert lookup("spmm_vendor", g, spmm_detail(g.edge_val, "sum"), 8, torch.float32, g.device)["config"] == {"path": 1}
