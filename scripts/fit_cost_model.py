@@ -2,6 +2,8 @@
 
     python scripts/fit_cost_model.py benchmarks/h100/tune_sweep.jsonl \
         --out src/sparsegnn/tune/data/cost_model_spmm.json --report notes/cost-model-eval.md
+    python scripts/fit_cost_model.py benchmarks/h100/tune_sweep.jsonl --extra sweep_extra.jsonl \
+        --out /tmp/cost_model_spmm.json --report /tmp/cost-model-eval.md
 
 Inputs per (case, config): ``tune.model.build_inputs`` (graph sizes, degree quantiles, and what
 the config implies on the graph: programs, serial steps, launches, ...).  A case = graph x F x
@@ -14,7 +16,10 @@ trained full-batch with Adam in torch on the CPU, is exported as one MLP (plain 
 layers side by side, block diagonal, output = the members' mean x tau).
 
 Leave-graph-out: every graph's cases are predicted by a model trained without that graph
-(the exported form, through ``CostModel`` as at runtime); the report gives the zero-shot
+(the exported form, through ``CostModel`` as at runtime).  Only the positional files' graphs
+are evaluated; ``--extra`` files (``sweep_tune.py --groups extra``) only add training cases,
+to every fold except that of the graph a copy was made from (rows with ``source``).  The
+model fitted on everything is written to ``--out`` when given.  The report gives the zero-shot
 pick's time over the case's best, the best of the top-3 shortlist, the heuristic (first
 candidate), the failing cases, the measured prediction time, and how far the sweep's own
 timings agree with the autotuner's re-measurements of the same configs (``--noise-from``).
@@ -44,21 +49,35 @@ SHORTLIST = 3
 NOISE_FILES = ("real_spmm_fp32.json", "real_spmm_bf16.json", "paper_spmm_fp32.json", "paper_bf16.json")
 
 
-def load_cases(path):
+def load_cases(paths):
+    """The cases (graph x F x dtype) of the sweep files ``paths``; ``graph`` is ``(group, name)``,
+    ``source`` the graph a copy was made from (the row's ``source``), else ``graph``."""
     cases = collections.defaultdict(list)
-    for line in open(path):
-        r = json.loads(line)
-        if not math.isfinite(r["ms"]) or r.get("rel_err", 0) > 1e-2:
-            continue
-        cases[(r["group"], r["graph"], r["F"], r["dtype"])].append(r)
+    for path in paths:
+        for line in open(path):
+            r = json.loads(line)
+            if not math.isfinite(r["ms"]) or r.get("rel_err", 0) > 1e-2:
+                continue
+            cases[(r["group"], r["graph"], r["F"], r["dtype"])].append(r)
     out = []
     for key, rows in cases.items():
         stats = GraphStats(**rows[0]["stats"])
         cfgs = [r["config"] for r in rows]
         ms = np.array([r["ms"] for r in rows])
-        out.append({"key": key, "graph": key[:2], "stats": stats, "cfgs": cfgs, "ms": ms,
-                    "x": build_inputs(stats, key[2], ELEM[key[3]], cfgs), "cusparse": rows[0]["cusparse_ms"]})
+        out.append({"key": key, "graph": key[:2], "source": tuple(rows[0].get("source", key[:2])), "stats": stats,
+                    "cfgs": cfgs, "ms": ms, "x": build_inputs(stats, key[2], ELEM[key[3]], cfgs),
+                    "cusparse": rows[0]["cusparse_ms"]})
     return out
+
+
+def data_info(paths, cases):
+    """The ``data`` record of the exported model: file(s) (one: as strings), hashes, counts."""
+    info = {"path": [str(p) for p in paths],
+            "sha256": [hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths],
+            "cases": len(cases), "graphs": len({c["graph"] for c in cases})}
+    if len(paths) == 1:
+        info["path"], info["sha256"] = info["path"][0], info["sha256"][0]
+    return info
 
 
 def _pack(cases):
@@ -141,13 +160,15 @@ def _short(cfg):
                                          f"={cfg[k]}" for k in keys if k in cfg)
 
 
-def remeasured(data_path, bench_dir):
+def remeasured(data_paths, bench_dir):
     """(case key, config, sweep ms, autotuner ms) for every config re-timed in NOISE_FILES."""
     index = {}
-    for line in open(data_path):
-        r = json.loads(line)
-        index[(r["graph"], r["stats"]["num_edges"], r["F"], r["dtype"], json.dumps(r["config"], sort_keys=True))] = (
-            (r["group"], r["graph"], r["F"], r["dtype"]), r["ms"])
+    for path in data_paths:
+        for line in open(path):
+            r = json.loads(line)
+            config = json.dumps(r["config"], sort_keys=True)
+            index[(r["graph"], r["stats"]["num_edges"], r["F"], r["dtype"], config)] = (
+                (r["group"], r["graph"], r["F"], r["dtype"]), r["ms"])
     pairs = {}
     for name in NOISE_FILES:
         path = Path(bench_dir) / name
@@ -180,35 +201,47 @@ def noise_bound(cases, ratios, reps=300, seed=0):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("data")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("data", nargs="+", help="sweep file(s) whose graphs are evaluated leave-graph-out")
+    parser.add_argument("--extra", nargs="+", default=[], help="sweep file(s) for training only (never evaluated)")
+    parser.add_argument("--out", help="write the model fitted on all cases here (plain JSON; default: not written)")
     parser.add_argument("--report", required=True)
     parser.add_argument("--members", type=int, default=5)
     parser.add_argument("--hidden", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=400)
     parser.add_argument("--tau", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="members use seeds seed, seed + 1, ... (0: the shipped model; +-4 cases between seeds)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--noise-from", default=None, help="benchmark folder with NOISE_FILES (default: the data's)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    hyper = dict(members=args.members, hidden=args.hidden, epochs=args.epochs, tau=args.tau)
+    hyper = dict(members=args.members, hidden=args.hidden, epochs=args.epochs, tau=args.tau, seed=args.seed)
     t0 = time.perf_counter()
     cases = load_cases(args.data)
+    extra = load_cases(args.extra) if args.extra else []
     graphs = sorted({c["graph"] for c in cases})
+    clash = sorted({c["graph"] for c in extra} & set(graphs))
+    if clash:
+        parser.error(f"--extra repeats evaluated graphs: {', '.join(' '.join(g) for g in clash)}")
     held = []
     for g in graphs:
-        model = fit([c for c in cases if c["graph"] != g], **hyper)
+        train = [c for c in cases + extra if g not in (c["graph"], c["source"])]
+        model = fit(train, **hyper)
         rows = evaluate(model, [c for c in cases if c["graph"] == g])
         held += rows
-        print(f"held out {' '.join(g)}: {sum(r['pick'] <= 1.1 for r in rows)}/{len(rows)}", flush=True)
-    final = fit(cases, **hyper)
-    final.spec["data"] = {"path": str(args.data), "sha256": hashlib.sha256(Path(args.data).read_bytes()).hexdigest(),
-                          "cases": len(cases), "graphs": len(graphs)}
-    Path(args.out).write_text(json.dumps(final.to_json(), separators=(",", ":")) + "\n")
+        print(f"held out {' '.join(g)}: {sum(r['pick'] <= 1.1 for r in rows)}/{len(rows)} "
+              f"(trained on {len(train)} cases, {sum(c['source'] != g for c in extra)} extra)", flush=True)
+    final = fit(cases + extra, **hyper)
+    final.spec["data"] = data_info(args.data, cases)
+    if extra:
+        final.spec["data"]["extra"] = data_info(args.extra, extra)
+    exported = json.dumps(final.to_json(), separators=(",", ":")) + "\n"
+    if args.out:
+        Path(args.out).write_text(exported)
     fit_s = time.perf_counter() - t0
 
     # prediction time per case, as the autotuner calls it (features + MLP)
-    shipped = CostModel(json.loads(Path(args.out).read_text()))
+    shipped = CostModel(json.loads(exported))
     for c in cases[:20]:
         shipped.rank(c["stats"], c["key"][2], ELEM[c["key"][3]], c["cfgs"])
     per_case = []
@@ -231,6 +264,9 @@ def main() -> int:
     lines = ["# Cost model, leave-graph-out (H100 sweep data)", "",
              f"{len(cases)} cases (graph x F x dtype) on {len(graphs)} graphs, {sum(len(c['ms']) for c in cases)} timed configs.",
              "Each graph's cases are predicted by a model trained on the other graphs only.",
+             *([f"Training also uses {len(extra)} cases on {len({c['graph'] for c in extra})} extra graphs "
+                f"({', '.join(map(str, args.extra))}), never evaluated; a fold leaves out the extra copies of its "
+                "held-out graph."] if extra else []),
              f"Model: {args.members} MLPs (2 x {args.hidden} hidden, ReLU) trained with a listwise loss "
              f"(ListNet, tau = {args.tau} in log2 units) on `tune.model.build_inputs` ({len(INPUT_NAMES)} inputs, "
              f"version {INPUTS_VERSION}), {args.epochs} full-batch Adam epochs; exported as one MLP in plain JSON.", "",
@@ -248,7 +284,7 @@ def main() -> int:
              f"max {np.max(per_case):.3f} ms ({geo([r['n'] for r in held]):.0f} candidates, geomean). "
              f"Fit + leave-graph-out: {fit_s:.0f} s on {args.threads} CPU thread(s).", ""]
 
-    pairs = remeasured(args.data, args.noise_from or Path(args.data).parent)
+    pairs = remeasured(args.data, args.noise_from or Path(args.data[0]).parent)
     if pairs:
         ratios = np.array([p[2] / p[3] for p in pairs])
         off = np.abs(np.log(ratios)) > math.log(1.1)
