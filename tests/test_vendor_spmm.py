@@ -85,3 +85,24 @@ def test_in_place_update_of_the_graph_values_rebuilds_the_vendor_csr(fresh_store
     second = sg.spmm(g, x, backend="triton")
     assert torch.allclose(second.cpu(), 3 * first.cpu(), rtol=1e-5, atol=1e-5)
     assert lookup("spmm_vendor", g, spmm_detail(g.edge_val, "sum"), 8, torch.float32, g.device)["config"] == {"path": 1}
+
+
+def test_deterministic_mode_keeps_our_bit_reproducible_kernel(fresh_store, monkeypatch):
+    monkeypatch.setattr(_dispatch, "VENDOR_MIN_WORK", 0)
+    set_timer(_vendor_faster)
+    ei, w = sg.datasets.random_graph(30, 200, seed=7, weighted=True)
+    g = Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE)
+    x = torch.randn(30, 8, device=DEVICE)
+    ref = dense_adjacency(ei, 30, w) @ x.double().cpu()
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert not vendor_applies(g, x, g.edge_val, "sum")
+        out = sg.spmm(g, x, backend="triton")
+        assert lookup("spmm_vendor", g, spmm_detail(g.edge_val, "sum"), 8, torch.float32, g.device) is None
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    assert torch.allclose(out.double().cpu(), ref, rtol=1e-5, atol=1e-5)
+    again = sg.spmm(g, x, backend="triton")            # deterministic mode off again: the vendor decision is taken
+    assert lookup("spmm_vendor", g, spmm_detail(g.edge_val, "sum"), 8, torch.float32, g.device)["config"] == {"path": 1}
+    assert torch.allclose(again.double().cpu(), ref, rtol=1e-5, atol=1e-5)

@@ -140,10 +140,13 @@ VENDOR_SPACE = {"path": (0, 1)}
 def vendor_applies(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> bool:
     """Whether the exact SpMM ``A x`` may run on cuSPARSE: a sum with no or one value per
     edge, fp32 features (cuSPARSE's bf16 CSR product rejects some structures), no duplicate
-    edges beyond ``N M`` (rejected too) and at least ``VENDOR_MIN_WORK`` edge-features."""
+    edges beyond ``N M`` (rejected too), at least ``VENDOR_MIN_WORK`` edge-features, and not
+    under ``torch.use_deterministic_algorithms(True)`` (our kernels are bit-reproducible;
+    cuSPARSE's CSR SpMM algorithms other than ALG3 do not promise it)."""
     return (reduce == "sum" and x.dtype == torch.float32 and (weight is None or weight.dim() == 1)
             and 0 < graph.num_edges <= graph.num_nodes * graph.num_src
-            and graph.num_edges * x.shape[1] >= VENDOR_MIN_WORK)
+            and graph.num_edges * x.shape[1] >= VENDOR_MIN_WORK
+            and not torch.are_deterministic_algorithms_enabled())
 
 
 def _with_vendor(graph: Graph, x: Tensor, weight: Optional[Tensor], detail: str, ours):
@@ -202,7 +205,9 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     # stores (tune.reset_stores), in place: no entry per generation
     # (an owned weight other than edge_val, such as the values permuted for a backward, has its
     # own entry: a caller alternating it with edge_val does not rebind on every call)
-    key = ("derived", "spmm_run", detail, x.shape[1], x.dtype, x.device.index, owned and weight is not graph.edge_val)
+    # (deterministic mode in the key: it decides whether cuSPARSE may run, see vendor_applies)
+    key = ("derived", "spmm_run", detail, x.shape[1], x.dtype, x.device.index, owned and weight is not graph.edge_val,
+           torch.are_deterministic_algorithms_enabled())
     entry = graph.cache.get(key)
     version, generation = (None if weight is None else weight._version), stores_generation()
     if entry is None or entry[0] is not weight or entry[1] != version or entry[2] != generation:
