@@ -206,8 +206,8 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     # (an owned weight other than edge_val, such as the values permuted for a backward, has its
     # own entry: a caller alternating it with edge_val does not rebind on every call)
     # (deterministic mode in the key: it decides whether cuSPARSE may run, see vendor_applies)
-    key = ("derived", "spmm_run", detail, x.shape[1], x.dtype, x.device.index, owned and weight is not graph.edge_val,
-           torch.are_deterministic_algorithms_enabled())
+    key = ("derived", "spmm_run", detail, x.shape[1], x.dtype, x.device.index, torch.are_deterministic_algorithms_enabled(),
+           owned and weight is not graph.edge_val)
     entry = graph.cache.get(key)
     version, generation = (None if weight is None else weight._version), stores_generation()
     if entry is None or entry[0] is not weight or entry[1] != version or entry[2] != generation:
