@@ -1,14 +1,17 @@
 """Fit the SpMM cost model on the sweep data and evaluate it leave-graph-out.
 
-    python scripts/fit_cost_model.py benchmarks/h100/tune_sweep.jsonl \
+    python scripts/fit_cost_model.py benchmarks/h100/tune_sweep_merged.jsonl \
+        --extra benchmarks/h100/tune_sweep_extra.jsonl \
         --out src/sparsegnn/tune/data/cost_model_spmm.json --report notes/cost-model-eval.md
-    python scripts/fit_cost_model.py benchmarks/h100/tune_sweep.jsonl --extra sweep_extra.jsonl \
+    python scripts/fit_cost_model.py benchmarks/h100/tune_sweep_merged.jsonl --seed 5 \
         --out /tmp/cost_model_spmm.json --report /tmp/cost-model-eval.md
 
-Inputs per (case, config): ``tune.model.build_inputs`` (graph sizes, degree quantiles, and what
-the config implies on the graph: programs, serial steps, launches, ...).  A case = graph x F x
-dtype.  Loss: listwise (ListNet): per case, the softmax of the negated outputs is fitted to the
-softmax of ``-log2(ms / best) / tau``: the model is trained to order a case's configs, and
+Inputs per (case, config): ``tune.model.build_inputs`` (graph sizes, degree quantiles, what
+the config implies on the graph: programs, serial steps, launches, occupancy, ..., and each
+config input relative to the mean over the case's candidate list), built per case over exactly
+the case's candidate list (the sweep times the list ``spmm_candidates`` gives, as the tuner
+ranks it).  A case = graph x F x dtype.  Loss: listwise (ListNet): per case, the softmax of the
+negated outputs is fitted to the softmax of ``-log2(ms / best) / tau``: the model is trained to order a case's configs, and
 mostly to find its fastest ones, not to fit the slow tail's times (MSE on the per-case
 centred log time, GPC's recipe and this script's first version, spent its capacity on configs
 2-100x off the best, timing spikes included).  An ensemble of small MLPs (different seeds),
@@ -56,16 +59,20 @@ def load_cases(paths):
     for path in paths:
         for line in open(path):
             r = json.loads(line)
-            if not math.isfinite(r["ms"]) or r.get("rel_err", 0) > 1e-2:
-                continue
             cases[(r["group"], r["graph"], r["F"], r["dtype"])].append(r)
     out = []
     for key, rows in cases.items():
         stats = GraphStats(**rows[0]["stats"])
-        cfgs = [r["config"] for r in rows]
-        ms = np.array([r["ms"] for r in rows])
+        # inputs over the case's whole candidate list (the sweep times exactly the list the
+        # tuner ranks), as ``CostModel.rank`` builds them at run time: the ``rel_`` inputs are
+        # relative to that list's mean; then rows without a valid timing are dropped
+        x = build_inputs(stats, key[2], ELEM[key[3]], [r["config"] for r in rows])
+        ok = np.array([math.isfinite(r["ms"]) and r.get("rel_err", 0) <= 1e-2 for r in rows])
+        if not ok.any():
+            continue
+        rows = [r for r, keep in zip(rows, ok) if keep]
         out.append({"key": key, "graph": key[:2], "source": tuple(rows[0].get("source", key[:2])), "stats": stats,
-                    "cfgs": cfgs, "ms": ms, "x": build_inputs(stats, key[2], ELEM[key[3]], cfgs),
+                    "cfgs": [r["config"] for r in rows], "ms": np.array([r["ms"] for r in rows]), "x": x[ok],
                     "cusparse": rows[0]["cusparse_ms"]})
     return out
 

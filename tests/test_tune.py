@@ -198,6 +198,35 @@ def test_shipped_model_matches_the_inputs_it_is_given():
         CostModel(dict(spec, inputs_version=INPUTS_VERSION + 1))
 
 
+def test_cost_model_relative_inputs_are_relative_to_the_candidate_list():
+    from sparsegnn.tune.model import CONFIG_NAMES, GRAPH_NAMES, INPUT_NAMES, OCCUPANCY_NAMES
+
+    g, k = len(GRAPH_NAMES), len(GRAPH_NAMES) + len(CONFIG_NAMES) + len(OCCUPANCY_NAMES)
+    assert len(INPUT_NAMES) == k + len(CONFIG_NAMES) + len(OCCUPANCY_NAMES)
+    assert INPUT_NAMES[k:] == tuple("rel_" + name for name in INPUT_NAMES[g:k])
+    stats = GraphStats(1000, 60000, 60.0, 400.0, 9000, 3.0, 20.0, 900.0, 0.6, 0.8, 0.0, 0.02)
+    cands = spmm_candidates(1000, 60000, 64, 4, 9000)
+    full, part = build_inputs(stats, 64, 4, cands), build_inputs(stats, 64, 4, cands[:3])
+    assert np.array_equal(full[:3, :k], part[:, :k])                    # a config's own inputs: list-free
+    assert np.allclose(full[:, k:], full[:, g:k] - full[:, g:k].mean(0))  # rel_: minus the list's mean
+    assert np.allclose(part[:, k:], part[:, g:k] - part[:, g:k].mean(0))
+    assert not np.allclose(full[:3, k:], part[:, k:])                  # so a row depends on the list
+    assert np.array_equal(build_inputs(stats, 64, 4, cands[:1])[0, k:], np.zeros(len(INPUT_NAMES) - k))
+
+
+def test_occupancy_inputs_follow_the_launch_geometry():
+    from sparsegnn.tune.model import L2_BYTES, NUM_SMS, occupancy_inputs
+
+    lg = lambda v: np.log2(v + 1.0)  # noqa: E731
+    # 4 warps: 16 programs per SM (64 warps), 2112 on the GPU; 10000 launched, 2112 run at once
+    got = occupancy_inputs(100_000, 64, 4, 32, 4, 10_000.0, 256.0)
+    assert np.allclose(got, [lg(10_000 / (NUM_SMS * 16)), lg(NUM_SMS * 16 * 256 * 4), lg(100_000 * 128 / L2_BYTES),
+                             lg(128), lg(NUM_SMS * 16)])
+    # 1 warp: the 32-programs-per-SM limit; fewer launched than fit: all of them run; BLOCK_F > F
+    got = occupancy_inputs(1000, 16, 2, 64, 1, 500.0, 64.0)
+    assert np.allclose(got, [lg(500 / (NUM_SMS * 32)), lg(500 * 64 * 2), lg(1000 * 32 / L2_BYTES), lg(32), lg(500)])
+
+
 def test_cost_model_inputs_are_finite_on_edge_cases():
     empty = GraphStats(50, 0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
     single = GraphStats(1, 1, 1.0, 0.0, 1, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0)

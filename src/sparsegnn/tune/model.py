@@ -17,14 +17,22 @@ and the edges in them (interpolated from the degree quantiles), programs and fea
 launched, serial steps of the longest program, the edge slots stepped over in all, tile sizes
 per thread, and the kernel launches (the row-group and planned schedules launch up to four
 kernels on graphs with rows over the light bound and over the plan's chunk: on small graphs
-each launch costs more than the kernel).  These are computed from the same ``GraphStats``,
-F and element size that ``features.py`` gets; ``features.signature`` is not involved.
+each launch costs more than the kernel).  Inputs version 3 adds the occupancy of the launch
+(``occupancy_inputs``: programs launched over programs the H100's 132 SMs hold at once for the
+config's warps, bytes one step of the running programs gathers, the gathered slice of ``x``
+over the 50 MB L2, bytes per gathered row, programs running at once) and, for every config-part
+input ``c``, ``c`` minus its mean over the case's candidate list (``rel_*``): a row then says
+where the config stands among the case's candidates, so ``build_inputs`` must be given the
+whole candidate list (``rank`` and ``predict`` are, at run time and in the fit).  These are
+computed from the same ``GraphStats``, F and element size that ``features.py`` gets;
+``features.signature`` is not involved.
 
 The weights are plain JSON (never a pickle) under ``tune/data/``, written by
-``scripts/fit_cost_model.py`` from the sweep data in ``benchmarks/h100/tune_sweep.jsonl``.  An
-ensemble of small MLPs is stored as one MLP (the members' hidden layers side by side, block
-diagonal, the output averaging them), so inference is two or three numpy matrix products
-(~0.1-0.2 ms per case with the features, all in Python/numpy).
+``scripts/fit_cost_model.py`` from the sweep data in ``benchmarks/h100/tune_sweep_merged.jsonl``
+(and ``tune_sweep_extra.jsonl``, training only).  An ensemble of small MLPs is stored as one MLP
+(the members' hidden layers side by side, block diagonal, the output averaging them), so
+inference is two or three numpy matrix products (~0.1-0.3 ms per case with the features, all in
+Python/numpy).
 """
 from __future__ import annotations
 
@@ -43,15 +51,26 @@ DATA_DIR = Path(__file__).parent / "data"
 MODEL_FILE = "cost_model_spmm.json"
 
 #: Version of ``build_inputs``' layout; the shipped JSON records the one it was fitted on.
-INPUTS_VERSION = 2
+#: 1: graph + config values; 2: + what the config implies on the graph (launch logic);
+#: 3: + occupancy inputs (``OCCUPANCY_NAMES``) + every config-part input relative to the
+#: candidate list's mean (``rel_*``).
+INPUTS_VERSION = 3
 
-#: Names of the input columns (the JSON stores them; ``CostModel`` checks the width).
-INPUT_NAMES = (
-    # graph
+#: The GPU the weights are fitted for (H100 SXM), as the occupancy inputs use it.
+NUM_SMS = 132
+#: Programs (thread blocks) one SM holds at once at most, and warps (64 x 32 = 2048 threads).
+MAX_PROGRAMS_PER_SM = 32
+MAX_WARPS_PER_SM = 64
+#: L2 cache size in bytes (50 MB).
+L2_BYTES = 50 * 2 ** 20
+
+GRAPH_NAMES = (
     "log_nodes", "log_edges", "log_deg_mean", "log_deg_max", "log_deg_p50", "log_deg_p90", "log_deg_p99",
     "spread", "empty_frac", "hub_share", "local_frac", "window_frac", "log_F", "elem_size", "log_x_bytes",
     "log_gathered_bytes", "log_chunk", "has_long_rows",
-    # config
+)
+CONFIG_NAMES = (
+    # the config's own values
     "is_flat", "is_hybrid_flat", "is_split", "is_grouped", "is_planned", "log_block_f", "log_block_e",
     "log_warps", "log_group_rows", "log_light_e", "log_heavy_e", "log_piece_steps", "inline",
     # implied on this graph
@@ -59,6 +78,16 @@ INPUT_NAMES = (
     "log_serial_over_mean_steps", "log_steps_total", "log_slot_use", "log_tile", "log_tile_per_thread",
     "log_tile_bytes", "launches", "log_launch_over_bytes", "log_threads", "log_edges_per_program",
 )
+#: Occupancy (version 3), see ``occupancy_inputs``.
+OCCUPANCY_NAMES = (
+    "log_launched_over_resident", "log_bytes_in_flight", "log_x_slice_over_l2", "log_row_bytes", "log_resident",
+)
+
+#: Names of the input columns (the JSON stores them; ``CostModel`` checks the width): the graph
+#: part, the config part (config values, implied, occupancy), then the config part again minus
+#: its mean over the candidate list (``rel_`` + name).
+INPUT_NAMES = (GRAPH_NAMES + CONFIG_NAMES + OCCUPANCY_NAMES
+               + tuple("rel_" + name for name in CONFIG_NAMES + OCCUPANCY_NAMES))
 
 
 def _lg(value: float) -> float:
@@ -171,9 +200,36 @@ def graph_context(stats: GraphStats, num_feats: int, elem_size: int) -> Tuple:
     return graph_part, DegreeProfile(stats), chunk
 
 
+def occupancy_inputs(num_nodes: int, num_feats: int, elem_size: int, block_f: int, warps: int, launched: float,
+                     tile: float) -> List[float]:
+    """The occupancy part of a config's row (``OCCUPANCY_NAMES``), from the launch geometry.
+
+    With ``L`` programs launched (row programs x feature blocks, ``launched``) of ``W`` warps,
+    an SM holds ``r = min(MAX_PROGRAMS_PER_SM, MAX_WARPS_PER_SM // W)`` of them (registers and
+    shared memory are not modelled), the GPU ``R = NUM_SMS * r``, and ``A = min(L, R)`` run at
+    once.  A step of a program gathers ``tile`` elements (edges x features, see
+    ``config_inputs``), and each gathered row of ``x`` is ``b = min(BLOCK_F, F) * elem_size``
+    contiguous bytes.  The grid runs feature blocks slowest, so while one runs its programs
+    gather from an ``N x min(BLOCK_F, F)`` slice of ``x``.  Inputs (``lg(v) = log2(v + 1)``):
+
+    - ``log_launched_over_resident = lg(L / R)`` (waves at this config's occupancy);
+    - ``log_bytes_in_flight = lg(A * tile * elem_size)`` (bytes one step of all running programs requests);
+    - ``log_x_slice_over_l2 = lg(N * b / L2_BYTES)`` (whether the gathered slice stays in L2);
+    - ``log_row_bytes = lg(b)`` (sector use of a gathered row);
+    - ``log_resident = lg(A)``.
+    """
+    per_sm = max(min(MAX_PROGRAMS_PER_SM, MAX_WARPS_PER_SM // max(warps, 1)), 1)
+    capacity = NUM_SMS * per_sm
+    active = min(launched, capacity)
+    row_bytes = min(block_f, max(num_feats, 1)) * elem_size
+    return [_lg(launched / capacity), _lg(active * tile * elem_size), _lg(max(num_nodes, 1) * row_bytes / L2_BYTES),
+            _lg(row_bytes), _lg(active)]
+
+
 def config_inputs(stats: GraphStats, num_feats: int, elem_size: int, config: Dict[str, int], profile: DegreeProfile,
                   chunk: int) -> List[float]:
-    """The config half of an input row: the config's values and what they imply on this graph."""
+    """The config part of an input row (``CONFIG_NAMES + OCCUPANCY_NAMES``): the config's
+    values, what they imply on this graph, and the occupancy (``occupancy_inputs``)."""
     n, e = max(stats.num_nodes, 1), max(stats.num_edges, 1)
     mean, dmax = stats.deg_mean, float(stats.deg_max)
     num_feats = max(num_feats, 1)
@@ -245,18 +301,29 @@ def config_inputs(stats: GraphStats, num_feats: int, elem_size: int, config: Dic
         _lg(steps * tile * fblocks / (e * num_feats)), _lg(tile), _lg(tile / threads), _lg(tile * elem_size),
         launches, _lg(launches * 1e-3 / max(gathered / 3e9, 1e-9)), _lg(programs * fblocks * threads),
         _lg(e / programs),
-    ]
+    ] + occupancy_inputs(n, num_feats, elem_size, block_f, warps, programs * fblocks, tile)
 
 
 def build_inputs(stats: GraphStats, num_feats: int, elem_size: int, configs: Sequence[Dict[str, int]]) -> np.ndarray:
-    """Model input rows (graph part, then config part) for every config.
+    """Model input rows for every config of one case's candidate list.
+
+    A row is ``[g, c_i, c_i - mean_j c_j]``: the graph part ``g`` (``GRAPH_NAMES``, the same
+    in every row), the config part ``c_i`` of config i (``CONFIG_NAMES + OCCUPANCY_NAMES``), and
+    ``c_i`` minus the mean of ``c_j`` over all of ``configs`` (the ``rel_`` columns: where a
+    config stands among the case's candidates).  ``configs`` must therefore be the whole
+    candidate list of the case, as ``CostModel.rank`` / ``predict`` receive it at run time and
+    ``scripts/fit_cost_model.py`` passes it in training; a row depends on the other configs.
 
     Shapes:
         -> [len(configs), len(INPUT_NAMES)] float64.
     """
     graph_part, profile, chunk = graph_context(stats, num_feats, elem_size)
-    return np.asarray([graph_part + config_inputs(stats, num_feats, elem_size, cfg, profile, chunk) for cfg in configs],
-                      dtype=np.float64).reshape(len(configs), len(INPUT_NAMES))
+    width = len(CONFIG_NAMES) + len(OCCUPANCY_NAMES)
+    part = np.asarray([config_inputs(stats, num_feats, elem_size, cfg, profile, chunk) for cfg in configs],
+                      dtype=np.float64).reshape(len(configs), width)
+    relative = part - part.mean(0) if len(configs) else part
+    graph = np.broadcast_to(np.asarray(graph_part, dtype=np.float64), (len(configs), len(graph_part)))
+    return np.concatenate([graph, part, relative], axis=1).reshape(len(configs), len(INPUT_NAMES))
 
 
 class CostModel:
@@ -295,7 +362,8 @@ class CostModel:
         return h[:, 0]
 
     def predict(self, stats: GraphStats, num_feats: int, elem_size: int, configs: Sequence[Dict[str, int]]) -> np.ndarray:
-        """Relative log2 time of every config on this graph (lower is faster).
+        """Relative log2 time of every config on this graph (lower is faster).  ``configs`` is
+        the case's whole candidate list (the ``rel_*`` inputs are relative to its mean).
 
         Shapes:
             configs: C dicts -> [C].
