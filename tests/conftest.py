@@ -31,6 +31,19 @@ def dense_adjacency(edge_index, num_nodes, weight=None, dtype=torch.float64):
     return a
 
 
+@pytest.fixture
+def fresh_store(tmp_path, monkeypatch):
+    """Decision stores on a fresh cache directory (returned), no test timer left behind."""
+    from sparsegnn.tune import set_timer
+    from sparsegnn.tune.store import reset_stores
+
+    monkeypatch.setenv("SPARSEGNN_TUNE_CACHE", str(tmp_path))
+    reset_stores()
+    yield tmp_path
+    set_timer(None)
+    reset_stores()
+
+
 # (name, num_nodes, edge_index, weight): each graph mixes the cases the issue names.
 def _cases():
     cases = []

@@ -14,17 +14,8 @@ from sparsegnn.kernels.configs import SDDMM_SPACE, SPMM_SPACE, in_space, sddmm_c
 from sparsegnn.tune import autotune, decide, lookup, set_timer, tuner_invocations
 from sparsegnn.tune.features import GraphStats, graph_stats, graph_stats_cached, signature
 from sparsegnn.tune.model import CostModel, build_inputs, load_model
-from sparsegnn.tune.store import reset_stores, store_for_device
+from sparsegnn.tune.store import store_for_device
 
-
-
-@pytest.fixture
-def fresh_store(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPARSEGNN_TUNE_CACHE", str(tmp_path))
-    reset_stores()
-    yield tmp_path
-    set_timer(None)
-    reset_stores()
 
 
 def _graph(seed=0, n=200, e=1500):

@@ -10,23 +10,22 @@ from sparsegnn import Graph
 from sparsegnn.ops import _dispatch
 from sparsegnn.ops._dispatch import spmm_detail, vendor_applies
 from sparsegnn.tune import lookup, set_timer
-from sparsegnn.tune.store import reset_stores
 
 from conftest import DEVICE, dense_adjacency
-
-
-@pytest.fixture
-def fresh_store(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPARSEGNN_TUNE_CACHE", str(tmp_path))
-    reset_stores()
-    yield tmp_path
-    set_timer(None)
-    reset_stores()
 
 
 def _vendor_faster(run, cfg):
     """A fake timer: cuSPARSE wins the vendor decision, every other config ties."""
     return 0.5 if cfg == {"path": 1} else 1.0
+
+
+def _small_case(monkeypatch, seed):
+    """``(edge_index, weight, graph, x)``: a weighted 30-node graph and [30, 8] features, with
+    the vendor's work floor off and the fake timer that makes cuSPARSE win."""
+    monkeypatch.setattr(_dispatch, "VENDOR_MIN_WORK", 0)
+    set_timer(_vendor_faster)
+    ei, w = sg.datasets.random_graph(30, 200, seed=seed, weighted=True)
+    return ei, w, Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE), torch.randn(30, 8, device=DEVICE)
 
 
 @pytest.mark.parametrize("weighted", [True, False])
@@ -74,11 +73,7 @@ def test_vendor_is_not_timed_for_half_features_small_work_or_other_reductions(fr
 
 
 def test_in_place_update_of_the_graph_values_rebuilds_the_vendor_csr(fresh_store, monkeypatch):
-    monkeypatch.setattr(_dispatch, "VENDOR_MIN_WORK", 0)
-    set_timer(_vendor_faster)
-    ei, w = sg.datasets.random_graph(30, 200, seed=6, weighted=True)
-    g = Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE)
-    x = torch.randn(30, 8, device=DEVICE)
+    _, _, g, x = _small_case(monkeypatch, seed=6)
     first = sg.spmm(g, x, backend="triton")
     with torch.no_grad():
         g.edge_val.mul_(3.0)                    # an optimiser step on a learnable edge weight
@@ -88,11 +83,7 @@ def test_in_place_update_of_the_graph_values_rebuilds_the_vendor_csr(fresh_store
 
 
 def test_deterministic_mode_keeps_our_bit_reproducible_kernel(fresh_store, monkeypatch):
-    monkeypatch.setattr(_dispatch, "VENDOR_MIN_WORK", 0)
-    set_timer(_vendor_faster)
-    ei, w = sg.datasets.random_graph(30, 200, seed=7, weighted=True)
-    g = Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE)
-    x = torch.randn(30, 8, device=DEVICE)
+    ei, w, g, x = _small_case(monkeypatch, seed=7)
     ref = dense_adjacency(ei, 30, w) @ x.double().cpu()
     previous = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)

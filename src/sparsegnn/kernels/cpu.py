@@ -462,12 +462,13 @@ def spmm_sum_runner(bounds: Tensor, rowptr: Tensor, col: Tensor, val: Optional[T
         out = np.empty(shape, np_dtype)
         if threads > 1:
             use_threads(threads)
-        if entry is not None and x.dtype is dtype and x.is_contiguous():
+        typed = x.dtype is dtype and x.is_contiguous()   # the types the bound entry was looked up with
+        if entry is not None and typed:
             entry(x.numpy(force=True), out, zero, one)
         else:
             args = (*head, *rest, x.numpy(force=True), out, zero, one)
             _run(fn, *args)
-            if x.dtype is dtype and x.is_contiguous():
+            if typed:
                 entry = _bound_entry(fn, args, len(args) - 4)
         return from_numpy(out)
 
