@@ -4,11 +4,17 @@ In a fresh Python subprocess (``PYTHONPATH=src``) it times, on Cora: ``import sp
 loading the dataset, and the first and second training steps (forward, backward, Adam) of a
 2-layer GCN of ``sparsegnn.nn.GCNConv`` layers called with ``edge_index`` (the PyG way). The
 headline number is the time from before ``import sparsegnn`` to the end of the first step
-(``import torch`` is timed separately). It runs twice:
+(``import torch`` is timed separately). The same step with PyG's ``GCNConv``, and with plain
+linear layers and no aggregation (the floor of what torch itself pays on a first step: cuBLAS,
+autograd, cross entropy and Adam's first use), run in the same harness. Ours runs at least twice:
 
 1. ``cold``: ``TRITON_CACHE_DIR``, ``SPARSEGNN_CACHE`` and ``SPARSEGNN_TUNE_CACHE`` point into
    a fresh temporary directory, so every kernel compiles and every config is tuned;
 2. ``warm``: a new process with the same, now filled, directories.
+
+``PYTHONDONTWRITEBYTECODE`` is dropped from the children's environment, so modules without a
+``.pyc`` are byte-compiled once, as a normal install has them: by a first process with caches of
+its own, run before ``cold`` and reported as the machine's first process.
 
 Prints both and writes JSON to ``--out``::
 
@@ -57,7 +63,21 @@ edge_index = data.graph.edge_index().contiguous().to(device)
 sync()
 t_load = time.perf_counter()
 torch.manual_seed(0)
-layers = pyg_nn if library == "pyg" else sg.nn
+class _DenseOnly(torch.nn.Module):  # the "torch" floor: the same step without aggregation
+    def __init__(self, fin, fout):
+        super().__init__()
+        self.lin = torch.nn.Linear(fin, fout)
+
+    def forward(self, x, edge_index):
+        return self.lin(x)
+
+if library == "pyg":
+    layers = pyg_nn
+elif library == "torch":
+    import types
+    layers = types.SimpleNamespace(GCNConv=_DenseOnly)
+else:
+    layers = sg.nn
 conv1 = layers.GCNConv(x.shape[1], 16).to(device)
 conv2 = layers.GCNConv(16, data.num_classes).to(device)
 opt = torch.optim.Adam(list(conv1.parameters()) + list(conv2.parameters()), lr=0.01)
@@ -69,7 +89,19 @@ def step():
     opt.step()
     sync()
 
-step()
+import os
+_prof_out = os.environ.get("FIRST_CALL_PROFILE")
+if _prof_out:  # where the first step's time goes (cProfile, top entries by cumulative and own time)
+    import cProfile, io, pstats
+    _prof = cProfile.Profile()
+    _prof.runcall(step)
+    _buf = io.StringIO()
+    _stats = pstats.Stats(_prof, stream=_buf)
+    _stats.sort_stats("cumulative").print_stats(110)
+    _stats.sort_stats("tottime").print_stats(60)
+    open(_prof_out, "w").write(_buf.getvalue())
+else:
+    step()
 t_first = time.perf_counter()
 step()
 t_second = time.perf_counter()
@@ -88,13 +120,22 @@ print(json.dumps({
 
 
 def run_child(device: str, cache_root: Path, timeout: float, library: str = "sparsegnn",
-              preload: bool = False) -> Dict[str, object]:
-    """One fresh process with the caches under ``cache_root``; its JSON, or an ``error``."""
+              preload: bool = False, profile: Optional[str] = None) -> Dict[str, object]:
+    """One fresh process with the caches under ``cache_root``; its JSON, or an ``error``.
+
+    With ``profile``, the first step runs under cProfile and the statistics go to that file."""
     env = dict(os.environ)
+    env.pop("FIRST_CALL_PROFILE", None)
+    if profile:
+        env["FIRST_CALL_PROFILE"] = profile
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p)
     env["TRITON_CACHE_DIR"] = str(cache_root / "triton")
     env["SPARSEGNN_CACHE"] = str(cache_root / "sparsegnn")
     env["SPARSEGNN_TUNE_CACHE"] = str(cache_root / "tune")
+    # byte-compiled modules as a normal install has them: an image that sets
+    # PYTHONDONTWRITEBYTECODE makes every process recompile the Python sources it imports that
+    # have no .pyc (triton's gluon: 0.1 s); the cold process writes them, the warm ones read them
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     wall = _dt.datetime.now()
     try:
         proc = subprocess.run([sys.executable, "-c", CHILD, device, library, "preload" if preload else "-"],
@@ -125,18 +166,42 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary cache directory")
     parser.add_argument("--no-pyg", action="store_true", help="skip the torch_geometric GCNConv comparison")
     parser.add_argument("--out", default="benchmarks/local/first_call.json")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="warm processes of each kind (ours, PyG, the torch floor; the spread between them is "
+                             "the host's noise)")
+    parser.add_argument("--profile", default=None,
+                        help="also run a warm and a cold process whose first step is profiled; statistics to this "
+                             "file and to its name with .cold.txt")
     args = parser.parse_args(argv)
 
     cache_root = Path(tempfile.mkdtemp(prefix="sparsegnn-first-call-"))
     try:
-        runs = {"cold": run_child(args.device, cache_root, args.timeout)}
+        # a first process with caches of its own: on a fresh machine it byte-compiles the modules
+        # the step imports lazily (where the environment had PYTHONDONTWRITEBYTECODE; pip install
+        # does that once) and reads the libraries into the page cache; reported, not a cache state
+        runs = {"machine's first process": run_child(args.device, cache_root / "first-process", args.timeout)}
+        runs["cold"] = run_child(args.device, cache_root, args.timeout)
         runs["warm"] = run_child(args.device, cache_root, args.timeout)
         # torch's lazy torch._dynamo import (Adam's first step pulls it in: seconds) imported
         # before the clock starts, so the rows show what the library itself costs
         runs["warm, torch._dynamo preloaded"] = run_child(args.device, cache_root, args.timeout, preload=True)
+        if args.profile:
+            runs["warm, profiled"] = run_child(args.device, cache_root, args.timeout, profile=args.profile)
+            cold_root = cache_root / "cold-profiled"           # empty caches again, for the cold profile
+            runs["cold, profiled"] = run_child(args.device, cold_root, args.timeout,
+                                               profile=str(Path(args.profile).with_suffix(".cold.txt")))
+        for extra in range(2, args.repeat + 1):
+            runs[f"warm #{extra}"] = run_child(args.device, cache_root, args.timeout)
         if not args.no_pyg:
-            runs["PyG"] = run_child(args.device, cache_root, args.timeout, "pyg")
+            for extra in range(1, args.repeat + 1):
+                runs["PyG" + (f" #{extra}" if extra > 1 else "")] = run_child(args.device, cache_root, args.timeout,
+                                                                            "pyg")
             runs["PyG, torch._dynamo preloaded"] = run_child(args.device, cache_root, args.timeout, "pyg", True)
+        # what torch alone pays in the same step (cuBLAS, autograd, cross entropy and Adam's first
+        # use): the two linear layers without any aggregation
+        for extra in range(1, args.repeat + 1):
+            runs["torch floor (no aggregation)" + (f" #{extra}" if extra > 1 else "")] = run_child(
+                args.device, cache_root, args.timeout, "torch")
     finally:
         if args.keep:
             print(f"caches kept in {cache_root}", file=sys.stderr)

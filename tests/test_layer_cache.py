@@ -442,3 +442,84 @@ def test_plain_gat_runs_the_fused_op(data, monkeypatch):
     unfused, (_, alpha) = layer(x, ei, return_attention_weights=True)
     assert fused == [1] and alpha.shape[1] == 2
     assert torch.allclose(unfused, out)
+
+
+def _count_host_builds(monkeypatch):
+    built = []
+    real = _gi._built_on_host
+
+    def spy(graph, device):
+        built.append(graph.device.type)
+        return real(graph, device)
+    monkeypatch.setattr(_gi, "_built_on_host", spy)
+    return built
+
+
+def test_built_on_host_carries_target_per_edge(data):
+    """The host-built Graph arrives with the target per edge a build on the device would
+    compute (here host to host: the same code path as to a GPU)."""
+    ei, w, _ = data
+    built = gcn_normalized(Graph.from_edge_index(ei, w, N))
+    moved = _gi._built_on_host(built, torch.device("cpu"))
+    fresh = gcn_normalized(Graph.from_edge_index(ei, w, N))
+    assert torch.equal(moved.rowptr, fresh.rowptr) and torch.equal(moved.col, fresh.col)
+    assert torch.equal(moved.cache["row"], fresh.row)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host builds serve graphs on a GPU")
+@pytest.mark.parametrize("name", NAMES)
+def test_small_gpu_graph_built_on_host_equals_gpu_build(data, name, monkeypatch):
+    """A small edge_index on the GPU is built on the host: same structure, derived forms and
+    statistics as the build on the GPU, and the same layer output and gradients."""
+    from sparsegnn.formats import _host
+    from sparsegnn.tune.features import graph_stats_cached
+
+    ei, w, x = data
+    ei, w, x = ei.cuda(), w.float().cuda(), x.float().cuda()
+    transform = {"gcn": gcn_normalized, "gat": self_looped, "agnn": self_looped}.get(name, _gi.identity)
+    built = _count_host_builds(monkeypatch)
+    _host.reset_counts()
+    results = {}
+    for where, limit in (("host", 1 << 15), ("device", 0)):
+        monkeypatch.setattr(_host, "HOST_MAX_EDGES", limit)
+        clear_graph_cache()
+        before = len(built)
+        graph = _gi.graph_from_edge_index(ei.clone(), w if transform.uses_values else None, N, transform)
+        assert graph.device.type == "cuda"
+        assert (len(built) > before) == (where == "host")
+        layer = _layer(name, torch.float32, backend="auto").cuda()
+        xr = x.clone().requires_grad_()
+        out = layer(xr, ei.clone())
+        out.square().sum().backward()
+        results[where] = (graph, graph_stats_cached(graph), out.detach(), xr.grad)
+    (hg, hs, hout, hgrad), (dg, ds, dout, dgrad) = results["host"], results["device"]
+    assert torch.equal(hg.rowptr, dg.rowptr) and torch.equal(hg.col, dg.col)
+    assert torch.equal(hg.edge_perm, dg.edge_perm) if dg.edge_perm is not None else hg.edge_perm is None
+    if dg.edge_val is not None:
+        torch.testing.assert_close(hg.edge_val, dg.edge_val, rtol=1e-6, atol=1e-7)
+    assert torch.equal(hg.row, dg.row)
+    for got, want in zip(hg.transpose_parts(), dg.transpose_parts()):
+        assert got.device.type == "cuda" and torch.equal(got, want)
+    assert hs.num_edges == ds.num_edges and hs.deg_max == ds.deg_max
+    assert abs(hs.deg_p99 - ds.deg_p99) < 1e-4 and abs(hs.local_frac - ds.local_frac) < 1e-6
+    torch.testing.assert_close(hout, dout, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(hgrad, dgrad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host builds serve graphs on a GPU")
+def test_host_build_limits(data, monkeypatch):
+    """Above the limit, with weights that need grad, or weights on another device, no host build."""
+    from sparsegnn.formats import _host
+
+    ei, w, _ = data
+    ei = ei.cuda()
+    built = _count_host_builds(monkeypatch)
+    monkeypatch.setattr(_host, "HOST_MAX_EDGES", ei.shape[1] - 1)
+    _gi.graph_from_edge_index(ei, None, N, gcn_normalized)
+    monkeypatch.setattr(_host, "HOST_MAX_EDGES", 1 << 15)
+    clear_graph_cache()
+    wg = w.float().cuda().requires_grad_()
+    _gi.graph_from_edge_index(ei, wg, N, gcn_normalized)
+    assert built == []
+    with pytest.raises(ValueError, match="one device"):
+        _gi.graph_from_edge_index(ei, w.float(), N, gcn_normalized)

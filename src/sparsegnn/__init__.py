@@ -16,6 +16,11 @@ from .ops.pool import global_pool
 
 __version__ = "0.1.0"
 
+# Triton's per-process hash of its own compiler (0.4 s before the first launch) in the background
+from .kernels import _prewarm as _prewarm  # noqa: E402
+
+_prewarm.start()
+
 __all__ = ["Graph", "CBSR", "spmm", "sddmm", "edge_softmax", "gat_attention", "agnn_attention", "dropout", "maxk",
            "global_pool", "accelerate",
            "nn", "datasets", "sampling", "__version__"]

@@ -14,6 +14,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from ._host import small_on_gpu
+
 
 def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int,
                num_cols: Optional[int] = None) -> Tuple[Tensor, Tensor, Tensor]:
@@ -75,6 +77,8 @@ def transpose_csr(rowptr: Tensor, col: Tensor, num_cols: int) -> Tuple[Tensor, T
     Shapes:
         rowptr: [N + 1]; col: [E] -> rowptr_t: [M + 1], col_t: [E], perm: [E].
     """
+    if small_on_gpu(col, col.numel(), "transpose"):          # on the host (formats/_host.py)
+        return tuple(t.to(col.device) for t in transpose_csr(rowptr.cpu(), col.cpu(), num_cols))
     row = rowptr_to_row(rowptr, col.numel())
     return coo_to_csr(col, row, num_cols, num_cols=rowptr.numel() - 1)
 

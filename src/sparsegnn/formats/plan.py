@@ -10,11 +10,13 @@ result is deterministic (no atomics) and no program walks a hub's full edge list
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Tuple
 
 import torch
 from torch import Tensor
+
+from ._host import small_on_gpu
 
 
 @dataclass
@@ -74,6 +76,16 @@ class RowPlan:
             rows = torch.arange(counts.numel(), dtype=torch.int32, device=self.rowptr.device)
             self._row32 = torch.repeat_interleave(rows, counts, output_size=self.col32.numel())
         return self._row32
+
+    def to(self, device: torch.device) -> "RowPlan":
+        """This plan with every tensor (the lazily built ones included) on ``device``; the
+        cached heavy-row lists and split pieces are rebuilt there on use."""
+        moved = {}
+        for f in fields(self):
+            if f.name not in ("_heavy", "_split"):
+                value = getattr(self, f.name)
+                moved[f.name] = value.to(device) if isinstance(value, Tensor) else value
+        return RowPlan(**moved)
 
     def num_short_below(self, degree: int) -> int:
         """How many listed short rows are in buckets whose degrees are all <= ``degree``."""
@@ -190,6 +202,10 @@ def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
     """
     if chunk < 1:
         raise ValueError(f"build_row_plan(): chunk must be >= 1, got {chunk}")
+    if small_on_gpu(col, col.numel(), "row_plan"):          # built on the host, lazy lists included (formats/_host.py)
+        plan = build_row_plan(rowptr.cpu(), col.cpu(), chunk)
+        _ = (plan.rows_by_degree, plan.row32)
+        return plan.to(rowptr.device)
     deg = rowptr[1:] - rowptr[:-1]
     is_long = deg > chunk
     short_rows = torch.nonzero(~is_long).flatten()

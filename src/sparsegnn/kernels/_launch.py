@@ -19,7 +19,7 @@ from typing import Dict, Optional, Tuple
 import torch
 import triton
 
-from . import interpreting
+from . import _prewarm, interpreting
 
 _COMPILED: Dict[tuple, object] = {}
 _PARAMS: Dict[int, Tuple[Tuple[str, ...], tuple]] = {}   # id(kernel) -> (names after args, defaults)
@@ -86,6 +86,7 @@ def launch(kernel, grid: Tuple[int, ...], args: tuple, constexprs: Dict[str, obj
     key = (id(kernel), device, num_warps, num_stages, tuple(constexprs.items()), tuple(_spec(a) for a in args))
     compiled = _COMPILED.get(key)
     if compiled is None:
+        _prewarm.wait()                       # Triton's key, if still being hashed in the background
         compiled = kernel[grid](*args, **constexprs, **options)
         if all(hasattr(compiled, f) for f in ("run", "function", "packed_metadata")):
             _COMPILED[key] = compiled

@@ -35,6 +35,12 @@ object would cost far more than the aggregation itself. So built graphs are cach
   ``torch_sparse.SparseTensor`` by the identity of its ``col`` tensor.  Per-edge tensors of a
   sparse input are in its coalesced (row-major) order.
 * ``cached=True`` on a layer keeps its meaning: the layer keeps the first graph forever.
+* **Small graphs on a GPU are built on the host** (``formats/_host.py``): an ``edge_index``
+  of at most ``HOST_MAX_EDGES`` edges (weights without grad) is copied to the host, built and
+  transformed there, and the Graph copied to its device once, with its target per edge.  A
+  build on the GPU runs ~15 small sorting and scanning kernels, each paying a one-off load in a
+  fresh process; the host does the same work in ~2 ms.  Results are the same up to float
+  rounding of the transform's values.
 
 ``graph_builds()`` counts builds (cache misses); ``clear_graph_cache()`` empties the cache.
 
@@ -66,6 +72,7 @@ from torch import Tensor
 
 from .._checks import check, check_edge_values, check_same_device
 from ..formats import csr as csr_fmt
+from ..formats._host import small_on_gpu
 from ..graph import Graph, attached_graph
 from ..ops._library import not_traceable_graph
 
@@ -470,12 +477,23 @@ def _version_of(tensor: Tensor) -> int:
     return tensor._version
 
 
+def _built_on_host(graph: Graph, device: torch.device) -> Graph:
+    """``graph``, built on the host, copied to ``device`` with its target per edge (the derived
+    forms built later, transpose, plan, statistics, are built on the host too: formats/_host.py)."""
+    moved = graph.to(device)
+    moved.set_derived("row", graph.row.to(device))
+    return moved
+
+
 def _cached_build(source: Tensor, shape_key: tuple, make_base: Callable[[Optional[Tensor]], Graph],
                   edge_weight: Optional[Tensor], num_edges: int, transform: GraphTransform,
-                  weight_in_source: bool = False) -> Graph:
+                  weight_in_source: bool = False,
+                  host_build: Optional[Callable[[Optional[Tensor]], Graph]] = None) -> Graph:
     """``transform(make_base(edge_weight))``, cached by the identity and version of ``source`` (the
     caller's graph tensor) and of ``edge_weight`` (see the module doc).  ``weight_in_source``: the
-    weight is part of ``source`` (a sparse tensor's values), whose version covers it."""
+    weight is part of ``source`` (a sparse tensor's values), whose version covers it.
+    ``host_build``: builds the same, on the host where ``formats/_host.py`` routes it (used for
+    cached builds of weights without grad)."""
     dynamic = _needs_grad(edge_weight)
     if not _trackable(source, edge_weight):
         _count_build()
@@ -496,7 +514,7 @@ def _cached_build(source: Tensor, shape_key: tuple, make_base: Callable[[Optiona
     if entry is None:
         _count_build()
         if not dynamic:
-            graph = transform(make_base(edge_weight))
+            graph = host_build(edge_weight) if host_build is not None else transform(make_base(edge_weight))
             _insert(key, tensors, graph, None)
             return graph
         make_base(None)                         # validates the input before the probe passes
@@ -531,9 +549,20 @@ def graph_from_edge_index(edge_index: Tensor, edge_weight: Optional[Tensor], num
             return attached.with_values(values)
         return Graph.from_edge_index(edge_index, values, num_nodes, num_src=src)
 
+    def host_build(values: Optional[Tensor]) -> Graph:
+        if attached is not None or edge_index.dim() != 2 or not small_on_gpu(edge_index, edge_index.shape[-1],
+                                                                                "layer_graph"):
+            return transform(make_base(values))
+        if values is not None:
+            check_same_device("Graph.from_edge_index", edge_index=edge_index, edge_weight=values)
+        base = Graph.from_edge_index(edge_index.cpu(), None if values is None else values.cpu(), num_nodes,
+                                     num_src=src)
+        return _built_on_host(transform(base), edge_index.device)
+
     shape_key = (tuple(edge_index.shape), edge_index.dtype, edge_index.device, num_nodes,
                  num_nodes if src is None else src)
-    return _cached_build(edge_index, shape_key, make_base, edge_weight, edge_index.shape[1], transform)
+    return _cached_build(edge_index, shape_key, make_base, edge_weight, edge_index.shape[1], transform,
+                         host_build=host_build)
 
 
 def graph_from_torch_sparse(adj: Tensor, transform: GraphTransform, use_values: bool = True,

@@ -18,6 +18,8 @@ from typing import Dict, List
 import torch
 from torch import Tensor
 
+from ..formats._host import small_on_gpu
+
 #: Config keys the cost model sees (absent keys count as 0).
 CONFIG_KEYS = ("BLOCK_F", "BLOCK_E", "ROWS", "GROUP_ROWS", "GROUP_E", "num_warps", "SEG_WARPS", "LIGHT_STEPS",
                "FLAT", "HEAVY_E", "SPLIT", "PIECE_STEPS", "INLINE")
@@ -62,6 +64,8 @@ def graph_stats(rowptr: Tensor, col: Tensor, row: Tensor) -> GraphStats:
     """
     num_nodes = rowptr.numel() - 1
     num_edges = col.numel()
+    if small_on_gpu(col, num_edges, "stats"):            # on the host (formats/_host.py)
+        return graph_stats(rowptr.cpu(), col.cpu(), row.cpu())
     if num_nodes == 0 or num_edges == 0:
         return GraphStats(num_nodes, num_edges, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 1.0 if num_nodes else 0.0, 0.0, 0.0, 0.0)
     deg = (rowptr[1:] - rowptr[:-1]).to(torch.float32)

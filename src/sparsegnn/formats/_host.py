@@ -1,0 +1,58 @@
+"""Structure work of small graphs on the host.
+
+Building a graph's derived forms (CSR from ``edge_index``, transpose, work plan, statistics)
+on a GPU runs a handful of sorting, scanning and counting kernels.  In a fresh process each
+of them pays a one-off module load (CUDA's lazy loading: 5-70 ms for the sorts), which for
+Cora added up to ~0.35 s of a 1.17 s first training step with every cache warm (statistics'
+quantile 0.14 s, work plan 0.20 s, transpose 0.02 s; profiles in ``benchmarks/h100/``:
+``first_step_profile_2026-11-24_before.txt`` and, with this module, ``..._2026-11-24.txt``).
+For a graph of a few tens of thousands of edges the host does the same work in a few
+milliseconds, so such work runs on host copies and its results are copied to the graph's
+device.  Each routed function already synchronises with the host (it reads sizes back), so
+the copies add no new synchronisation.
+
+Only while the device's kernels are cold: once loaded, the device does the same work faster
+(steady state on the H100, ``benchmarks/h100/host_routing.json``: a GCN layer's graph from a
+new ``edge_index`` of 13k edges 3.6 ms on the host against 1.6 ms on the device, 32k edges
+8.8 against 1.7 ms).  So each kind of work takes the host path for its first ``HOST_CALLS``
+calls in a process: a full-graph script builds its graphs once and never loads those kernels;
+a loop that builds a graph every step (sampled or molecule batches) loads them a few steps in.
+
+The rule: on a CUDA device, at most ``HOST_MAX_EDGES`` edges, no CUDA graph being captured
+(copies to the host are not allowed there), and fewer than ``HOST_CALLS`` earlier calls of
+the same kind.  ``SPARSEGNN_HOST_BUILD_MAX_EDGES`` relocates the bound; 0 keeps everything on
+the device.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import torch
+from torch import Tensor
+
+#: Graphs on a GPU with at most this many edges have their structure work done on the host.
+#: A GCN layer's graph of 13k edges (Cora) takes 3.6 ms on the host, 32k edges 8.8 ms.
+HOST_MAX_EDGES = int(os.environ.get("SPARSEGNN_HOST_BUILD_MAX_EDGES", 1 << 15))
+
+
+#: Calls of each kind of work that take the host path in a process (module doc).
+HOST_CALLS = 8
+
+_CALLS: Counter = Counter()
+
+
+def small_on_gpu(tensor: Tensor, num_edges: int, work: str) -> bool:
+    """Whether this call of ``work`` (a name per kind of structure work) on ``tensor`` (an index
+    tensor of a graph of ``num_edges`` edges) runs on the host, by the rule of the module doc.
+    A True answer counts as one of the kind's host calls."""
+    if not (tensor.is_cuda and 0 < num_edges <= HOST_MAX_EDGES and _CALLS[work] < HOST_CALLS
+            and not torch.cuda.is_current_stream_capturing()):
+        return False
+    _CALLS[work] += 1
+    return True
+
+
+def reset_counts() -> None:
+    """Forget the host calls made so far (tests; a process whose device kernels were unloaded)."""
+    _CALLS.clear()

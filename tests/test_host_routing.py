@@ -1,0 +1,79 @@
+"""Structure work of small graphs on a GPU runs on the host (formats/_host.py): same results
+as on the device, results on the device, and the plan's move keeps every field."""
+import pytest
+import torch
+
+from sparsegnn.formats import _host
+from sparsegnn.formats.csr import coo_to_csr, transpose_csr
+from sparsegnn.formats.plan import build_row_plan
+from sparsegnn.tune.features import graph_stats
+
+
+def _graph(device="cpu", n=300, seed=0):
+    """A random graph with empty rows, a hub, self loops and duplicate edges."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, n, (2000,), generator=g)
+    dst = torch.randint(0, n // 2, (2000,), generator=g)           # rows >= n/2 empty but the hub's
+    hub = torch.full((400,), n - 1)
+    src, dst = torch.cat([src, torch.arange(400), src[:50]]), torch.cat([dst, hub, dst[:50]])
+    rowptr, col, _ = coo_to_csr(dst, src, n)
+    return rowptr.to(device), col.to(device)
+
+
+def _assert_plans_equal(a, b):
+    for name in ("short_rows", "long_rows", "piece_start", "piece_end", "long_piece_ptr", "long_inv_deg",
+                 "col32", "seg_row", "seg_start", "seg_end", "rowptr", "rows_by_degree", "row32"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and torch.equal(x.cpu(), y.cpu()), name
+    assert a.bucket_ptr == b.bucket_ptr and a.max_degree == b.max_degree and a.chunk == b.chunk
+
+
+def test_row_plan_to_keeps_every_field():
+    rowptr, col = _graph()
+    plan = build_row_plan(rowptr, col, 32)
+    _ = plan.rows_by_degree
+    moved = plan.to(torch.device("cpu"))
+    assert moved is not plan and moved._by_degree is not None and moved._row32 is None
+    _assert_plans_equal(plan, moved)
+    assert plan.heavy_rows(7)[1] == moved.heavy_rows(7)[1]
+
+
+def test_cpu_graphs_are_not_routed():
+    rowptr, col = _graph()
+    assert not _host.small_on_gpu(col, col.numel(), "test")
+
+
+def test_host_calls_per_kind_are_bounded(monkeypatch):
+    """Small graphs on a GPU take the host path for their kind's first HOST_CALLS calls only
+    (then the device's kernels are worth loading), and never above HOST_MAX_EDGES edges."""
+    from types import SimpleNamespace
+
+    on_gpu = SimpleNamespace(is_cuda=True)               # only the device flag is read
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)   # CPU builds of torch
+    monkeypatch.setattr(_host, "_CALLS", type(_host._CALLS)())
+    answers = [_host.small_on_gpu(on_gpu, 100, "a") for _ in range(_host.HOST_CALLS + 2)]
+    assert answers == [True] * _host.HOST_CALLS + [False, False]
+    assert _host.small_on_gpu(on_gpu, 100, "b")          # counted per kind
+    assert not _host.small_on_gpu(on_gpu, _host.HOST_MAX_EDGES + 1, "c")
+    assert not _host.small_on_gpu(on_gpu, 0, "c")
+    _host.reset_counts()
+    assert _host.small_on_gpu(on_gpu, 100, "a")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the routing serves graphs on a GPU")
+@pytest.mark.parametrize("chunk", [4, 32, 1024])
+def test_routed_structure_work_equals_device_work(monkeypatch, chunk):
+    rowptr, col = _graph("cuda")
+    _host.reset_counts()
+    routed = (build_row_plan(rowptr, col, chunk), transpose_csr(rowptr, col, rowptr.numel() - 1))
+    row = torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device="cuda"), rowptr[1:] - rowptr[:-1])
+    stats = graph_stats(rowptr, col, row)
+    monkeypatch.setattr(_host, "HOST_MAX_EDGES", 0)
+    plan, parts = build_row_plan(rowptr, col, chunk), transpose_csr(rowptr, col, rowptr.numel() - 1)
+    assert all(t.is_cuda for t in routed[1]) and routed[0].col32.is_cuda and routed[0].row32.is_cuda
+    _assert_plans_equal(routed[0], plan)
+    for got, want in zip(routed[1], parts):
+        assert torch.equal(got, want)
+    want = graph_stats(rowptr, col, row)
+    for name, value in want.as_dict().items():
+        assert getattr(stats, name) == pytest.approx(value, rel=1e-5, abs=1e-6), name
