@@ -283,3 +283,33 @@ def test_decide_times_on_gpu(fresh_store):
         assert decide("toy", g, "d", 8, torch.float32, "cuda", [{"A": 1}, {"A": 2}], slow) == {"A": 2}
     finally:
         del os.environ["SPARSEGNN_TUNE"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="timing candidates needs CUDA events")
+def test_candidates_are_timed_as_replays_without_host_gaps():
+    """A two-launch schedule whose host pauses between its launches is timed by its GPU work
+    (a CUDA-graph replay), not the host's gap; a call that cannot be captured (it syncs) makes
+    every candidate timed eagerly, so the two never mix."""
+    import time as _time
+
+    from sparsegnn.tune.autotune import _time_candidates
+
+    x = torch.ones(1 << 16, device="cuda")
+
+    def gapped(cfg):
+        x.mul_(1.0)
+        _time.sleep(0.005)                      # 5 ms of host between the launches
+        x.add_(0.0)
+
+    def gpu_bound(cfg):
+        torch.cuda._sleep(1_000_000)            # ~0.5 ms on the GPU, one launch
+
+    ms = _time_candidates(lambda cfg: gapped(cfg) if cfg["A"] == 1 else gpu_bound(cfg), [{"A": 1}, {"A": 2}])
+    assert ms[0] < 0.2 < ms[1] < 5.0            # replayed: the gap is not charged; the sleep is
+
+    def syncing(cfg):
+        gapped(cfg)
+        if cfg["A"] == 2:
+            x.sum().item()                      # not capturable
+    ms = _time_candidates(syncing, [{"A": 1}, {"A": 2}])
+    assert min(ms) > 4.0                        # both eager: each carries the host's 5 ms gap
