@@ -118,17 +118,21 @@ def tc_candidates(num_feats: int, half: bool, cusparse: bool = True) -> list:
     The rule (H100 sweep of ``scripts/time_tiles.py`` over the real suite and the paper
     stand-ins, ``notes/tensor-cores.md``): tiles first; features per program 32 up to
     ``F <= 32``, else 64 (fp32) or 128 (half); with half features and ``F >= 64`` the swapped
-    orientation (features on the MMA's M side).  Then the second-best tile config, the exact
+    orientation (features on the MMA's M side).  Then the second-best tile config (and, above
+    64 features, short items of 4 blocks for small graphs), the exact
     CUDA-core row kernel (it wins on large, low-reuse graphs with fp32 features) and, for fp32
     features and ``cusparse`` (False where duplicate edges make ``E > N M``, which cuSPARSE
     rejects), cuSPARSE.
     """
     if num_feats <= 32:
         tiles = [_tile(0, 32, 4, 8), _tile(0, 64, 4, 4)]
-    elif half:
-        tiles = [_tile(1, 128, 4, 32), _tile(1, 64, 4, 16)] if num_feats > 64 else [_tile(1, 64, 4, 16), _tile(0, 64, 4, 4)]
+    elif num_feats <= 64:
+        tiles = [_tile(1, 64, 4, 16), _tile(0, 64, 4, 4)] if half else [_tile(0, 64, 4, 4), _tile(0, 64, 4, 16)]
     else:
-        tiles = [_tile(0, 64, 4, 16), _tile(0, 128, 8, 16)] if num_feats > 64 else [_tile(0, 64, 4, 4), _tile(0, 64, 4, 16)]
+        tiles = [_tile(1, 128, 4, 32), _tile(1, 64, 4, 16)] if half else [_tile(0, 64, 4, 16), _tile(0, 128, 8, 16)]
+        # and short items of 4 blocks, which win on small graphs (more programs; Cora F = 256,
+        # captured: 13.6 vs 14.5 us tf32, 14.6 vs 15.0 us bf16; notes/tensor-cores.md)
+        tiles.append(_tile(0, 64, 4, 4))
     # cuSPARSE only for fp32 features: its bf16 CSR product rejects some structures
     # (cusparseCreateCsr "invalid value" on small test graphs, H100) and never won in the sweep
     return tiles + [{"path": 0}] + ([{"path": 2}] if cusparse and not half else [])
