@@ -287,7 +287,8 @@ def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None) 
         times.append(ms if ms is not None else _time(run, config, flush))
     if len(configs) > 1:
         for i in sorted(range(len(configs)), key=times.__getitem__)[:3]:
-            times[i] = min(times[i], _time(run, configs[i], flush, replayed))
+            again = _time(run, configs[i], flush, replayed)   # None: this capture failed (memory)
+            times[i] = min(times[i], again if again is not None else times[i])
     del flush
     return times
 
