@@ -466,6 +466,48 @@ def test_built_on_host_carries_target_per_edge(data):
     assert torch.equal(moved.cache["row"], fresh.row)
 
 
+def test_built_on_host_carries_the_loop_record(data):
+    """GAT's transform records which caller edges it kept (LOOP_INFO, read for edge_attr and
+    attention weights); the host-built copy must arrive with it."""
+    from sparsegnn.nn._graph_input import LOOP_INFO, pyg_self_looped_input
+
+    ei, _, _ = data
+    built = pyg_self_looped_input(Graph.from_edge_index(ei, None, N))
+    moved = _gi._built_on_host(built, torch.device("cpu"))
+    want, got = built.cache[LOOP_INFO], moved.cache[LOOP_INFO]
+    assert got is not want and got.num_loops == want.num_loops
+    for name in ("keep", "target", "kept", "into_loops", "into_target"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host builds serve graphs on a GPU")
+def test_gat_with_edge_attr_and_attention_on_a_host_built_graph(data, monkeypatch):
+    """GATConv with edge features and returned attention weights on a small GPU graph: the host
+    build (a fresh process's first builds) gives what the device build gives."""
+    from sparsegnn.formats import _host
+
+    ei, _, x = data
+    ei, x = ei.cuda(), x.float().cuda()
+    edge_attr = torch.randn(ei.shape[1], 3, generator=torch.Generator().manual_seed(3)).cuda()
+    built = _count_host_builds(monkeypatch)
+    results = []
+    for limit in (1 << 15, 0):
+        monkeypatch.setattr(_host, "HOST_MAX_EDGES", limit)
+        _host.reset_counts()
+        clear_graph_cache()
+        torch.manual_seed(0)
+        layer = sgnn.GATConv(8, 4, heads=2, edge_dim=3).cuda()
+        out, (att_index, alpha) = layer(x, ei.clone(), edge_attr, return_attention_weights=True)
+        results.append((out, att_index, alpha))
+        if limit:
+            host_builds = len(built)
+    assert host_builds >= 1 and len(built) == host_builds   # the first pass built on the host, the second not
+    (ho, hi, ha), (do, di, da) = results
+    assert torch.equal(hi, di)
+    torch.testing.assert_close(ho, do, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ha, da, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="host builds serve graphs on a GPU")
 @pytest.mark.parametrize("name", NAMES)
 def test_small_gpu_graph_built_on_host_equals_gpu_build(data, name, monkeypatch):
@@ -487,18 +529,19 @@ def test_small_gpu_graph_built_on_host_equals_gpu_build(data, name, monkeypatch)
         graph = _gi.graph_from_edge_index(ei.clone(), w if transform.uses_values else None, N, transform)
         assert graph.device.type == "cuda"
         assert (len(built) > before) == (where == "host")
+        parts = graph.transpose_parts()              # derived while this pass's rule holds
         layer = _layer(name, torch.float32, backend="auto").cuda()
         xr = x.clone().requires_grad_()
         out = layer(xr, ei.clone())
         out.square().sum().backward()
-        results[where] = (graph, graph_stats_cached(graph), out.detach(), xr.grad)
-    (hg, hs, hout, hgrad), (dg, ds, dout, dgrad) = results["host"], results["device"]
+        results[where] = (graph, graph_stats_cached(graph), out.detach(), xr.grad, parts)
+    (hg, hs, hout, hgrad, hparts), (dg, ds, dout, dgrad, dparts) = results["host"], results["device"]
     assert torch.equal(hg.rowptr, dg.rowptr) and torch.equal(hg.col, dg.col)
     assert torch.equal(hg.edge_perm, dg.edge_perm) if dg.edge_perm is not None else hg.edge_perm is None
     if dg.edge_val is not None:
         torch.testing.assert_close(hg.edge_val, dg.edge_val, rtol=1e-6, atol=1e-7)
     assert torch.equal(hg.row, dg.row)
-    for got, want in zip(hg.transpose_parts(), dg.transpose_parts()):
+    for got, want in zip(hparts, dparts):
         assert got.device.type == "cuda" and torch.equal(got, want)
     assert hs.num_edges == ds.num_edges and hs.deg_max == ds.deg_max
     assert abs(hs.deg_p99 - ds.deg_p99) < 1e-4 and abs(hs.local_frac - ds.local_frac) < 1e-6
@@ -514,6 +557,7 @@ def test_host_build_limits(data, monkeypatch):
     ei, w, _ = data
     ei = ei.cuda()
     built = _count_host_builds(monkeypatch)
+    _host.reset_counts()                            # so that only the limits below say no
     monkeypatch.setattr(_host, "HOST_MAX_EDGES", ei.shape[1] - 1)
     _gi.graph_from_edge_index(ei, None, N, gcn_normalized)
     monkeypatch.setattr(_host, "HOST_MAX_EDGES", 1 << 15)

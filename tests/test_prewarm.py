@@ -11,6 +11,17 @@ from sparsegnn.kernels import _prewarm  # noqa: E402
 
 
 def test_off_by_variable_and_under_the_interpreter(monkeypatch):
+    import multiprocessing
+
+    import torch
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("SPARSEGNN_PREWARM", "1")
+    monkeypatch.setattr(torch.version, "cuda", "12.8")             # a CUDA build of torch
+    assert _prewarm.wanted()
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())   # a worker process
+    assert not _prewarm.wanted()
+    monkeypatch.undo()
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("SPARSEGNN_PREWARM", "0")
     assert not _prewarm.wanted()

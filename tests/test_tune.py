@@ -330,3 +330,57 @@ def test_a_capture_failing_on_the_second_timing_keeps_the_first(monkeypatch):
     monkeypatch.setattr(autotune, "_captured", flaky)
     ms = autotune._time_candidates(lambda cfg: torch.cuda._sleep(100_000 * cfg["A"]), [{"A": 1}, {"A": 2}])
     assert len(ms) == 2 and 0 < ms[0] < ms[1] and len(calls) >= 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="timing candidates needs CUDA events")
+def test_failed_captures_release_their_memory():
+    """A candidate that cannot be captured (it syncs) leaves no pool behind: repeated failures
+    with a 64 MB allocation inside do not grow the allocator's reserve, and a later capture
+    and the eager timings still work."""
+    from sparsegnn.tune import autotune
+
+    def syncing(cfg):
+        buf = torch.ones(16 << 20, device="cuda")         # 64 MB in the capture's pool
+        buf.sum().item()                                    # not capturable
+    for _ in range(2):
+        assert autotune._captured(syncing, {}) is None
+    torch.cuda.empty_cache()
+    reserved = torch.cuda.memory_reserved()
+    for _ in range(5):
+        assert autotune._captured(syncing, {}) is None
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() <= reserved + (16 << 20)
+    assert autotune._captured(lambda cfg: torch.ones(8, device="cuda").add_(1), {}) is not None
+    assert len(autotune._time_candidates(syncing, [{"A": 1}, {"A": 2}])) == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="timing candidates needs CUDA events")
+def test_the_timing_protocol_is_shared_by_the_calls_of_a_decision():
+    """``decide`` times the model's pick, then the alternatives, with one ``protocol``: once a
+    call could not be captured, it says eager, and later calls time eagerly without trying."""
+    from sparsegnn.tune import autotune
+
+    x = torch.ones(8, device="cuda")
+    tried = []
+    real = autotune._captured
+
+    def counting(run, config):
+        tried.append(config["A"])
+        return real(run, config)
+
+    def run(cfg):
+        x.add_(1)
+        if cfg["A"] == 2:
+            x.sum().item()                                  # cannot be captured
+    protocol = {}
+    autotune._captured, saved = counting, autotune._captured
+    try:
+        autotune._time_candidates(run, [{"A": 1}], None, protocol)
+        assert protocol == {"replayed": True}
+        autotune._time_candidates(run, [{"A": 2}], None, protocol)
+        assert protocol == {"replayed": False}
+        before = len(tried)
+        autotune._time_candidates(run, [{"A": 1}, {"A": 3}], None, protocol)
+        assert protocol == {"replayed": False} and len(tried) == before    # eager, no capture tried
+    finally:
+        autotune._captured = saved

@@ -18,7 +18,7 @@ new ``edge_index`` of 13k edges 3.6 ms on the host against 1.6 ms on the device,
 calls in a process: a full-graph script builds its graphs once and never loads those kernels;
 a loop that builds a graph every step (sampled or molecule batches) loads them a few steps in.
 
-The rule: on a CUDA device, at most ``HOST_MAX_EDGES`` edges, no CUDA graph being captured
+The rule: on a CUDA device, at most ``HOST_MAX_EDGES`` edges and nodes, no CUDA graph being captured
 (copies to the host are not allowed there), and fewer than ``HOST_CALLS`` earlier calls of
 the same kind.  ``SPARSEGNN_HOST_BUILD_MAX_EDGES`` relocates the bound; 0 keeps everything on
 the device.
@@ -31,9 +31,19 @@ from collections import Counter
 import torch
 from torch import Tensor
 
-#: Graphs on a GPU with at most this many edges have their structure work done on the host.
-#: A GCN layer's graph of 13k edges (Cora) takes 3.6 ms on the host, 32k edges 8.8 ms.
-HOST_MAX_EDGES = int(os.environ.get("SPARSEGNN_HOST_BUILD_MAX_EDGES", 1 << 15))
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"sparsegnn: {name} must be an integer, got {raw!r}") from None
+
+
+#: Graphs on a GPU with at most this many edges (and nodes) have their structure work done on
+#: the host.  A GCN layer's graph of 13k edges (Cora) takes 3.6 ms on the host, 32k edges 8.8 ms.
+HOST_MAX_EDGES = _env_int("SPARSEGNN_HOST_BUILD_MAX_EDGES", 1 << 15)
 
 
 #: Calls of each kind of work that take the host path in a process (module doc).
@@ -42,12 +52,13 @@ HOST_CALLS = 8
 _CALLS: Counter = Counter()
 
 
-def small_on_gpu(tensor: Tensor, num_edges: int, work: str) -> bool:
+def small_on_gpu(tensor: Tensor, num_edges: int, work: str, num_nodes: int = 0) -> bool:
     """Whether this call of ``work`` (a name per kind of structure work) on ``tensor`` (an index
-    tensor of a graph of ``num_edges`` edges) runs on the host, by the rule of the module doc.
-    A True answer counts as one of the kind's host calls."""
-    if not (tensor.is_cuda and 0 < num_edges <= HOST_MAX_EDGES and _CALLS[work] < HOST_CALLS
-            and not torch.cuda.is_current_stream_capturing()):
+    tensor of a graph of ``num_edges`` edges and ``num_nodes`` nodes, the larger side of a
+    bipartite one) runs on the host, by the rule of the module doc.  A True answer counts as
+    one of the kind's host calls."""
+    if not (tensor.is_cuda and 0 < num_edges <= HOST_MAX_EDGES and num_nodes <= HOST_MAX_EDGES
+            and _CALLS[work] < HOST_CALLS and not torch.cuda.is_current_stream_capturing()):
         return False
     _CALLS[work] += 1
     return True

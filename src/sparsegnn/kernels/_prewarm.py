@@ -13,8 +13,9 @@ hashed is waited for rather than hashed a second time on the calling thread.
 The thread imports nothing: the packages ``triton_key`` walks are imported (and walked) on
 the calling thread first, so the two threads never import concurrently.  It starts only
 where kernels will be compiled for a GPU (a CUDA or ROCm build of torch, Triton installed,
-not the interpreter); ``SPARSEGNN_PREWARM=0`` turns it off.  A failure in it is ignored: the
-first launch then computes the key itself, as it would without this module.
+not the interpreter, not a worker process such as a DataLoader's); ``SPARSEGNN_PREWARM=0``
+turns it off.  A failure in it is ignored: the first launch then computes the key itself,
+as it would without this module.
 """
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ def wanted() -> bool:
     if os.environ.get("SPARSEGNN_PREWARM", "1").strip() in ("0", "false", "no", "off"):
         return False
     if not triton_available() or interpreting():
+        return False
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:   # a DataLoader or pool worker: no kernels
         return False
     import torch
 
@@ -81,7 +86,8 @@ def start(force: bool = False) -> Optional[threading.Thread]:
 
 def wait(timeout: float = 30.0) -> None:
     """Block until a started prewarm has finished (at most ``timeout`` seconds); returns at once
-    when none runs.  Called before a kernel compiles or loads."""
+    when none runs.  ``kernels/_launch.launch`` calls it before a kernel first takes Triton's own
+    path (compile or load); the interpreter and launches under profiler hooks do not."""
     thread = _THREAD
     if thread is not None and thread.is_alive():
         thread.join(timeout)

@@ -35,12 +35,13 @@ object would cost far more than the aggregation itself. So built graphs are cach
   ``torch_sparse.SparseTensor`` by the identity of its ``col`` tensor.  Per-edge tensors of a
   sparse input are in its coalesced (row-major) order.
 * ``cached=True`` on a layer keeps its meaning: the layer keeps the first graph forever.
-* **Small graphs on a GPU are built on the host** (``formats/_host.py``): an ``edge_index``
-  of at most ``HOST_MAX_EDGES`` edges (weights without grad) is copied to the host, built and
-  transformed there, and the Graph copied to its device once, with its target per edge.  A
-  build on the GPU runs ~15 small sorting and scanning kernels, each paying a one-off load in a
-  fresh process; the host does the same work in ~2 ms.  Results are the same up to float
-  rounding of the transform's values.
+* **Small graphs on a GPU are built on the host while the process is young**
+  (``formats/_host.py``): the first ``HOST_CALLS`` builds of an ``edge_index`` of at most
+  ``HOST_MAX_EDGES`` edges (weights without grad) are copied to the host, built and
+  transformed there, and the Graph copied to its device once, with its target per edge and
+  the transform's record (``LOOP_INFO``).  A build on the GPU runs ~15 small sorting and
+  scanning kernels, each paying a one-off load in a fresh process; warm, the GPU is faster.
+  Results are the same up to float rounding of the transform's values.
 
 ``graph_builds()`` counts builds (cache misses); ``clear_graph_cache()`` empties the cache.
 
@@ -248,6 +249,14 @@ class LoopInfo:
         kept_target = target.index_select(0, self.kept)
         self.into_loops = (kept_target < num_loops).nonzero().flatten()
         self.into_target = kept_target.index_select(0, self.into_loops)
+
+    def to(self, device: torch.device) -> "LoopInfo":
+        """The same record with its tensors on ``device``."""
+        moved = LoopInfo.__new__(LoopInfo)
+        for name in self.__slots__:
+            value = getattr(self, name)
+            setattr(moved, name, value.to(device) if isinstance(value, Tensor) else value)
+        return moved
 
 
 def _pyg_looped(input_order: bool) -> Callable[[Graph], Graph]:
@@ -478,10 +487,14 @@ def _version_of(tensor: Tensor) -> int:
 
 
 def _built_on_host(graph: Graph, device: torch.device) -> Graph:
-    """``graph``, built on the host, copied to ``device`` with its target per edge (the derived
-    forms built later, transpose, plan, statistics, are built on the host too: formats/_host.py)."""
+    """``graph``, built on the host, copied to ``device`` with its target per edge and what the
+    transform recorded (``LOOP_INFO``); the forms derived later (transpose, plan, statistics)
+    follow ``formats/_host.py``'s rule."""
     moved = graph.to(device)
     moved.set_derived("row", graph.row.to(device))
+    info = graph.cache.get(LOOP_INFO)
+    if info is not None:
+        moved.cache[LOOP_INFO] = info.to(device)
     return moved
 
 
@@ -550,8 +563,8 @@ def graph_from_edge_index(edge_index: Tensor, edge_weight: Optional[Tensor], num
         return Graph.from_edge_index(edge_index, values, num_nodes, num_src=src)
 
     def host_build(values: Optional[Tensor]) -> Graph:
-        if attached is not None or edge_index.dim() != 2 or not small_on_gpu(edge_index, edge_index.shape[-1],
-                                                                                "layer_graph"):
+        if attached is not None or edge_index.dim() != 2 or not small_on_gpu(
+                edge_index, edge_index.shape[-1], "layer_graph", max(num_nodes, src or 0)):
             return transform(make_base(values))
         if values is not None:
             check_same_device("Graph.from_edge_index", edge_index=edge_index, edge_weight=values)

@@ -218,18 +218,23 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
         order = model.rank(graph_stats_cached(graph), num_feats, dtype.itemsize, candidates)
         config, source = candidates[order[0]], "model"
     times: Dict[int, float] = {}  # candidate index -> measured ms
+    protocol: Dict[str, bool] = {}  # one timing protocol for every candidate (_time_candidates)
     if mode != "off" and len(candidates) > 1 and autotune_enabled(device, op):
         if mode == "exhaustive" or model is None:
             to_time = order
         elif mode == "shortlist":
             to_time = order[:SHORTLIST]
         elif mode == "auto":  # the model's pick first; alternatives only if it is not tiny
-            times[order[0]] = _time_candidates(run, [config], device)[0]
+            times[order[0]] = _time_candidates(run, [config], device, protocol)[0]
             to_time = order[:SHORTLIST] if times[order[0]] >= TINY_MS else []
         else:  # "model": nothing timed
             to_time = []
         missing = [i for i in to_time if i not in times]
-        times.update(zip(missing, _time_candidates(run, [candidates[i] for i in missing], device)))
+        replayed_before = protocol.get("replayed", False)
+        times.update(zip(missing, _time_candidates(run, [candidates[i] for i in missing], device, protocol)))
+        if replayed_before and not protocol["replayed"]:   # one could not be captured: all eager
+            stale = [i for i in times if i not in missing]
+            times.update(zip(stale, _time_candidates(run, [candidates[i] for i in stale], device, protocol)))
         best = min(times, key=times.__getitem__) if times else None
         if best is not None:
             config, ms = candidates[best], times[best]
@@ -266,8 +271,12 @@ def _zero_shot(graph, num_feats: int, dtype: torch.dtype, candidates, ranked: bo
     return candidates[model.rank(graph_stats_cached(graph), num_feats, dtype.itemsize, candidates)[0]]
 
 
-def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None) -> List[float]:
-    """Median ms of each config (three fastest re-timed, the lower median kept)."""
+def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None,
+                     protocol: Optional[Dict[str, bool]] = None) -> List[float]:
+    """Median ms of each config (three fastest re-timed, the lower median kept), as CUDA-graph
+    replays (``_time``), or eagerly for all of them when one call cannot be captured.
+    ``protocol``: shared by the calls of one decision; ``protocol["replayed"]`` says how the
+    last call timed, and a call after an eager one times eagerly too."""
     if not configs:
         return []
     _COUNTS["timed"] += len(configs)
@@ -275,48 +284,68 @@ def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None) 
         return [float(_TIMER(run, cfg)) for cfg in configs]
     if device is not None and torch.device(device).type == "cpu":   # the CPU backend's candidates
         return [_time_cpu(run, config) for config in configs]
-    device = torch.cuda.current_device()
-    flush = _flush_buffer(device)
-    for config in configs:
-        run(config)  # compile (and build what the call caches) before anything is captured
-    replayed, times = True, []
-    for config in configs:
-        ms = _time(run, config, flush, replayed) if replayed else None
-        if ms is None and replayed:  # a call that cannot be captured: every config timed eagerly
-            replayed, times = False, [_time(run, c, flush) for c in configs[:len(times)]]
-        times.append(ms if ms is not None else _time(run, config, flush))
-    if len(configs) > 1:
-        for i in sorted(range(len(configs)), key=times.__getitem__)[:3]:
-            again = _time(run, configs[i], flush, replayed)   # None: this capture failed (memory)
-            times[i] = min(times[i], again if again is not None else times[i])
-    del flush
+    protocol = {} if protocol is None else protocol
+    with torch.cuda.device(device if device is not None else torch.cuda.current_device()):
+        flush = _flush_buffer(torch.cuda.current_device())
+        for config in configs:
+            run(config)  # compile (and build what the call caches) before anything is captured
+        replayed, times = protocol.get("replayed", True), []
+        for config in configs:
+            ms = _time(run, config, flush, replayed) if replayed else None
+            if ms is None and replayed:  # a call that cannot be captured: every config timed eagerly
+                replayed, times = False, [_time(run, c, flush) for c in configs[:len(times)]]
+            times.append(ms if ms is not None else _time(run, config, flush))
+        if len(configs) > 1:
+            for i in sorted(range(len(configs)), key=times.__getitem__)[:3]:
+                again = _time(run, configs[i], flush, replayed)   # None: this capture failed (memory)
+                times[i] = min(times[i], again if again is not None else times[i])
+        del flush
+    protocol["replayed"] = replayed
     return times
+
+
+_SIDE_STREAMS: Dict[int, torch.cuda.Stream] = {}
 
 
 def _captured(run: Callable[[Dict[str, int]], object], config: Dict[str, int]):
     """``run(config)`` captured into a CUDA graph, or None where the call cannot be captured
-    (it synchronises, or allocates in a way capture forbids).  Captured on a side stream with
-    ``capture_begin``/``capture_end`` directly: ``torch.cuda.graph`` would also run the
-    garbage collector and empty the allocator's cache, each time."""
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
+    (it synchronises, or allocates in a way capture forbids).
+
+    Captured on a side stream (one per device) with ``capture_begin``/``capture_end`` directly:
+    ``torch.cuda.graph`` would also run the garbage collector and empty the allocator's cache,
+    each time.  The memory pool is this capture's own; when the capture fails, ``capture_end``
+    raises before telling the allocator the capture is over, so that is done here and the
+    pool released (else the allocator would defer frees as if a capture ran for good)."""
+    device = torch.cuda.current_device()
+    stream = _SIDE_STREAMS.get(device)
+    if stream is None:
+        stream = _SIDE_STREAMS[device] = torch.cuda.Stream()
+    graph, pool = torch.cuda.CUDAGraph(), torch.cuda.graph_pool_handle()
     stream.wait_stream(torch.cuda.current_stream())
-    ok = False
+    ok = ended = False
     try:
         with torch.cuda.stream(stream):
-            graph.capture_begin(capture_error_mode="thread_local")
+            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
             try:
                 run(config)
                 ok = True
             finally:
                 graph.capture_end()
+                ended = True
     except Exception:  # noqa: BLE001 - not capturable: the caller times eager calls instead
         ok = False
     torch.cuda.current_stream().wait_stream(stream)
-    if not ok:
-        torch.cuda.synchronize()
-        return None
-    return graph
+    if ok and ended:
+        return graph
+    if not ended:
+        for release in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
+            try:
+                getattr(torch._C, release)(device, pool)
+            except Exception:  # noqa: BLE001 - a torch that ended the pool itself
+                pass
+    del graph
+    torch.cuda.synchronize()
+    return None
 
 
 def _flush_buffer(device) -> torch.Tensor:

@@ -64,7 +64,7 @@ def graph_stats(rowptr: Tensor, col: Tensor, row: Tensor) -> GraphStats:
     """
     num_nodes = rowptr.numel() - 1
     num_edges = col.numel()
-    if small_on_gpu(col, num_edges, "stats"):            # on the host (formats/_host.py)
+    if small_on_gpu(col, num_edges, "stats", num_nodes):            # on the host (formats/_host.py)
         return graph_stats(rowptr.cpu(), col.cpu(), row.cpu())
     if num_nodes == 0 or num_edges == 0:
         return GraphStats(num_nodes, num_edges, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 1.0 if num_nodes else 0.0, 0.0, 0.0, 0.0)
