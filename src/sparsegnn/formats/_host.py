@@ -18,9 +18,9 @@ new ``edge_index`` of 13k edges 3.6 ms on the host against 1.6 ms on the device,
 calls in a process: a full-graph script builds its graphs once and never loads those kernels;
 a loop that builds a graph every step (sampled or molecule batches) loads them a few steps in.
 
-The rule: on a CUDA device, at most ``HOST_MAX_EDGES`` edges and nodes, no CUDA graph being captured
-(copies to the host are not allowed there), and fewer than ``HOST_CALLS`` earlier calls of
-the same kind.  ``SPARSEGNN_HOST_BUILD_MAX_EDGES`` relocates the bound; 0 keeps everything on
+The rule: on a CUDA device, at most ``HOST_MAX_EDGES`` edges and nodes, no CUDA graph being
+captured (copies to the host are not allowed there), and fewer than ``HOST_CALLS`` earlier
+calls of the same kind.  ``SPARSEGNN_HOST_BUILD_MAX_EDGES`` relocates the bound; 0 keeps everything on
 the device.
 """
 from __future__ import annotations
@@ -30,6 +30,7 @@ from collections import Counter
 
 import torch
 from torch import Tensor
+
 
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name, "").strip()
@@ -44,7 +45,6 @@ def _env_int(name: str, default: int) -> int:
 #: Graphs on a GPU with at most this many edges (and nodes) have their structure work done on
 #: the host.  A GCN layer's graph of 13k edges (Cora) takes 3.6 ms on the host, 32k edges 8.8 ms.
 HOST_MAX_EDGES = _env_int("SPARSEGNN_HOST_BUILD_MAX_EDGES", 1 << 15)
-
 
 #: Calls of each kind of work that take the host path in a process (module doc).
 HOST_CALLS = 8

@@ -77,7 +77,7 @@ def transpose_csr(rowptr: Tensor, col: Tensor, num_cols: int) -> Tuple[Tensor, T
     Shapes:
         rowptr: [N + 1]; col: [E] -> rowptr_t: [M + 1], col_t: [E], perm: [E].
     """
-    if small_on_gpu(col, col.numel(), "transpose", max(rowptr.numel() - 1, num_cols)):          # on the host (formats/_host.py)
+    if small_on_gpu(col, col.numel(), "transpose", max(rowptr.numel() - 1, num_cols)):   # formats/_host.py
         return tuple(t.to(col.device) for t in transpose_csr(rowptr.cpu(), col.cpu(), num_cols))
     row = rowptr_to_row(rowptr, col.numel())
     return coo_to_csr(col, row, num_cols, num_cols=rowptr.numel() - 1)

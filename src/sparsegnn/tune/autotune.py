@@ -291,10 +291,12 @@ def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None,
             run(config)  # compile (and build what the call caches) before anything is captured
         replayed, times = protocol.get("replayed", True), []
         for config in configs:
-            ms = _time(run, config, flush, replayed) if replayed else None
-            if ms is None and replayed:  # a call that cannot be captured: every config timed eagerly
-                replayed, times = False, [_time(run, c, flush) for c in configs[:len(times)]]
-            times.append(ms if ms is not None else _time(run, config, flush))
+            ms = _time(run, config, flush, True) if replayed else None
+            if ms is None:
+                if replayed:  # this call cannot be captured: every config timed eagerly
+                    replayed, times = False, [_time(run, c, flush) for c in configs[:len(times)]]
+                ms = _time(run, config, flush)
+            times.append(ms)
         if len(configs) > 1:
             for i in sorted(range(len(configs)), key=times.__getitem__)[:3]:
                 again = _time(run, configs[i], flush, replayed)   # None: this capture failed (memory)
@@ -328,14 +330,14 @@ def _captured(run: Callable[[Dict[str, int]], object], config: Dict[str, int]):
             graph.capture_begin(pool=pool, capture_error_mode="thread_local")
             try:
                 run(config)
-                ok = True
             finally:
                 graph.capture_end()
                 ended = True
+            ok = True
     except Exception:  # noqa: BLE001 - not capturable: the caller times eager calls instead
-        ok = False
+        pass
     torch.cuda.current_stream().wait_stream(stream)
-    if ok and ended:
+    if ok:
         return graph
     if not ended:
         for release in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
