@@ -10,6 +10,21 @@ pytest.importorskip("triton")
 from sparsegnn.kernels import _prewarm  # noqa: E402
 
 
+@pytest.fixture
+def fresh_prewarm(monkeypatch, tmp_path):
+    """``_prewarm`` as in a new process, its cache root in ``tmp_path``; Triton's own key restored
+    afterwards."""
+    from triton.runtime.cache import triton_key
+
+    monkeypatch.setenv("SPARSEGNN_CACHE", str(tmp_path))
+    monkeypatch.setattr(_prewarm, "_THREAD", None)
+    monkeypatch.setattr(_prewarm, "_STORE", None)
+    triton_key.cache_clear()
+    yield tmp_path
+    _prewarm.restore()
+    _prewarm.wait()
+
+
 def test_off_by_variable_and_under_the_interpreter(monkeypatch):
     import multiprocessing
 
@@ -30,7 +45,7 @@ def test_off_by_variable_and_under_the_interpreter(monkeypatch):
     assert not _prewarm.wanted()
 
 
-def test_thread_computes_the_key_and_imports_nothing(monkeypatch):
+def test_thread_computes_the_key_and_imports_nothing(fresh_prewarm, monkeypatch):
     from triton.runtime.cache import triton_key
 
     imported = []
@@ -53,7 +68,7 @@ def test_thread_computes_the_key_and_imports_nothing(monkeypatch):
     assert triton_key() == triton_key.__wrapped__()        # the cached key is Triton's own
 
 
-def test_wait_joins_a_running_prewarm(monkeypatch):
+def test_wait_joins_a_running_prewarm(fresh_prewarm, monkeypatch):
     """``wait`` returns once the background work is done (the first launch calls it rather than
     hashing a second time), and at once when nothing runs."""
     import threading
@@ -68,3 +83,71 @@ def test_wait_joins_a_running_prewarm(monkeypatch):
     assert not thread.is_alive()
     monkeypatch.setattr(_prewarm, "_THREAD", None)
     _prewarm.wait()                                         # nothing started: returns at once
+
+
+def test_a_hashed_key_is_stored_and_a_second_process_installs_it_without_hashing(fresh_prewarm, monkeypatch):
+    import triton.runtime.cache as cache
+
+    own = cache.triton_key
+    thread = _prewarm.start(force=True)
+    assert thread is not None
+    thread.join(timeout=120)
+    stored = list((fresh_prewarm / "triton_key").iterdir())
+    assert [p.name for p in stored] == [_prewarm.stamp()]
+    assert stored[0].read_text() == own()                  # Triton's own key, as hashed
+
+    # "second process": nothing cached in Triton's own function, which must not run again
+    monkeypatch.setattr(_prewarm, "_THREAD", None)
+    own.cache_clear()
+    assert _prewarm.start(force=True) is None             # installed, no thread
+    assert cache.triton_key is not own
+    assert cache.triton_key() == stored[0].read_text()
+    assert cache.get_cache_key.__globals__["triton_key"] is cache.triton_key   # what compile() calls
+    assert own.cache_info().misses == 0                   # Triton's hashing never ran
+    _prewarm.restore()
+    assert cache.triton_key is own and own() == stored[0].read_text()
+
+
+def test_a_changed_triton_file_changes_the_stamp(fresh_prewarm, monkeypatch):
+    """A file the key reads, rewritten (its size or time changes): a new stamp, so the stored key
+    of the old files is not used."""
+    import os
+
+    files = _prewarm.key_files()
+    assert any(os.path.basename(f).startswith("libtriton.") for f in files)
+    assert any(f.endswith(os.path.join("runtime", "cache.py")) for f in files)
+    before = _prewarm.stamp()
+    real_stat = os.stat
+    target = files[len(files) // 2]
+
+    class Touched:
+        def __init__(self, st):
+            self.st_size, self.st_ino, self.st_mtime_ns = st.st_size, st.st_ino, st.st_mtime_ns + 1
+
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: Touched(real_stat(p)) if p == target else real_stat(p, *a, **k))
+    assert _prewarm.stamp() != before
+
+
+@pytest.mark.parametrize("content", ["", "garbage", "3.0.0-abc", "not-a-version-" + "0" * 64])
+def test_a_malformed_stored_key_is_ignored_and_rehashed(fresh_prewarm, content):
+    import triton.runtime.cache as cache
+
+    path = fresh_prewarm / "triton_key" / _prewarm.stamp()
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    own = cache.triton_key
+    thread = _prewarm.start(force=True)
+    assert thread is not None and cache.triton_key is own  # not installed: hashed in the background
+    thread.join(timeout=120)
+    assert path.read_text() == own()                       # and stored over the bad file
+
+
+def test_no_key_is_stored_when_the_cache_root_is_unwritable(fresh_prewarm, monkeypatch):
+    blocker = fresh_prewarm / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("SPARSEGNN_CACHE", str(blocker))    # a file where a folder should be
+    thread = _prewarm.start(force=True)
+    thread.join(timeout=120)
+    from triton.runtime.cache import triton_key
+
+    assert triton_key.cache_info().currsize == 1           # the key is still computed for the launch

@@ -6,13 +6,14 @@ and duplicate edges.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
+
+from .._paths import cache_root
 
 
 def random_graph(
@@ -199,16 +200,9 @@ def grid_graph(num_nodes: int, seed: int = 0, shuffle: bool = False, device=None
 
 
 def cache_dir() -> Path:
-    """Where generated graphs are cached: ``$SPARSEGNN_CACHE``, else the platform's user cache
-    directory (platformdirs, when installed), else ``~/.cache/sparsegnn`` (the tuner's root too)."""
-    if os.environ.get("SPARSEGNN_CACHE"):
-        return Path(os.environ["SPARSEGNN_CACHE"])
-    try:
-        import platformdirs
-
-        return Path(platformdirs.user_cache_dir("sparsegnn"))
-    except ImportError:
-        return Path.home() / ".cache" / "sparsegnn"
+    """Where generated graphs are cached: the cache root (``sparsegnn._paths.cache_root``:
+    ``$SPARSEGNN_CACHE``, else the platform's user cache directory), as the tuner's."""
+    return cache_root()
 
 
 def stand_in_graph(name: str, seed: int = 0, device=None, use_cache: bool = True) -> Tensor:

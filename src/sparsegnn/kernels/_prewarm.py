@@ -1,31 +1,51 @@
-"""Triton's once-per-process start-up work, done in the background while a script gets ready.
+"""Triton's once-per-process start-up work: its key, stored on disk, or hashed in the background.
 
 The first launch of any Triton kernel in a process, even one whose binary sits in Triton's
 disk cache, computes ``triton.runtime.cache.triton_key()``: a SHA-256 over Triton's own
 compiler library (``libtriton.so``, ~400-500 MB) and sources, kept in an ``lru_cache``:
 ~0.25 s of reads and hashing on the H100 host, in a first GCN training step of 1.17 s with
-every cache warm (``benchmarks/h100/first_step_profile_2026-11-24_before.txt``).  ``hashlib``
-and file reads release the GIL, so a daemon thread started when ``sparsegnn`` is imported does
-the hashing while the script loads its data and builds its model.  The first launch that
-takes Triton's own path (``kernels/_launch.py``) calls ``wait()`` first, so a key still being
-hashed is waited for rather than hashed a second time on the calling thread.
+every cache warm (``benchmarks/h100/first_step_profile_2026-11-24_before.txt``).
+
+Two parts, both started by ``import sparsegnn`` (``start``):
+
+- **The stored key.**  The key depends only on the bytes of those files, so it is stored under
+  the cache root (``<cache root>/triton_key/<stamp>``), where the stamp is a SHA-256 over
+  Triton's version and the path, size, modification time and inode of every file the key
+  reads (Python's rule for ``.pyc`` files: a file rewritten in place changes its time).  A
+  process that finds its stamp's file installs the stored key as ``triton_key`` in Triton's
+  modules (the function's value, without the hashing: Triton's own compile-worker pool does the
+  same with the key its parent computed).  Stamping costs ~2 ms of ``stat`` calls.
+- **The background hash.**  Without a stored key, a daemon thread computes the key (``hashlib``
+  and file reads release the GIL) while the script loads its data and builds its model, then
+  stores it.  The first launch that takes Triton's own path (``kernels/_launch.py``) calls
+  ``wait()`` first, so a key still being hashed is waited for rather than hashed twice.
 
 The thread imports nothing: the packages ``triton_key`` walks are imported (and walked) on
-the calling thread first, so the two threads never import concurrently.  It starts only
+the calling thread first, so the two threads never import concurrently.  It all runs only
 where kernels will be compiled for a GPU (a CUDA or ROCm build of torch, Triton installed,
 not the interpreter, not a worker process such as a DataLoader's); ``SPARSEGNN_PREWARM=0``
 turns it off.  A failure in it is ignored: the first launch then computes the key itself,
-as it would without this module.
+as it would without this module; a stored key that is not one of this Triton's is ignored.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
+import re
+import sys
 import threading
-from typing import Optional
+from pathlib import Path
+from typing import Callable, List, Optional
 
+from .._paths import cache_root
 from . import interpreting, triton_available
 
 _THREAD: Optional[threading.Thread] = None
+#: Triton's own ``triton_key`` while the stored one is installed (``restore`` puts it back).
+_ORIGINAL: Optional[Callable[[], str]] = None
+#: Where a key computed here is stored: the stamp's file, chosen on the calling thread.
+_STORE: Optional[Path] = None
 
 
 def wanted() -> bool:
@@ -56,20 +76,109 @@ def _walk_triton_packages() -> None:
             pass
 
 
+def key_files() -> List[str]:
+    """The files whose bytes ``triton_key`` hashes, and more: ``runtime/cache.py``, every
+    ``.py``/``.so`` file under Triton's ``compiler``, ``backends`` and ``language`` folders and
+    ``_C/libtriton.*`` (a superset of the modules Triton's own walk finds)."""
+    import triton
+
+    root = os.path.dirname(os.path.abspath(triton.__file__))
+    files = [os.path.join(root, "runtime", "cache.py")]
+    for sub in ("compiler", "backends", "language"):
+        for folder, subfolders, names in os.walk(os.path.join(root, sub)):
+            subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+            files += [os.path.join(folder, n) for n in sorted(names) if n.endswith((".py", ".so", ".pyd"))]
+    lib = os.path.join(root, "_C")
+    files += [os.path.join(lib, n) for n in sorted(os.listdir(lib)) if n.startswith("libtriton.")]
+    return files
+
+
+def stamp() -> str:
+    """SHA-256 over Triton's version and (path, size, mtime, inode) of each of ``key_files()``:
+    it changes whenever a file the key reads may have changed."""
+    import triton
+
+    digest = hashlib.sha256(f"{triton.__version__}\n".encode())
+    for path in key_files():
+        st = os.stat(path)
+        digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode())
+    return digest.hexdigest()
+
+
+def _plausible(key: str) -> bool:
+    """Whether ``key`` has the form of this Triton's keys: its version, then SHA-256 hex digests
+    joined by '-'."""
+    import triton
+
+    version = triton.__version__
+    return key.startswith(version) and re.fullmatch(r"[0-9a-f]{64}(-[0-9a-f]{64})+", key[len(version):]) is not None
+
+
+def _install(key: str) -> None:
+    """Make ``triton_key`` return ``key`` in every loaded Triton module that bound it."""
+    global _ORIGINAL
+    import triton.runtime.cache as cache
+
+    original = cache.triton_key
+    if _ORIGINAL is None:
+        _ORIGINAL = original
+
+    @functools.lru_cache()
+    def triton_key() -> str:  # Triton's key of these very files, read from sparsegnn's store
+        return key
+
+    for name, module in list(sys.modules.items()):
+        if (name == "triton" or name.startswith("triton.")) and getattr(module, "triton_key", None) is original:
+            module.triton_key = triton_key
+
+
+def restore() -> None:
+    """Put Triton's own ``triton_key`` back where ``_install`` replaced it (tests)."""
+    global _ORIGINAL
+    if _ORIGINAL is None:
+        return
+    import triton.runtime.cache as cache
+
+    installed = cache.triton_key
+    for name, module in list(sys.modules.items()):
+        if (name == "triton" or name.startswith("triton.")) and getattr(module, "triton_key", None) is installed:
+            module.triton_key = _ORIGINAL
+    _ORIGINAL = None
+
+
+def _load(path: Path) -> Optional[str]:
+    try:
+        key = path.read_text().strip()
+    except OSError:
+        return None
+    return key if _plausible(key) else None
+
+
+def _save(path: Path, key: str) -> None:
+    """Write ``key`` to ``path`` atomically (a temporary file renamed over it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(key)
+    os.replace(tmp, path)
+
+
 def _hash() -> None:
     try:
         from triton.runtime.cache import triton_key
 
-        triton_key()
+        key = triton_key()
+        if _STORE is not None:
+            _save(_STORE, key)
     except Exception:  # noqa: BLE001 - the first launch computes it itself (see the module doc)
         pass
 
 
 def start(force: bool = False) -> Optional[threading.Thread]:
-    """Start the background hashing once per process (``force``: even where ``wanted()`` is
-    False, for tests).  Returns the thread, or None when it does not run."""
-    global _THREAD
-    if _THREAD is not None:
+    """Install the stored key, else start the background hashing, once per process (``force``:
+    even where ``wanted()`` is False, for tests).  Returns the hashing thread, or None when it
+    does not run (a stored key was installed, or nothing is to be done)."""
+    global _THREAD, _STORE
+    if _THREAD is not None or _ORIGINAL is not None:
         return _THREAD
     if not (force or wanted()):
         return None
@@ -79,6 +188,14 @@ def start(force: bool = False) -> Optional[threading.Thread]:
         _walk_triton_packages()
     except Exception:  # noqa: BLE001 - a Triton without this layout: nothing to prewarm
         return None
+    try:
+        _STORE = cache_root() / "triton_key" / stamp()
+        key = _load(_STORE)
+        if key is not None:
+            _install(key)
+            return None
+    except Exception:  # noqa: BLE001 - no stamp or no cache root: hash, store nothing
+        _STORE = None
     _THREAD = threading.Thread(target=_hash, name="sparsegnn-triton-prewarm", daemon=True)
     _THREAD.start()
     return _THREAD

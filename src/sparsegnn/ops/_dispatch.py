@@ -66,19 +66,31 @@ def default_backend(x: Tensor) -> str:
     return choose_backend("", "auto", x)
 
 
-_KERNELS = None
+class _Kernels:
+    """The kernel modules, each imported on its first use: Triton is optional on CPU machines,
+    and each ``@triton.jit`` reads its kernel's source when its module is imported (a first
+    GCN step needs the SpMM kernels only; the SDDMM and batched modules cost ~20 ms each)."""
+
+    _MODULES = {"configs": "configs", "spmm": "spmm_csr", "sddmm": "sddmm_csr", "batched": "spmm_batched"}
+
+    def __getattr__(self, name: str):
+        if name == "decide":
+            from ..tune import decide as value
+        elif name in self._MODULES:
+            import importlib
+
+            value = importlib.import_module(f"..kernels.{self._MODULES[name]}", __package__)
+        else:
+            raise AttributeError(name)
+        setattr(self, name, value)          # later lookups find it without __getattr__
+        return value
 
 
-def _kernels():
-    """Kernel modules, imported once on first use (Triton is optional on CPU machines)."""
-    global _KERNELS
-    if _KERNELS is None:
-        from types import SimpleNamespace
+_KERNELS = _Kernels()
 
-        from ..kernels import configs, sddmm_csr, spmm_batched, spmm_csr
-        from ..tune import decide
 
-        _KERNELS = SimpleNamespace(configs=configs, spmm=spmm_csr, sddmm=sddmm_csr, batched=spmm_batched, decide=decide)
+def _kernels() -> _Kernels:
+    """The kernel modules (``configs``, ``spmm``, ``sddmm``, ``batched``) and ``decide``."""
     return _KERNELS
 
 

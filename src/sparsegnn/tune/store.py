@@ -59,18 +59,6 @@ _RESERVED = frozenset({"config", "ms", "source", "time"})
 
 
 # ---------------------------------------------------------------- locations
-def _cache_root() -> Path:
-    """``$SPARSEGNN_CACHE``, else the platform's user cache dir, else ``~/.cache/sparsegnn``."""
-    env = os.environ.get("SPARSEGNN_CACHE")
-    if env:
-        return Path(env).expanduser()
-    try:
-        import platformdirs
-    except ImportError:
-        return Path.home() / ".cache" / "sparsegnn"
-    return Path(platformdirs.user_cache_dir("sparsegnn"))
-
-
 def tune_cache_dir() -> Optional[Path]:
     """The directory that holds the per-device decision files, or ``None`` if persistence is off.
 
@@ -88,8 +76,10 @@ def tune_cache_dir() -> Optional[Path]:
         if env.strip().lower() in _DISABLING:
             return None
         return Path(env).expanduser()
+    from .._paths import cache_root   # here: the file alone imports only the stdlib and filelock
+
     try:
-        return _cache_root() / "tune"
+        return cache_root() / "tune"
     except (RuntimeError, KeyError, OSError):  # Path.home() without a resolvable home directory
         return None
 
