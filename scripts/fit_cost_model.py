@@ -1,9 +1,9 @@
 """Fit the SpMM cost model on the sweep data and evaluate it leave-graph-out.
 
-    python scripts/fit_cost_model.py benchmarks/h100/tune_sweep_merged.jsonl \
-        --extra benchmarks/h100/tune_sweep_extra.jsonl \
+    python scripts/fit_cost_model.py benchmarks/h100/tune_sweep_replay.jsonl \
+        --extra benchmarks/h100/tune_sweep_replay_extra.jsonl \
         --out src/sparsegnn/tune/data/cost_model_spmm.json --report notes/cost-model-eval.md
-    python scripts/fit_cost_model.py benchmarks/h100/tune_sweep_merged.jsonl --seed 5 \
+    python scripts/fit_cost_model.py benchmarks/h100/tune_sweep_replay.jsonl --seed 5 \
         --out /tmp/cost_model_spmm.json --report /tmp/cost-model-eval.md
 
 Inputs per (case, config): ``tune.model.build_inputs`` (graph sizes, degree quantiles, what
@@ -313,8 +313,9 @@ def main() -> int:
                   f"An oracle that knows the noise-free times (taken to be the sweep's) would, with every timing "
                   f"multiplied by a factor drawn from these pairs, score {mean_hits:.0f}/{n} "
                   f"({100 * mean_hits / n:.0f}%, 5-95%: {lo:.0f}-{hi:.0f}) on this metric; with the spikes only (factors "
-                  f"< 1 set to 1) {mean_up:.0f}/{n} ({100 * mean_up / n:.0f}%, {lo_up:.0f}-{hi_up:.0f}). The 90% bar is "
-                  "above what these labels can confirm.", ""]
+                  f"< 1 set to 1) {mean_up:.0f}/{n} ({100 * mean_up / n:.0f}%, {lo_up:.0f}-{hi_up:.0f}). "
+                  + ("The 90% bar is above what these labels can confirm." if lo < 0.9 * n else
+                     "Even at the 5% quantile that is above the 90% bar: these labels can confirm it."), ""]
         checked = [(p, picked[(p[0], json.dumps(p[1], sort_keys=True))]) for p in pairs
                    if (p[0], json.dumps(p[1], sort_keys=True)) in picked]
         fails = [(p, r) for p, r in checked if r["pick"] > 1.1]

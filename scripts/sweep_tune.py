@@ -5,11 +5,13 @@ every case (graph x F x dtype), next to cuSPARSE, each output checked against fl
     PYTHONPATH=src python scripts/sweep_tune.py --groups extra --dry-run    # CPU: graphs, time estimate
 
 One JSON row per (case, config): graph, group, structural stats (tune.features.GraphStats),
-F, dtype, config, ms (benchmark protocol: cold L2, median), rel_err, and cusparse_ms for the
-case; ``ms`` is the minimum of ``--passes`` readings taken in passes of fresh random order
-(``ms_reps``: all of them).  Rows are appended and flushed as they come, so a run cut short
-keeps what it measured; ``--max-seconds`` stops cleanly before a device-time limit and
-``--skip-done`` resumes after the graphs already written.
+F, dtype, config, ms (the tuner's measure: GPU time, cold L2, median of CUDA-graph replays),
+rel_err, and cusparse_ms for the case.  Every config is timed in ``--passes`` passes of fresh
+random order; ``ms`` is the minimum (``ms_reps``: every reading).  ``host_ms_reps``: what
+issuing one call took in each pass (``tune.autotune.measure(host=True)``: the least of three
+calls), recorded for analysis; the tuner decides on GPU time.  Rows are appended and flushed
+as they come, so a run cut short keeps what it measured; ``--max-seconds`` stops cleanly
+before a device-time limit and ``--skip-done`` resumes after the graphs already written.
 
 The ``extra`` group (``EXTRA``) holds graphs that only widen what the model trains on
 (``fit_cost_model.py --extra``): synthetic graphs over sizes, degrees, hubs, power laws,
@@ -42,7 +44,7 @@ from sparsegnn.kernels import configs
 from sparsegnn.kernels.spmm_csr import spmm_planned
 from sparsegnn.ops import reference
 from sparsegnn.ops._dispatch import plan_of
-from sparsegnn.tune.autotune import time_config
+from sparsegnn.tune.autotune import measure
 from sparsegnn.tune.features import graph_stats_cached
 
 
@@ -201,11 +203,11 @@ def sweep_case(graph, x, dtype_name, ref, passes: int = 1, seed: int = 0):
     for rep in range(passes):
         for i in random.Random(seed * 1000 + rep).sample(range(len(cands) + 1), len(cands) + 1):
             if i == len(cands):
-                timings[i].append(time_config(lambda c: torch.sparse.mm(csr, x), {}))
+                timings[i] += measure(lambda c: torch.sparse.mm(csr, x), [{}], host=True)
             else:
-                timings[i].append(time_config(run, cands[i]))
-    out = [(cfg, min(timings[i]), errs[i], timings[i]) for i, cfg in enumerate(cands)]
-    return out, min(timings[len(cands)])
+                timings[i] += measure(run, [cands[i]], host=True)
+    out = [(cfg, min(g for g, _ in timings[i]), errs[i], timings[i]) for i, cfg in enumerate(cands)]
+    return out, min(g for g, _ in timings[len(cands)])
 
 
 def main() -> int:
@@ -257,7 +259,8 @@ def main() -> int:
                     for cfg, ms, err, reps in rows:
                         f.write(json.dumps({**ident, "stats": stats, "F": num_feats,
                                             "dtype": dtype_name, "config": cfg, "ms": ms, "rel_err": err,
-                                            "cusparse_ms": cusparse, "ms_reps": reps}) + "\n")
+                                            "cusparse_ms": cusparse, "ms_reps": [g for g, _ in reps],
+                                            "host_ms_reps": [h for _, h in reps]}) + "\n")
                     f.flush()
                     worst_err = max(err for _, _, err, _ in rows)
                     print(f"{group:9s} {name:20s} F={num_feats:3d} {dtype_name:8s} best {best:.4f} ms  cusparse "

@@ -288,11 +288,12 @@ def test_decide_times_on_gpu(fresh_store):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="timing candidates needs CUDA events")
 def test_candidates_are_timed_as_replays_without_host_gaps():
     """A two-launch schedule whose host pauses between its launches is timed by its GPU work
-    (a CUDA-graph replay), not the host's gap; a call that cannot be captured (it syncs) makes
-    every candidate timed eagerly, so the two never mix."""
+    (a CUDA-graph replay), not the host's gap, which ``measure(host=True)`` reports apart; a
+    call that cannot be captured (it syncs) makes every candidate timed eagerly, so the two
+    never mix."""
     import time as _time
 
-    from sparsegnn.tune.autotune import _time_candidates
+    from sparsegnn.tune.autotune import _time_candidates, measure
 
     x = torch.ones(1 << 16, device="cuda")
 
@@ -304,8 +305,13 @@ def test_candidates_are_timed_as_replays_without_host_gaps():
     def gpu_bound(cfg):
         torch.cuda._sleep(1_000_000)            # ~0.5 ms on the GPU, one launch
 
-    ms = _time_candidates(lambda cfg: gapped(cfg) if cfg["A"] == 1 else gpu_bound(cfg), [{"A": 1}, {"A": 2}])
+    run = lambda cfg: gapped(cfg) if cfg["A"] == 1 else gpu_bound(cfg)  # noqa: E731
+    ms = _time_candidates(run, [{"A": 1}, {"A": 2}])
     assert ms[0] < 0.2 < ms[1] < 5.0            # replayed: the gap is not charged; the sleep is
+    (gpu1, host1), (gpu2, host2) = measure(run, [{"A": 1}, {"A": 2}], host=True)
+    assert gpu1 < 0.2 < gpu2 < 5.0
+    assert 5.0 <= host1 < 50 and host2 < 0.2    # issuing: the gap is host time; the GPU's sleep is not
+    assert [h for _, h in measure(run, [{"A": 1}])] == [0.0]    # host time only when asked
 
     def syncing(cfg):
         gapped(cfg)
@@ -384,3 +390,4 @@ def test_the_timing_protocol_is_shared_by_the_calls_of_a_decision():
         assert protocol == {"replayed": False} and len(tried) == before    # eager, no capture tried
     finally:
         autotune._captured = saved
+

@@ -23,16 +23,18 @@ model's zero-shot pick (the heuristic without a model), used for that call only 
 stored nor memoised.
 
 Timing follows the benchmark protocol (``triton.testing.do_bench``): the median of single
-calls, each after flushing L2; the three fastest are timed again.  Without a GPU nothing is
-timed (the model or the heuristic decides) unless a test installs a timer (``set_timer``);
-the CPU backend's candidates (``device`` cpu) are timed on the CPU with ``perf_counter``.
+calls, each after flushing L2, as CUDA-graph replays so that a schedule's launches run back
+to back (eagerly when a call cannot be captured); the three fastest are timed again.
+Without a GPU nothing is timed (the model or the heuristic decides) unless a test installs a
+timer (``set_timer``); the CPU backend's candidates (``device`` cpu) are timed on the CPU
+with ``perf_counter``.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -273,10 +275,8 @@ def _zero_shot(graph, num_feats: int, dtype: torch.dtype, candidates, ranked: bo
 
 def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None,
                      protocol: Optional[Dict[str, bool]] = None) -> List[float]:
-    """Median ms of each config (three fastest re-timed, the lower median kept), as CUDA-graph
-    replays (``_time``), or eagerly for all of them when one call cannot be captured.
-    ``protocol``: shared by the calls of one decision; ``protocol["replayed"]`` says how the
-    last call timed, and a call after an eager one times eagerly too."""
+    """GPU ms of each config (``measure``; a test's timer or, for the CPU backend's
+    candidates, ``perf_counter``)."""
     if not configs:
         return []
     _COUNTS["timed"] += len(configs)
@@ -284,11 +284,25 @@ def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None,
         return [float(_TIMER(run, cfg)) for cfg in configs]
     if device is not None and torch.device(device).type == "cpu":   # the CPU backend's candidates
         return [_time_cpu(run, config) for config in configs]
+    return [gpu for gpu, _ in measure(run, configs, device, protocol)]
+
+
+def measure(run: Callable, configs: List[Dict[str, int]], device=None,
+            protocol: Optional[Dict[str, bool]] = None, host: bool = False) -> List[Tuple[float, float]]:
+    """(GPU ms, host ms) of each config on a CUDA device.
+
+    GPU ms: the median of single calls after an L2 flush, as CUDA-graph replays (``_time``), or
+    eagerly for all of them when one call cannot be captured; the three fastest are timed
+    again and the lower median kept.  Host ms (``host``; else 0): ``_host``, what issuing one
+    call takes (for sweeps: the tuner decides on GPU time).  ``protocol``: shared by the calls
+    of one decision; ``protocol["replayed"]`` says how the last call timed, and a call after
+    an eager one times eagerly too."""
     protocol = {} if protocol is None else protocol
     with torch.cuda.device(device if device is not None else torch.cuda.current_device()):
         flush = _flush_buffer(torch.cuda.current_device())
         for config in configs:
             run(config)  # compile (and build what the call caches) before anything is captured
+        hosts = [_host(run, config, flush) if host else 0.0 for config in configs]
         replayed, times = protocol.get("replayed", True), []
         for config in configs:
             ms = _time(run, config, flush, True) if replayed else None
@@ -303,7 +317,22 @@ def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None,
                 times[i] = min(times[i], again if again is not None else times[i])
         del flush
     protocol["replayed"] = replayed
-    return times
+    return list(zip(times, hosts))
+
+
+def _host(run: Callable[[Dict[str, int]], object], config: Dict[str, int], flush: torch.Tensor,
+          calls: int = 3) -> float:
+    """Least ms the host takes to issue ``run(config)`` (Python, argument checks, launches) in
+    ``calls`` calls (an interrupted host only adds time), each issued behind an L2 flush so
+    that the GPU is busy and no launch waits for it."""
+    times = []
+    for _ in range(calls):
+        flush.zero_()
+        start = time.perf_counter()
+        run(config)
+        times.append(1e3 * (time.perf_counter() - start))
+    torch.cuda.current_stream().synchronize()
+    return min(times)
 
 
 _SIDE_STREAMS: Dict[int, torch.cuda.Stream] = {}
@@ -417,9 +446,9 @@ def _time_cpu(run: Callable[[Dict[str, int]], object], config: Dict[str, int], b
 
 
 def time_config(run: Callable[[Dict[str, int]], object], config: Dict[str, int]) -> float:
-    """Benchmark-protocol time of one config (compiles first); for sweeps and reports."""
+    """The GPU ms of one config as the tuner times it (compiles first); for sweeps and reports."""
     return _time_candidates(run, [config])[0]
 
 
 __all__ = ["decide", "lookup", "decision_key", "tune_mode", "autotune_enabled", "set_timer", "tuner_invocations",
-           "candidates_timed", "device_name", "time_config", "TINY_MS", "SHORTLIST", "MODES"]
+           "candidates_timed", "device_name", "time_config", "measure", "TINY_MS", "SHORTLIST", "MODES"]

@@ -28,11 +28,11 @@ computed from the same ``GraphStats``, F and element size that ``features.py`` g
 ``features.signature`` is not involved.
 
 The weights are plain JSON (never a pickle) under ``tune/data/``, written by
-``scripts/fit_cost_model.py`` from the sweep data in ``benchmarks/h100/tune_sweep_merged.jsonl``
-(and ``tune_sweep_extra.jsonl``, training only).  An ensemble of small MLPs is stored as one MLP
-(the members' hidden layers side by side, block diagonal, the output averaging them), so
-inference is two or three numpy matrix products (~0.1-0.3 ms per case with the features, all in
-Python/numpy).
+``scripts/fit_cost_model.py`` from the sweep data in ``benchmarks/h100/tune_sweep_replay.jsonl``
+(and ``tune_sweep_replay_extra.jsonl``, training only), timed as the tuner times (CUDA-graph
+replays).  An ensemble of small MLPs is stored as one MLP (the members' hidden layers side by
+side, block diagonal, the output averaging them), so inference is two or three numpy matrix
+products (~0.1-0.3 ms per case with the features, all in Python/numpy).
 """
 from __future__ import annotations
 
