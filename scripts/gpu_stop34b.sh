@@ -5,7 +5,8 @@
 set -o pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1 SPARSEGNN_DATA=${SPARSEGNN_DATA:-.data} SPARSEGNN_TUNE_CACHE=/tmp/tc-stop34b
 FINAL=${OUT:-/tmp/sparsegnn-out}; OUT=/tmp/stop34b; rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL"
-bench() { timeout 150 python3 -m sparsegnn bench --ops spmm --providers sparsegnn,cusparse --out "$OUT" "$@" 2>&1 | grep -E "geomean" ; }
+bench() { timeout 150 python3 -m sparsegnn bench --ops spmm --providers sparsegnn,cusparse --out "$OUT" "$@" 2>&1 \
+  | grep -E "geomean" ; }
 for stage in "$@"; do
   case $stage in
     tests) timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_prewarm.py tests/test_tune.py \

@@ -7,7 +7,8 @@ every case (graph x F x dtype), next to cuSPARSE, each output checked against fl
 One JSON row per (case, config): graph, group, structural stats (tune.features.GraphStats),
 F, dtype, config, ms (the tuner's measure: GPU time, cold L2, median of CUDA-graph replays),
 rel_err, and cusparse_ms for the case.  Every config is timed in ``--passes`` passes of fresh
-random order; ``ms`` is the minimum (``ms_reps``: every reading).  ``host_ms_reps``: what
+random order; ``ms`` is the minimum (``ms_reps``: every reading; ``replayed``: false where a
+call could not be captured and was timed eagerly).  ``host_ms_reps``: what
 issuing one call took in each pass (``tune.autotune.measure(host=True)``: the least of three
 calls), recorded for analysis; the tuner decides on GPU time.  Rows are appended and flushed
 as they come, so a run cut short keeps what it measured; ``--max-seconds`` stops cleanly
@@ -183,7 +184,8 @@ def dry_run(work, dims, dtypes, passes: int) -> int:
 
 
 def sweep_case(graph, x, dtype_name, ref, passes: int = 1, seed: int = 0):
-    """``([(config, ms, rel_err, reps)], cusparse_ms)`` for every candidate of one case.
+    """``([(config, ms, rel_err, reps, replayed)], cusparse_ms)`` for every candidate of one case
+    (``reps``: (GPU ms, host ms) per pass; ``replayed``: every GPU reading a replay).
 
     With ``passes > 1`` every candidate (and cuSPARSE) is timed once per pass, each pass in a
     fresh random order, and ``ms`` is the minimum: a transient (clocks settling, a neighbour's
@@ -200,13 +202,14 @@ def sweep_case(graph, x, dtype_name, ref, passes: int = 1, seed: int = 0):
         errs.append(err if math.isfinite(err) else float("inf"))
     csr = graph.to_torch_sparse_csr(x.dtype)
     timings = {i: [] for i in range(len(cands) + 1)}             # the last: cuSPARSE
+    replayed = {i: True for i in range(len(cands) + 1)}           # every reading a replay (else eager)
     for rep in range(passes):
         for i in random.Random(seed * 1000 + rep).sample(range(len(cands) + 1), len(cands) + 1):
-            if i == len(cands):
-                timings[i] += measure(lambda c: torch.sparse.mm(csr, x), [{}], host=True)
-            else:
-                timings[i] += measure(run, [cands[i]], host=True)
-    out = [(cfg, min(g for g, _ in timings[i]), errs[i], timings[i]) for i, cfg in enumerate(cands)]
+            protocol: dict = {}
+            call = (lambda c: torch.sparse.mm(csr, x)) if i == len(cands) else run
+            timings[i] += measure(call, [{} if i == len(cands) else cands[i]], protocol=protocol, host=True)
+            replayed[i] = replayed[i] and protocol["replayed"]
+    out = [(cfg, min(g for g, _ in timings[i]), errs[i], timings[i], replayed[i]) for i, cfg in enumerate(cands)]
     return out, min(g for g, _ in timings[len(cands)])
 
 
@@ -255,14 +258,14 @@ def main() -> int:
                 for dtype_name in args.dtypes.split(","):
                     x = x32.to(DTYPES[dtype_name])
                     rows, cusparse = sweep_case(graph, x, dtype_name, ref, args.passes, seed=num_feats)
-                    best = min(ms for _, ms, _, _ in rows)
-                    for cfg, ms, err, reps in rows:
+                    best = min(ms for _, ms, _, _, _ in rows)
+                    for cfg, ms, err, reps, replay in rows:
                         f.write(json.dumps({**ident, "stats": stats, "F": num_feats,
                                             "dtype": dtype_name, "config": cfg, "ms": ms, "rel_err": err,
                                             "cusparse_ms": cusparse, "ms_reps": [g for g, _ in reps],
-                                            "host_ms_reps": [h for _, h in reps]}) + "\n")
+                                            "host_ms_reps": [h for _, h in reps], "replayed": replay}) + "\n")
                     f.flush()
-                    worst_err = max(err for _, _, err, _ in rows)
+                    worst_err = max(err for _, _, err, _, _ in rows)
                     print(f"{group:9s} {name:20s} F={num_feats:3d} {dtype_name:8s} best {best:.4f} ms  cusparse "
                           f"{cusparse:.4f} ms  x{cusparse / best:.2f}  worst_err {worst_err:.1e}  ({len(rows)} cfgs)",
                           flush=True)

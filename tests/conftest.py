@@ -14,6 +14,8 @@ if "SPARSEGNN_TUNE_CACHE" not in os.environ:
     import tempfile
 
     os.environ["SPARSEGNN_TUNE_CACHE"] = tempfile.mkdtemp(prefix="sparsegnn-tune-")
+# Nor Triton's stored key (kernels/_prewarm.py): its tests start it themselves, in a temp root.
+os.environ.setdefault("SPARSEGNN_PREWARM", "0")
 
 import pytest  # noqa: E402
 

@@ -1,6 +1,6 @@
-"""The background hashing of Triton's compiler (``kernels._prewarm``): it fills Triton's
-per-process key on its own thread, importing nothing there, and stays off where no GPU kernel
-will be compiled."""
+"""Triton's per-process key (``kernels._prewarm``): stored once and installed by later
+processes (only while the files it reads are unchanged), else hashed on a thread that imports
+nothing and stores it; off where no GPU kernel will be compiled."""
 import sys
 
 import pytest
@@ -16,9 +16,9 @@ def fresh_prewarm(monkeypatch, tmp_path):
     afterwards."""
     from triton.runtime.cache import triton_key
 
+    _prewarm.restore()                 # a key installed by this process's import (a GPU machine)
     monkeypatch.setenv("SPARSEGNN_CACHE", str(tmp_path))
     monkeypatch.setattr(_prewarm, "_THREAD", None)
-    monkeypatch.setattr(_prewarm, "_STORE", None)
     triton_key.cache_clear()
     yield tmp_path
     _prewarm.restore()
@@ -51,9 +51,9 @@ def test_thread_computes_the_key_and_imports_nothing(fresh_prewarm, monkeypatch)
     imported = []
     original = _prewarm._hash
 
-    def hash_and_watch():
+    def hash_and_watch(*args):
         before = set(sys.modules)
-        original()
+        original(*args)
         imported.extend(sorted(set(sys.modules) - before))
 
     monkeypatch.setattr(_prewarm, "_THREAD", None)
@@ -75,7 +75,7 @@ def test_wait_joins_a_running_prewarm(fresh_prewarm, monkeypatch):
 
     release = threading.Event()
     monkeypatch.setattr(_prewarm, "_THREAD", None)
-    monkeypatch.setattr(_prewarm, "_hash", lambda: release.wait(60))
+    monkeypatch.setattr(_prewarm, "_hash", lambda *args: release.wait(60))
     thread = _prewarm.start(force=True)
     assert thread.is_alive()
     threading.Timer(0.2, release.set).start()
@@ -96,16 +96,22 @@ def test_a_hashed_key_is_stored_and_a_second_process_installs_it_without_hashing
     assert [p.name for p in stored] == [_prewarm.stamp()]
     assert stored[0].read_text() == own()                  # Triton's own key, as hashed
 
-    # "second process": nothing cached in Triton's own function, which must not run again
+    # "second process": nothing cached in Triton's own function, which must not run again; a
+    # Triton module that bound the function by name at its import (as the autotuner does)
+    import types
+
+    binder = types.ModuleType("triton._bound_key_for_test")
+    binder.triton_key = own
+    monkeypatch.setitem(sys.modules, binder.__name__, binder)
     monkeypatch.setattr(_prewarm, "_THREAD", None)
     own.cache_clear()
     assert _prewarm.start(force=True) is None             # installed, no thread
     assert cache.triton_key is not own
     assert cache.triton_key() == stored[0].read_text()
-    assert cache.get_cache_key.__globals__["triton_key"] is cache.triton_key   # what compile() calls
+    assert binder.triton_key is cache.triton_key           # rebound there too
     assert own.cache_info().misses == 0                   # Triton's hashing never ran
     _prewarm.restore()
-    assert cache.triton_key is own and own() == stored[0].read_text()
+    assert cache.triton_key is own and binder.triton_key is own and own() == stored[0].read_text()
 
 
 def test_a_changed_triton_file_changes_the_stamp(fresh_prewarm, monkeypatch):
@@ -151,3 +157,18 @@ def test_no_key_is_stored_when_the_cache_root_is_unwritable(fresh_prewarm, monke
     from triton.runtime.cache import triton_key
 
     assert triton_key.cache_info().currsize == 1           # the key is still computed for the launch
+    assert blocker.is_file() and list(fresh_prewarm.iterdir()) == [blocker]   # nothing written, no temp left
+
+
+def test_a_replaced_key_function_is_not_stored(fresh_prewarm, monkeypatch):
+    """A ``triton_key`` someone else installed before the import (a compile worker's stub) is
+    used, as Triton would, but its value is not stored for later processes."""
+    import functools
+
+    import triton.runtime.cache as cache
+
+    monkeypatch.setattr(cache, "triton_key", functools.lru_cache()(lambda: "3.0-stub"))
+    thread = _prewarm.start(force=True)
+    thread.join(timeout=120)
+    assert cache.triton_key.cache_info().currsize == 1
+    assert not (fresh_prewarm / "triton_key").exists()

@@ -16,7 +16,7 @@ from .ops.pool import global_pool
 
 __version__ = "0.1.0"
 
-# Triton's per-process hash of its own compiler (~0.25 s before the first launch) in the background
+# Triton's per-process key (a ~0.25 s hash of its compiler): the stored one, else hashed in the background
 from .kernels import _prewarm as _prewarm  # noqa: E402
 
 _prewarm.start()

@@ -44,8 +44,6 @@ from . import interpreting, triton_available
 _THREAD: Optional[threading.Thread] = None
 #: Triton's own ``triton_key`` while the stored one is installed (``restore`` puts it back).
 _ORIGINAL: Optional[Callable[[], str]] = None
-#: Where a key computed here is stored: the stamp's file, chosen on the calling thread.
-_STORE: Optional[Path] = None
 
 
 def wanted() -> bool:
@@ -78,8 +76,9 @@ def _walk_triton_packages() -> None:
 
 def key_files() -> List[str]:
     """The files whose bytes ``triton_key`` hashes, and more: ``runtime/cache.py``, every
-    ``.py``/``.so`` file under Triton's ``compiler``, ``backends`` and ``language`` folders and
-    ``_C/libtriton.*`` (a superset of the modules Triton's own walk finds)."""
+    module file (``.py``, ``.pyc``, ``.so``, ``.pyd``) under Triton's ``compiler``, ``backends``
+    and ``language`` folders outside ``__pycache__``, and ``_C/libtriton.*`` (a superset of the
+    module origins Triton's own walk finds)."""
     import triton
 
     root = os.path.dirname(os.path.abspath(triton.__file__))
@@ -87,7 +86,7 @@ def key_files() -> List[str]:
     for sub in ("compiler", "backends", "language"):
         for folder, subfolders, names in os.walk(os.path.join(root, sub)):
             subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
-            files += [os.path.join(folder, n) for n in sorted(names) if n.endswith((".py", ".so", ".pyd"))]
+            files += [os.path.join(folder, n) for n in sorted(names) if n.endswith((".py", ".pyc", ".so", ".pyd"))]
     lib = os.path.join(root, "_C")
     files += [os.path.join(lib, n) for n in sorted(os.listdir(lib)) if n.startswith("libtriton.")]
     return files
@@ -114,22 +113,32 @@ def _plausible(key: str) -> bool:
     return key.startswith(version) and re.fullmatch(r"[0-9a-f]{64}(-[0-9a-f]{64})+", key[len(version):]) is not None
 
 
+def _rebind(old: Callable[[], str], new: Callable[[], str]) -> None:
+    """Replace ``old`` by ``new`` as ``triton_key`` in every loaded Triton module that bound it
+    (``triton.runtime.cache`` and those that imported it by name, such as the autotuner)."""
+    modules = [m for name, m in list(sys.modules.items())
+               if (name == "triton" or name.startswith("triton.")) and getattr(m, "triton_key", None) is old]
+    for module in modules:
+        module.triton_key = new
+
+
 def _install(key: str) -> None:
-    """Make ``triton_key`` return ``key`` in every loaded Triton module that bound it."""
+    """Make ``triton_key`` return ``key`` in every loaded Triton module that bound it; on a
+    failure part-way, Triton's own function is put back before the error propagates."""
     global _ORIGINAL
     import triton.runtime.cache as cache
-
-    original = cache.triton_key
-    if _ORIGINAL is None:
-        _ORIGINAL = original
 
     @functools.lru_cache()
     def triton_key() -> str:  # Triton's key of these very files, read from sparsegnn's store
         return key
 
-    for name, module in list(sys.modules.items()):
-        if (name == "triton" or name.startswith("triton.")) and getattr(module, "triton_key", None) is original:
-            module.triton_key = triton_key
+    original = cache.triton_key
+    _ORIGINAL = original
+    try:
+        _rebind(original, triton_key)
+    except BaseException:
+        restore()
+        raise
 
 
 def restore() -> None:
@@ -139,11 +148,8 @@ def restore() -> None:
         return
     import triton.runtime.cache as cache
 
-    installed = cache.triton_key
-    for name, module in list(sys.modules.items()):
-        if (name == "triton" or name.startswith("triton.")) and getattr(module, "triton_key", None) is installed:
-            module.triton_key = _ORIGINAL
-    _ORIGINAL = None
+    original, _ORIGINAL = _ORIGINAL, None
+    _rebind(cache.triton_key, original)
 
 
 def _load(path: Path) -> Optional[str]:
@@ -158,17 +164,28 @@ def _save(path: Path, key: str) -> None:
     """Write ``key`` to ``path`` atomically (a temporary file renamed over it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(key)
-    os.replace(tmp, path)
-
-
-def _hash() -> None:
     try:
-        from triton.runtime.cache import triton_key
+        tmp.write_text(key)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
-        key = triton_key()
-        if _STORE is not None:
-            _save(_STORE, key)
+
+def _tritons_own(fn) -> bool:
+    """Whether ``fn`` is Triton's own ``triton_key`` (its ``lru_cache`` over the function defined
+    in ``triton.runtime.cache``), not a replacement someone installed (a worker's stub)."""
+    return getattr(getattr(fn, "__wrapped__", None), "__module__", None) == "triton.runtime.cache"
+
+
+def _hash(store: Optional[Path], own: Callable[[], str]) -> None:
+    """Compute Triton's key (filling its ``lru_cache``) and store it if ``own`` is Triton's own
+    function and still the one installed (a replacement's value is never stored)."""
+    try:
+        import triton.runtime.cache as cache
+
+        key = cache.triton_key()
+        if store is not None and cache.triton_key is own and _tritons_own(own):
+            _save(store, key)
     except Exception:  # noqa: BLE001 - the first launch computes it itself (see the module doc)
         pass
 
@@ -177,26 +194,27 @@ def start(force: bool = False) -> Optional[threading.Thread]:
     """Install the stored key, else start the background hashing, once per process (``force``:
     even where ``wanted()`` is False, for tests).  Returns the hashing thread, or None when it
     does not run (a stored key was installed, or nothing is to be done)."""
-    global _THREAD, _STORE
+    global _THREAD
     if _THREAD is not None or _ORIGINAL is not None:
         return _THREAD
     if not (force or wanted()):
         return None
     try:
-        from triton.runtime.cache import triton_key  # noqa: F401 - imported here, not on the thread
+        import triton.runtime.cache as cache   # imported here, not on the thread
 
         _walk_triton_packages()
     except Exception:  # noqa: BLE001 - a Triton without this layout: nothing to prewarm
         return None
+    own = cache.triton_key
     try:
-        _STORE = cache_root() / "triton_key" / stamp()
-        key = _load(_STORE)
+        store: Optional[Path] = cache_root() / "triton_key" / stamp()
+        key = _load(store)
         if key is not None:
             _install(key)
             return None
     except Exception:  # noqa: BLE001 - no stamp or no cache root: hash, store nothing
-        _STORE = None
-    _THREAD = threading.Thread(target=_hash, name="sparsegnn-triton-prewarm", daemon=True)
+        store = None
+    _THREAD = threading.Thread(target=_hash, args=(store, own), name="sparsegnn-triton-prewarm", daemon=True)
     _THREAD.start()
     return _THREAD
 
