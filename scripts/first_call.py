@@ -51,8 +51,7 @@ import torch.nn.functional as F
 if library == "pyg":
     import torch_geometric.nn as pyg_nn
 t_import = time.perf_counter()
-_pw = sg.kernels._prewarm      # Triton's key: installed from the store, hashed on a thread, or neither
-triton_key_state = "stored" if _pw._ORIGINAL is not None else "hashing" if _pw._THREAD is not None else "none"
+triton_key_state = sg.kernels._prewarm.state()   # Triton's key: stored and installed, hashed, or neither
 device = torch.device(sys.argv[1])
 
 def sync():

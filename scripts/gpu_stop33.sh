@@ -9,7 +9,8 @@ timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_tune.py tests
 timeout 240 python3 scripts/time_tiles.py --capture --graphs real,paper --max-edges 20000000 --dims 32,64,128,256 \
   --sddmm-dims "" --out "$R" --budget-s 200 > "$R/tiles_log.txt" 2>&1
 grep -E "^- .*(auto|best)" "$R/tiles_log.txt"
-bench() { timeout 150 python3 -m sparsegnn bench --ops spmm --providers sparsegnn,cusparse --out "$R" "$@" 2>&1 | grep -E "geomean" ; }
+bench() { timeout 150 python3 -m sparsegnn bench --ops spmm --providers sparsegnn,cusparse --out "$R" "$@" 2>&1 \
+  | grep -E "geomean" ; }
 bench --suite real --dims 32,64,128,256 --dtypes float32 --tag real_spmm_fp32
 bench --suite real --dims 32,64,128,256 --dtypes bfloat16 --tag real_spmm_bf16
 bench --suite paper --dims 32,64,128,256 --dtypes float32 --tag paper_spmm_fp32

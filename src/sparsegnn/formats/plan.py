@@ -202,7 +202,7 @@ def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
     """
     if chunk < 1:
         raise ValueError(f"build_row_plan(): chunk must be >= 1, got {chunk}")
-    if small_on_gpu(col, col.numel(), "row_plan", rowptr.numel() - 1):   # on the host, lazy lists too (formats/_host.py)
+    if small_on_gpu(col, col.numel(), "row_plan", rowptr.numel() - 1):   # host, lazy lists too (formats/_host.py)
         plan = build_row_plan(rowptr.cpu(), col.cpu(), chunk)
         _ = (plan.rows_by_degree, plan.row32)
         return plan.to(rowptr.device)

@@ -42,6 +42,9 @@ from .._paths import cache_root
 from . import interpreting, triton_available
 
 _THREAD: Optional[threading.Thread] = None
+#: Triton's subpackages whose modules ``triton_key`` reads (besides ``runtime/cache.py`` and
+#: ``_C/libtriton``).
+_KEYED_PACKAGES = ("compiler", "backends", "language")
 #: Triton's own ``triton_key`` while the stored one is installed (``restore`` puts it back).
 _ORIGINAL: Optional[Callable[[], str]] = None
 
@@ -69,7 +72,7 @@ def _walk_triton_packages() -> None:
     import triton
 
     root = os.path.dirname(triton.__file__)
-    for sub in ("compiler", "backends", "language"):
+    for sub in _KEYED_PACKAGES:
         for _ in pkgutil.walk_packages([os.path.join(root, sub)], prefix=f"triton.{sub}."):
             pass
 
@@ -83,7 +86,7 @@ def key_files() -> List[str]:
 
     root = os.path.dirname(os.path.abspath(triton.__file__))
     files = [os.path.join(root, "runtime", "cache.py")]
-    for sub in ("compiler", "backends", "language"):
+    for sub in _KEYED_PACKAGES:
         for folder, subfolders, names in os.walk(os.path.join(root, sub)):
             subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
             files += [os.path.join(folder, n) for n in sorted(names) if n.endswith((".py", ".pyc", ".so", ".pyd"))]
@@ -217,6 +220,12 @@ def start(force: bool = False) -> Optional[threading.Thread]:
     _THREAD = threading.Thread(target=_hash, args=(store, own), name="sparsegnn-triton-prewarm", daemon=True)
     _THREAD.start()
     return _THREAD
+
+
+def state() -> str:
+    """What ``start`` did in this process: ``"stored"`` (a stored key installed), ``"hashing"``
+    (hashed on the background thread, which may have finished) or ``"none"``."""
+    return "stored" if _ORIGINAL is not None else "hashing" if _THREAD is not None else "none"
 
 
 def wait(timeout: float = 30.0) -> None:
