@@ -75,7 +75,7 @@ def main() -> int:
     from sparsegnn.kernels import _launch
     from sparsegnn.kernels.spmm_csr import _spmm_rows_kernel
     out = torch.empty_like(x)
-    flat_args = (g.rowptr, plan.col32, g.edge_val, x, out, g.rowptr, 0, 0, x.shape[1], x.stride(0), out.stride(0), 1)
+    flat_args = (g.rowptr, plan.col32, g.edge_val, g.rowptr, x, out, g.rowptr, 0, 0, x.shape[1], x.stride(0), out.stride(0), 1)
     flat_cons = dict(REDUCE=0, HAS_VAL=True, BLOCK_E=4, BLOCK_F=64, HEAVY_E=0, HEAD_DIM=0)
     grid = (g.num_nodes, 1)
     _launch.launch(_spmm_rows_kernel, grid, flat_args, flat_cons, 1)

@@ -28,6 +28,7 @@ from sparsegnn.datasets.suite import REAL_SUITE  # noqa: E402
 from sparsegnn.datasets.synthetic import SUITES  # noqa: E402
 from sparsegnn.formats.tiles import translate  # noqa: E402
 from sparsegnn.kernels.spmm_tiles import sddmm_tiles, spmm_tiles  # noqa: E402
+from sparsegnn.ops.tiles import _run_sum  # noqa: E402
 from sparsegnn.tune import lookup  # noqa: E402
 
 #: (swap, block_f, num_warps, chunk) launch configs of the tile SpMM
@@ -117,6 +118,8 @@ def _spmm_rows(g: Graph, tiles, dims, base: Dict, emit, configs) -> None:
             ("cusparse", "fp32", ""): (lambda: torch.sparse.mm(csr, x), ref),
             ("ours", "fp32", "auto"): (lambda: spmm(g, x, edge_weight=g.edge_val), ref),
             ("ours", "tf32", "auto"): (lambda: spmm(g, x, edge_weight=g.edge_val, precision="tf32"), ref),
+            # the row kernel on fp16-packed features (path 3 of the spmm_tc decisions)
+            ("packed", "tf32", "rows-fp16"): (lambda: _run_sum(g, x, g.edge_val, "tf32", {"path": 3}), ref),
             ("cusparse", "bf16", ""): (lambda: torch.sparse.mm(csr16, x16), ref16),
             ("ours", "bf16", "auto"): (lambda: spmm(g, x16, edge_weight=g.edge_val), ref16),
             ("ours", "bf16", "auto-bf16"): (lambda: spmm(g, x16, edge_weight=g.edge_val, precision="bf16"), ref16),
@@ -192,8 +195,9 @@ def summary(rows: List[Dict]) -> List[str]:
     """Per (suite, order, graph, F): cuSPARSE, ours, best tile config; geomeans per suite."""
     spmm_rows = [r for r in rows if r.get("op") == "spmm" and r.get("ms")]
     keys = sorted({(r["suite"], r["order"], r["nnz"], r["graph"], r["F"]) for r in spmm_rows})
-    out = ["| suite | order | graph | F | cuSP fp32 | ours fp32 | tiles tf32 (cfg) | auto tf32 | cuSP bf16 | ours bf16 "
-           "| tiles bf16 (cfg) | auto bf16 | best tf32/cuSP32 | best bf16/cuSP32 | err tf32 | err bf16 |", "|" + "---|" * 16]
+    out = ["| suite | order | graph | F | cuSP fp32 | ours fp32 | tiles tf32 (cfg) | packed tf32 | auto tf32 | cuSP bf16 "
+           "| ours bf16 | tiles bf16 (cfg) | auto bf16 | best tf32/cuSP32 | best bf16/cuSP32 | err tf32 | err bf16 |",
+           "|" + "---|" * 17]
     ratios: Dict[tuple, List[float]] = {}
     for suite, order, _, graph, f in keys:
         sel = [r for r in spmm_rows if (r["suite"], r["order"], r["graph"], r["F"]) == (suite, order, graph, f)]
@@ -202,12 +206,13 @@ def summary(rows: List[Dict]) -> List[str]:
             cand = [r for r in sel if r["provider"] == provider and r["precision"] == prec and r["config"] != "auto-bf16"]
             return min(cand, key=lambda r: r["ms"]) if cand else None
         c32, o32, t32 = pick("cusparse", "fp32"), pick("ours", "fp32"), pick("tiles", "tf32")
+        p32 = pick("packed", "tf32")
         c16, o16, t16 = pick("cusparse", "bf16"), pick("ours", "bf16"), pick("tiles", "bf16")
         if not (c32 and o32 and t32):
             continue
         a32 = next((r for r in sel if r["provider"] == "ours" and r["config"] == "auto" and r["precision"] == "tf32"), None)
         a16 = next((r for r in sel if r["provider"] == "ours" and r["config"] == "auto-bf16"), None)
-        for tag, auto, fastest in (("auto_tf32_vs_fastest", a32, min(c32["ms"], o32["ms"], t32["ms"])),
+        for tag, auto, fastest in (("auto_tf32_vs_fastest", a32, min(r["ms"] for r in (c32, o32, t32, p32) if r)),
                                    ("auto_bf16_vs_fastest", a16, min(r["ms"] for r in (c16, o16, t16) if r))):
             if auto:
                 ratios.setdefault((suite, order, tag), []).append(fastest / auto["ms"])
@@ -217,15 +222,16 @@ def summary(rows: List[Dict]) -> List[str]:
             ratios.setdefault((suite, order, "auto_bf16_vs_cusp32"), []).append(c32["ms"] / a16["ms"])
             if c16:
                 ratios.setdefault((suite, order, "auto_bf16_vs_cusp16"), []).append(c16["ms"] / a16["ms"])
-        best32 = min(o32["ms"], t32["ms"])
+        best32 = min(r["ms"] for r in (o32, t32, p32) if r)
         best16 = min(r["ms"] for r in (o16, t16) if r) if (o16 or t16) else float("nan")
         for tag, val in (("ours32", c32["ms"] / o32["ms"]), ("tiles32", c32["ms"] / t32["ms"]),
+                         ("packed32", (c32["ms"] / p32["ms"]) if p32 else float("nan")),
                          ("best32", c32["ms"] / best32), ("best16", c32["ms"] / best16),
                          ("best16_vs_cusp16", (c16["ms"] / best16) if c16 else float("nan"))):
             if math.isfinite(val):
                 ratios.setdefault((suite, order, tag), []).append(val)
         fmt = lambda r: f"{r['ms']:.3f}" if r else "-"  # noqa: E731
-        out.append(f"| {suite} | {order} | {graph} | {f} | {fmt(c32)} | {fmt(o32)} | {fmt(t32)} ({t32['config']}) | {fmt(a32)} "
+        out.append(f"| {suite} | {order} | {graph} | {f} | {fmt(c32)} | {fmt(o32)} | {fmt(t32)} ({t32['config']}) | {fmt(p32)} | {fmt(a32)} "
                    f"| {fmt(c16)} | {fmt(o16)} | {fmt(t16)} ({t16['config'] if t16 else '-'}) | {fmt(a16)} | {c32['ms'] / best32:.2f}x "
                    f"| {c32['ms'] / best16:.2f}x | {t32['rel_err']:.1e} | {t16['rel_err'] if t16 else float('nan'):.1e} |")
     out.append("")

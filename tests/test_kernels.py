@@ -156,6 +156,40 @@ def test_every_tuner_candidate_is_correct(config):
 
 
 @pytest.mark.parametrize("config", _all_candidates(), ids=lambda c: "-".join(f"{k}{v}" for k, v in sorted(c.items())))
+def test_every_tuner_candidate_scales_packed_sources(config):
+    """fp16 features with a factor per source row (``src_scale``, the packed tf32 path) and an
+    fp32 output: ``out = A diag(s) x`` with any config, weighted or not; the unplanned kernel too."""
+    from sparsegnn.kernels.spmm_csr import spmm_csr
+
+    ei, w = _hub_graph()
+    g = Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE)
+    plan = build_row_plan(g.rowptr, g.col, 8)
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(30, 19, generator=gen).half()
+    scale = torch.rand(30, generator=gen) * 1e-3 + 1e-4
+    want = scale.double()[:, None] * x.double()
+    for weight, dense_w in ((g.edge_val, w), (None, None)):
+        poisoned = torch.full((30, 19), float("nan"), device=DEVICE)
+        out = spmm_planned(g.rowptr, plan, weight, x.to(DEVICE), "sum", config=config, out=poisoned,
+                           src_scale=scale.to(DEVICE))
+        assert out.dtype == torch.float32
+        assert _rel_err(out, _dense_reduce(ei, 30, want, dense_w, "sum")) < 1e-6
+    out = spmm_csr(g.rowptr, g.col, g.edge_val, x.to(DEVICE), out=torch.empty(30, 19, device=DEVICE),
+                   src_scale=scale.to(DEVICE))
+    assert _rel_err(out, _dense_reduce(ei, 30, want, w, "sum")) < 1e-6
+
+
+def test_source_scales_need_single_head_values():
+    ei, w = _hub_graph()
+    g = Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE)
+    plan = build_row_plan(g.rowptr, g.col, 8)
+    with pytest.raises(ValueError, match=r"spmm_planned\(\): src_scale needs single-head"):
+        spmm_planned(g.rowptr, plan, torch.ones(g.num_edges, 2, device=DEVICE), torch.ones(30, 4, device=DEVICE),
+                     "sum", config={"FLAT": 1, "ROWS": 1, "BLOCK_E": 4, "BLOCK_F": 16, "num_warps": 1},
+                     src_scale=torch.ones(30, device=DEVICE))
+
+
+@pytest.mark.parametrize("config", _all_candidates(), ids=lambda c: "-".join(f"{k}{v}" for k, v in sorted(c.items())))
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
 def test_bound_launch_computes_what_the_planned_kernel_does(config, reduce):
     """``bind_planned`` (the launch bound once per graph, config and width: what repeat calls

@@ -38,12 +38,15 @@ def _reduce_range(
     start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
     REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, IDENTITY: tl.constexpr,
     BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, HEAD_DIM: tl.constexpr = 0, num_heads=1,
+    SRC_SCALE: tl.constexpr = False, scale_ptr=None,
 ):
     """``reduce_{e in [start, end)} val[e] * x[col[e], feat]`` as an fp32 [BLOCK_F] vector,
     BLOCK_E edges per step (mean divides by ``end - start``; max of no edges is 0).
     ``IDENTITY`` gathers row ``e`` of ``x`` for edge ``e`` (reducing partial results).
     ``HEAD_DIM > 0``: multi-head weights ``val[e, feat // HEAD_DIM]`` of a ``[E, num_heads]``
-    tensor (feature ``f`` of ``x`` belongs to head ``f // HEAD_DIM``)."""
+    tensor (feature ``f`` of ``x`` belongs to head ``f // HEAD_DIM``).  ``SRC_SCALE``: each
+    gathered row is scaled by ``scale[col[e]]`` too (features packed with a factor per row,
+    ``kernels/pack.py``; single-head values only)."""
     if REDUCE == 2:
         acc = tl.full([BLOCK_E, BLOCK_F], float("-inf"), dtype=tl.float32)
     else:
@@ -65,7 +68,11 @@ def _reduce_range(
                 tile = tile * weight2
             else:
                 weight = tl.load(val_ptr + edge, mask=edge_mask, other=0.0).to(tl.float32)
+                if SRC_SCALE:
+                    weight = weight * tl.load(scale_ptr + src, mask=edge_mask, other=0.0)
                 tile = tile * weight[:, None]
+        elif SRC_SCALE:
+            tile = tile * tl.load(scale_ptr + src, mask=edge_mask, other=0.0)[:, None]
         if REDUCE == 2:
             acc = tl.maximum(acc, tl.where(mask, tile, float("-inf")))
         else:
@@ -81,10 +88,10 @@ def _reduce_range(
 
 @triton.jit
 def _spmm_rows_kernel(
-    rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr, heavy_ptr,
+    rowptr_ptr, col_ptr, val_ptr, scale_ptr, x_ptr, out_ptr, heavy_ptr,
     num_heavy, light_max, num_feats, stride_x, stride_out, num_heads,
     REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
-    HEAVY_E: tl.constexpr = 0, HEAD_DIM: tl.constexpr = 0,
+    HEAVY_E: tl.constexpr = 0, HEAD_DIM: tl.constexpr = 0, SRC_SCALE: tl.constexpr = False,
 ):
     """One program per (row, feature block), ``BLOCK_E`` edges per step: few arguments, cheap
     to launch.  With ``HEAVY_E > 0`` the first ``num_heavy`` programs take the listed heavy
@@ -104,9 +111,11 @@ def _spmm_rows_kernel(
         end = tl.load(rowptr_ptr + row + 1)
         is_light = (pid >= num_heavy) & (end - start <= light_max)
         heavy = _reduce_range(start, tl.where(is_heavy, end, start), col_ptr, val_ptr, x_ptr, stride_x, feat,
-                              feat_mask, REDUCE, HAS_VAL, False, HEAVY_E, BLOCK_F, HEAD_DIM, num_heads)
+                              feat_mask, REDUCE, HAS_VAL, False, HEAVY_E, BLOCK_F, HEAD_DIM, num_heads,
+                              SRC_SCALE, scale_ptr)
         light = _reduce_range(start, tl.where(is_light, end, start), col_ptr, val_ptr, x_ptr, stride_x, feat,
-                              feat_mask, REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F, HEAD_DIM, num_heads)
+                              feat_mask, REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F, HEAD_DIM, num_heads,
+                              SRC_SCALE, scale_ptr)
         result = tl.where(is_heavy, heavy, light)
         # the row's flag broadcast over the features (the interpreter rejects a scalar-bool mask term)
         written = feat_mask & ((is_heavy | is_light).to(tl.int32) + tl.zeros_like(feat) > 0)
@@ -116,20 +125,22 @@ def _spmm_rows_kernel(
         start = tl.load(rowptr_ptr + row)
         end = tl.load(rowptr_ptr + row + 1)
         result = _reduce_range(start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
-                               REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F, HEAD_DIM, num_heads)
+                               REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F, HEAD_DIM, num_heads, SRC_SCALE, scale_ptr)
         tl.store(out_ptr + row * stride_out + feat, result.to(out_ptr.dtype.element_ty), mask=feat_mask)
 
 
 @triton.jit
 def _segment_reduce_kernel(
-    seg_ids_ptr, start_ptr, end_ptr, col_ptr, val_ptr, x_ptr, out_ptr, out_rows_ptr, scale_ptr,
+    seg_ids_ptr, start_ptr, end_ptr, col_ptr, val_ptr, src_scale_ptr, x_ptr, out_ptr, out_rows_ptr, scale_ptr,
     num_segments, num_feats, stride_x, stride_out, num_heads,
     REDUCE: tl.constexpr, HAS_SEG_IDS: tl.constexpr, HAS_OUT_ROWS: tl.constexpr,
     HAS_VAL: tl.constexpr, HAS_SCALE: tl.constexpr, IDENTITY: tl.constexpr,
     ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, HEAD_DIM: tl.constexpr = 0,
+    SRC_SCALE: tl.constexpr = False,
 ):
     """Segment ``s`` covers edges ``[start[id], end[id])`` with ``id = seg_ids[s]`` (or ``s``);
-    its result goes to row ``out_rows[s]`` (or ``id``) of ``out``; ``scale`` multiplies it."""
+    its result goes to row ``out_rows[s]`` (or ``id``) of ``out``; ``scale`` multiplies it
+    (``src_scale``: each gathered row, see ``_reduce_range``)."""
     feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     feat_mask = feat < num_feats
     for r in tl.static_range(ROWS):
@@ -142,7 +153,8 @@ def _segment_reduce_kernel(
             start = tl.load(start_ptr + seg_id)
             end = tl.load(end_ptr + seg_id)
             result = _reduce_range(start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
-                                   REDUCE, HAS_VAL, IDENTITY, BLOCK_E, BLOCK_F, HEAD_DIM, num_heads)
+                                   REDUCE, HAS_VAL, IDENTITY, BLOCK_E, BLOCK_F, HEAD_DIM, num_heads,
+                                   SRC_SCALE, src_scale_ptr)
             if HAS_SCALE:
                 result = result * tl.load(scale_ptr + seg).to(tl.float32)
             if HAS_OUT_ROWS:
@@ -154,12 +166,12 @@ def _segment_reduce_kernel(
 
 @triton.jit
 def _spmm_split_kernel(
-    rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr,
+    rowptr_ptr, col_ptr, val_ptr, scale_ptr, x_ptr, out_ptr,
     piece_heavy_ptr, piece_start_ptr, heavy_rows_ptr, heavy_first_ptr, partial_ptr, count_ptr,
     num_pieces, light_max, num_feats, stride_x, stride_out, num_heads,
     REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
     PIECE_REDUCE: tl.constexpr, HEAVY_E: tl.constexpr, PIECE_E: tl.constexpr, INLINE: tl.constexpr,
-    HEAD_DIM: tl.constexpr = 0,
+    HEAD_DIM: tl.constexpr = 0, SRC_SCALE: tl.constexpr = False,
 ):
     """Flat launch with heavy rows split: programs ``[0, num_pieces)`` each reduce one piece of
     ``PIECE_E`` edges of a heavy row (``HEAVY_E`` edges per step), the rest one light row each
@@ -190,9 +202,10 @@ def _spmm_split_kernel(
     # pieces reduce sums (PIECE_REDUCE = 0; mean divides at the end) or maxima (2)
     part = _reduce_range(piece_start, tl.where(is_piece, piece_end, piece_start), col_ptr, val_ptr, x_ptr,
                          stride_x, feat, feat_mask, PIECE_REDUCE, HAS_VAL, False, HEAVY_E, BLOCK_F,
-                         HEAD_DIM, num_heads)
+                         HEAD_DIM, num_heads, SRC_SCALE, scale_ptr)
     light = _reduce_range(start, tl.where(is_light, end, start), col_ptr, val_ptr, x_ptr, stride_x, feat,
-                          feat_mask, REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F, HEAD_DIM, num_heads)
+                          feat_mask, REDUCE, HAS_VAL, False, BLOCK_E, BLOCK_F, HEAD_DIM, num_heads,
+                          SRC_SCALE, scale_ptr)
     zeros = tl.zeros_like(feat)
     tl.store(out_ptr + row * stride_out + feat, light.to(out_ptr.dtype.element_ty),
              mask=feat_mask & (is_light.to(tl.int32) + zeros > 0))
@@ -225,6 +238,7 @@ def _spmm_split_kernel(
 def _rows_side_by_side(
     start, deg, max_deg, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
     REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+    SRC_SCALE: tl.constexpr = False, scale_ptr=None,
 ):
     """``reduce_{e in row} w_e x[col[e], feat]`` of ``ROWS`` rows at once (edges ``start[r] ..
     start[r] + deg[r]``), as a fp32 ``[ROWS, BLOCK_F]`` tile: step ``k`` gathers edges
@@ -244,7 +258,11 @@ def _rows_side_by_side(
         tile = tl.load(x_ptr + src[:, :, None] * stride_x + feat[None, None, :], mask=mask, other=0.0).to(tl.float32)
         if HAS_VAL:
             weight = tl.load(val_ptr + edge, mask=edge_mask, other=0.0).to(tl.float32)
+            if SRC_SCALE:    # rows packed with a factor each (see _reduce_range)
+                weight = weight * tl.load(scale_ptr + src, mask=edge_mask, other=0.0)
             tile = tile * weight[:, :, None]
+        elif SRC_SCALE:
+            tile = tile * tl.load(scale_ptr + src, mask=edge_mask, other=0.0)[:, :, None]
         if REDUCE == 2:
             acc = tl.maximum(acc, tl.where(mask, tile, float("-inf")))
         else:
@@ -261,10 +279,10 @@ def _rows_side_by_side(
 
 @triton.jit
 def _rowgroup_kernel(
-    rows_ptr, rowptr_ptr, col_ptr, val_ptr, x_ptr, out_ptr,
+    rows_ptr, rowptr_ptr, col_ptr, val_ptr, scale_ptr, x_ptr, out_ptr,
     num_listed, num_feats, stride_x, stride_out,
     REDUCE: tl.constexpr, HAS_VAL: tl.constexpr,
-    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, SRC_SCALE: tl.constexpr = False,
 ):
     """``ROWS`` listed rows side by side (``_rows_side_by_side``), until the group's largest degree."""
     listed = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
@@ -277,7 +295,7 @@ def _rowgroup_kernel(
     feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     feat_mask = feat < num_feats
     result = _rows_side_by_side(start, deg, max_deg, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
-                                REDUCE, HAS_VAL, ROWS, BLOCK_E, BLOCK_F)
+                                REDUCE, HAS_VAL, ROWS, BLOCK_E, BLOCK_F, SRC_SCALE, scale_ptr)
     tl.store(out_ptr + row[:, None] * stride_out + feat[None, :], result.to(out_ptr.dtype.element_ty),
              mask=row_mask[:, None] & feat_mask[None, :])
 
@@ -380,6 +398,7 @@ def spmm_csr(
     config: Optional[Dict[str, int]] = None,
     out: Optional[Tensor] = None,
     reduce: str = "sum",
+    src_scale: Optional[Tensor] = None,
 ) -> Tensor:
     """Row-per-program CSR SpMM, unplanned: the baseline, and the kernel of transient graphs
     (a sampled mini-batch is used once: building a row plan would cost more than it saves).
@@ -390,8 +409,11 @@ def spmm_csr(
         edge_val: [E] values, [E, H] multi-head values (``F % H == 0``) or None (all ones).
         x: [M, F] features (float32 / float16 / bfloat16), made contiguous here.
         config: ``BLOCK_E``, ``BLOCK_F``, ``num_warps``; default from ``configs.spmm_csr_default``.
-        out: optional contiguous [N, F] output buffer of ``x``'s dtype (every element is written).
+        out: optional contiguous [N, F] output buffer, every element written (default: ``x``'s
+            dtype; an fp32 buffer for half features keeps the fp32 accumulation).
         reduce: ``"sum"``, ``"mean"`` (over the stored edges) or ``"max"`` (0 for empty rows).
+        src_scale: optional [M] fp32 factor per source row (features packed with a scale per
+            row, ``kernels/pack.py``): edge ``e`` weighs ``val[e] * src_scale[col[e]]``.
 
     Returns:
         [N, F] tensor of ``x``'s dtype (fp32 accumulation); deterministic.
@@ -403,29 +425,38 @@ def spmm_csr(
     cfg = dict(config or spmm_csr_default(num_feats))
     num_warps = cfg.pop("num_warps", 4)
     multi_head = edge_val is not None and edge_val.dim() == 2
+    _check_src_scale(src_scale, multi_head, "spmm_csr")
     num_heads = edge_val.shape[1] if multi_head else 1
     grid = (num_rows, triton.cdiv(num_feats, cfg["BLOCK_F"]))
     launch(_spmm_rows_kernel, grid,
-           (rowptr, col, edge_val if edge_val is not None else col, x, out, rowptr,
-            0, 0, num_feats, x.stride(0), out.stride(0), num_heads),
+           (rowptr, col, edge_val if edge_val is not None else col, src_scale if src_scale is not None else col,
+            x, out, rowptr, 0, 0, num_feats, x.stride(0), out.stride(0), num_heads),
            dict(REDUCE=REDUCE_CODES[reduce], HAS_VAL=edge_val is not None,
-                HEAD_DIM=num_feats // num_heads if multi_head else 0, **cfg), num_warps)
+                HEAD_DIM=num_feats // num_heads if multi_head else 0, SRC_SCALE=src_scale is not None, **cfg),
+           num_warps)
     return out
 
 
+def _check_src_scale(src_scale: Optional[Tensor], multi_head: bool, fn: str) -> None:
+    if src_scale is not None and multi_head:
+        raise ValueError(f"{fn}(): src_scale needs single-head edge values ([E] or None)")
+
+
 def _launch(seg_ids, start, end, col, val, x, out, out_rows, scale, num_segments, reduce_code, identity, cfg,
-            head_dim=0, num_heads=1):
+            head_dim=0, num_heads=1, src_scale=None):
     rows, block_f = cfg["ROWS"], cfg["BLOCK_F"]
     grid = (triton.cdiv(num_segments, rows), triton.cdiv(x.shape[1], block_f))
     dummy = start
     _emit(_segment_reduce_kernel, grid,
            (seg_ids if seg_ids is not None else dummy, start, end,
             col if col is not None else dummy, val if val is not None else dummy,
+            src_scale if src_scale is not None else dummy,
             x, out, out_rows if out_rows is not None else dummy, scale if scale is not None else dummy,
             num_segments, x.shape[1], x.stride(0), out.stride(0), num_heads),
            dict(REDUCE=reduce_code, HAS_SEG_IDS=seg_ids is not None, HAS_OUT_ROWS=out_rows is not None,
                 HAS_VAL=val is not None, HAS_SCALE=scale is not None, IDENTITY=identity,
-                ROWS=rows, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, HEAD_DIM=head_dim),
+                ROWS=rows, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, HEAD_DIM=head_dim,
+                SRC_SCALE=src_scale is not None),
            cfg["num_warps"], cfg.get("num_stages", 2))
 
 
@@ -454,6 +485,7 @@ def spmm_planned(
     reduce: str = "sum",
     config: Optional[Dict[str, int]] = None,
     out: Optional[Tensor] = None,
+    src_scale: Optional[Tensor] = None,
 ) -> Tensor:
     """Planned CSR SpMM with ``reduce`` in {sum, mean, max}.
 
@@ -467,10 +499,12 @@ def spmm_planned(
             pieces), ``BLOCK_F``, ``num_warps`` (default: ``configs.spmm_plan_config``); with
             ``FLAT`` set, a single launch reduces every row whole (``BLOCK_E`` edges per step;
             with ``HEAVY_E``, rows of more than ``LIGHT_STEPS`` steps take ``HEAVY_E`` per step).
-        out: optional contiguous [N, F] output buffer (every element is written).
+        out: optional contiguous [N, F] output buffer, every element written (default: ``x``'s
+            dtype; an fp32 buffer for half features keeps the fp32 accumulation).
+        src_scale: optional [M] fp32 factor per source row (as in ``spmm_csr``).
 
     Returns:
-        [N, F] tensor of ``x``'s dtype, fp32 accumulation; deterministic.
+        ``out``, or a new [N, F] tensor of ``x``'s dtype; fp32 accumulation; deterministic.
     """
     x, out = _prepare(rowptr, x, out)
     num_rows, num_feats = out.shape
@@ -481,9 +515,11 @@ def spmm_planned(
     # multi-head weights [E, H]: feature f of x belongs to head f // (F / H)
     num_heads = edge_val.shape[1] if edge_val is not None and edge_val.dim() == 2 else 1
     head_dim = num_feats // num_heads if edge_val is not None and edge_val.dim() == 2 else 0
+    _check_src_scale(src_scale, head_dim > 0, "spmm_planned")
     val = edge_val if edge_val is not None else rowptr
+    scale = src_scale if src_scale is not None else rowptr
     if cfg.get("SPLIT"):  # one launch; heavy rows in pieces of PIECE_STEPS x HEAVY_E edges
-        return _spmm_split(rowptr, plan, val, edge_val is not None, x, out, code, cfg, head_dim, num_heads)
+        return _spmm_split(rowptr, plan, val, edge_val is not None, x, out, code, cfg, head_dim, num_heads, src_scale)
     if cfg.get("FLAT"):  # one launch, one row per program: least host overhead (small graphs)
         block_f, heavy_e = cfg["BLOCK_F"], cfg.get("HEAVY_E", 0)
         heavy, light_max = rowptr, 0
@@ -491,10 +527,10 @@ def spmm_planned(
             heavy, light_max = plan.heavy_rows(cfg.get("LIGHT_STEPS", 8) * cfg["BLOCK_E"])
         num_heavy = heavy.numel() if heavy_e else 0
         _emit(_spmm_rows_kernel, (num_heavy + num_rows, triton.cdiv(num_feats, block_f)),
-               (rowptr, plan.col32, val, x, out, heavy,
+               (rowptr, plan.col32, val, scale, x, out, heavy,
                 num_heavy, light_max, num_feats, x.stride(0), out.stride(0), num_heads),
                dict(REDUCE=code, HAS_VAL=edge_val is not None, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f,
-                    HEAVY_E=heavy_e, HEAD_DIM=head_dim),
+                    HEAVY_E=heavy_e, HEAD_DIM=head_dim, SRC_SCALE=src_scale is not None),
                cfg["num_warps"], cfg.get("num_stages", 3))
         return out
     if head_dim:
@@ -511,27 +547,29 @@ def spmm_planned(
     if num_light:
         grid = (triton.cdiv(num_light, group), triton.cdiv(num_feats, cfg["BLOCK_F"]))
         _emit(_rowgroup_kernel, grid,
-               (plan.short_rows, rowptr, plan.col32, edge_val if edge_val is not None else rowptr, x, out,
+               (plan.short_rows, rowptr, plan.col32, val, scale, x, out,
                 num_light, num_feats, x.stride(0), out.stride(0)),
-               dict(REDUCE=code, HAS_VAL=edge_val is not None, ROWS=group, BLOCK_E=group_e, BLOCK_F=cfg["BLOCK_F"]),
+               dict(REDUCE=code, HAS_VAL=edge_val is not None, ROWS=group, BLOCK_E=group_e, BLOCK_F=cfg["BLOCK_F"],
+                    SRC_SCALE=src_scale is not None),
                cfg["num_warps"])
     if num_short > num_light:
         _launch(plan.short_rows[num_light:], rowptr, rowptr[1:], plan.col32, edge_val, x, out, None, None,
-                num_short - num_light, code, False, dict(cfg, ROWS=1, num_warps=cfg.get("SEG_WARPS", cfg["num_warps"])))
+                num_short - num_light, code, False, dict(cfg, ROWS=1, num_warps=cfg.get("SEG_WARPS", cfg["num_warps"])),
+                src_scale=src_scale)
     num_long = plan.long_rows.numel()
     cfg = dict(cfg, num_warps=cfg.get("SEG_WARPS", cfg["num_warps"]))
     if num_long:
         partial = torch.empty((plan.num_pieces, num_feats), dtype=torch.float32, device=x.device)
         piece_code = REDUCE_CODES["max"] if reduce == "max" else REDUCE_CODES["sum"]
         _launch(None, plan.piece_start, plan.piece_end, plan.col32, edge_val, x, partial, None, None,
-                plan.num_pieces, piece_code, False, cfg)
+                plan.num_pieces, piece_code, False, cfg, src_scale=src_scale)
         final_cfg = dict(cfg, ROWS=1)
         _launch(None, plan.long_piece_ptr, plan.long_piece_ptr[1:], None, None, partial, out, plan.long_rows,
                 plan.long_inv_deg if reduce == "mean" else None, num_long, piece_code, True, final_cfg)
     return out
 
 
-def _spmm_split(rowptr, plan, val, has_val, x, out, code, cfg, head_dim, num_heads):
+def _spmm_split(rowptr, plan, val, has_val, x, out, code, cfg, head_dim, num_heads, src_scale=None):
     """Launch ``_spmm_split_kernel`` (and, without ``INLINE``, the combine pass)."""
     num_rows, num_feats = out.shape
     block_f, heavy_e = cfg["BLOCK_F"], cfg["HEAVY_E"]
@@ -543,11 +581,11 @@ def _spmm_split(rowptr, plan, val, has_val, x, out, code, cfg, head_dim, num_hea
     counts = split.counters(fblocks) if inline else split.piece_heavy
     piece_code = REDUCE_CODES["max"] if code == REDUCE_CODES["max"] else REDUCE_CODES["sum"]
     _emit(_spmm_split_kernel, (split.num_pieces + num_rows, fblocks),
-           (rowptr, plan.col32, val, x, out,
+           (rowptr, plan.col32, val, src_scale if src_scale is not None else rowptr, x, out,
             split.piece_heavy, split.piece_start, split.heavy_rows, split.heavy_first, partial, counts,
             split.num_pieces, split.light_max, num_feats, x.stride(0), out.stride(0), num_heads),
            dict(REDUCE=code, HAS_VAL=has_val, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, PIECE_REDUCE=piece_code,
-                HEAVY_E=heavy_e, PIECE_E=piece_e, INLINE=inline, HEAD_DIM=head_dim),
+                HEAVY_E=heavy_e, PIECE_E=piece_e, INLINE=inline, HEAD_DIM=head_dim, SRC_SCALE=src_scale is not None),
            cfg["num_warps"], cfg.get("num_stages", 3))
     if not inline and split.num_heavy:
         _launch(None, split.heavy_first, split.heavy_first[1:], None, None, partial, out, split.heavy_rows,

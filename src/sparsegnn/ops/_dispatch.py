@@ -191,13 +191,7 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     detail = spmm_detail(weight, reduce)
 
     plan = plan_of(graph)
-
-    def config():
-        run = lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg)  # noqa: E731
-        candidates = lambda: k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1],  # noqa: E731
-                                                       x.element_size(), plan.max_degree, multi_head=multi_head)
-        return k.decide("spmm", graph, detail, x.shape[1], x.dtype, x.device, candidates, run,
-                        space=k.configs.SPMM_SPACE)
+    config = lambda: _planned_config(graph, plan, x, weight, reduce)  # noqa: E731
 
     def bound():
         """The tuner's config for this call, bound to the graph (``spmm_csr.bind_planned``): a
@@ -225,6 +219,35 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     if entry is None or entry[0] is not weight or entry[1] != version or entry[2] != generation:
         entry = graph.cache[key] = (weight, version, generation, bound())
     return entry[3](x)
+
+
+def _planned_config(graph: Graph, plan, x: Tensor, weight: Optional[Tensor], reduce: str) -> dict:
+    """The tuner's row-kernel config (family ``"spmm"``) for ``A x`` on ``graph``'s plan."""
+    k = _kernels()
+    multi_head = weight is not None and weight.dim() == 2
+    run = lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg)  # noqa: E731
+    candidates = lambda: k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1],  # noqa: E731
+                                                   x.element_size(), plan.max_degree, multi_head=multi_head)
+    return k.decide("spmm", graph, spmm_detail(weight, reduce), x.shape[1], x.dtype, x.device, candidates, run,
+                    space=k.configs.SPMM_SPACE)
+
+
+def sum_rows_into(graph: Graph, x: Tensor, weight: Optional[Tensor], out: Tensor,
+                  src_scale: Optional[Tensor] = None) -> Tensor:
+    """``out = A diag(src_scale) x`` by the CUDA-core row kernel with fp32 accumulation, written
+    into ``out`` (any float dtype: fp16-packed features with an fp32 result, as ``ops.tiles``'s
+    packed path needs), on the tuner's config for ``x``'s width and dtype; weights ``weight``
+    (CSR order, [E]) or None; ``src_scale`` [M] or None (ones).
+
+    Shapes:
+        x: [M, F]; weight: [E] or None; out: [N, F] contiguous; src_scale: [M] or None -> out.
+    """
+    k = _kernels()
+    if graph.transient:
+        return k.spmm.spmm_csr(graph.rowptr, graph.col, weight, x, out=out, src_scale=src_scale)
+    plan = plan_of(graph)
+    config = _planned_config(graph, plan, x, weight, "sum")
+    return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, "sum", config=config, out=out, src_scale=src_scale)
 
 
 def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Tensor:

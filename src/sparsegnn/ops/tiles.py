@@ -104,8 +104,9 @@ def spmm_tc(graph: Graph, x: Tensor, edge_weight: Optional[Tensor] = None, preci
 
 #: Search space of the ``"spmm_tc"`` decisions: ``path`` 0 = CUDA-core row kernel (exact),
 #: 1 = tiles (``swap``, ``bf`` features per program, ``warps``, ``chunk`` blocks per item),
-#: 2 = cuSPARSE on CSR.
-TC_SPACE = {"path": (0, 1, 2), "swap": (0, 1), "bf": (32, 64, 128, 256), "warps": (4, 8), "chunk": (4, 8, 16, 32)}
+#: 2 = cuSPARSE on CSR, 3 = the row kernel on fp32 features packed to fp16 with a scale per
+#: row (``kernels/pack.py``: tf32's 11 significant bits, half the gathered bytes).
+TC_SPACE = {"path": (0, 1, 2, 3), "swap": (0, 1), "bf": (32, 64, 128, 256), "warps": (4, 8), "chunk": (4, 8, 16, 32)}
 
 
 def _tile(swap: int, bf: int, warps: int, chunk: int) -> dict:
@@ -120,9 +121,10 @@ def tc_candidates(num_feats: int, half: bool, cusparse: bool = True) -> list:
     ``F <= 32``, else 64 (fp32) or 128 (half); with half features and ``F >= 64`` the swapped
     orientation (features on the MMA's M side).  Then the second-best tile config (and, above
     64 features, short items of 4 blocks for small graphs), the exact
-    CUDA-core row kernel (it wins on large, low-reuse graphs with fp32 features) and, for fp32
-    features and ``cusparse`` (False where duplicate edges make ``E > N M``, which cuSPARSE
-    rejects), cuSPARSE.
+    CUDA-core row kernel (it wins on large, low-reuse graphs with fp32 features), for fp32
+    features the row kernel on features packed to fp16 (path 3: fewer gathered bytes at tf32's
+    precision, for graphs whose gathers dominate) and, for fp32 features and ``cusparse``
+    (False where duplicate edges make ``E > N M``, which cuSPARSE rejects), cuSPARSE.
     """
     if num_feats <= 32:
         tiles = [_tile(0, 32, 4, 8), _tile(0, 64, 4, 4)]
@@ -135,7 +137,7 @@ def tc_candidates(num_feats: int, half: bool, cusparse: bool = True) -> list:
         tiles.append(_tile(0, 64, 4, 4))
     # cuSPARSE only for fp32 features: its bf16 CSR product rejects some structures
     # (cusparseCreateCsr "invalid value" on small test graphs, H100) and never won in the sweep
-    return tiles + [{"path": 0}] + ([{"path": 2}] if cusparse and not half else [])
+    return tiles + [{"path": 0}] + ([] if half else [{"path": 3}]) + ([{"path": 2}] if cusparse and not half else [])
 
 
 def _tile_vals(graph: Graph, tiles, weight: Optional[Tensor], dtype: torch.dtype) -> Tensor:
@@ -152,6 +154,8 @@ def _run_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, 
     path = config["path"]
     if path == 0:
         return aggregate("triton", graph, x, weight, "sum")
+    if path == 3:
+        return _packed_sum(graph, x, weight)
     half = x.dtype in (torch.float16, torch.bfloat16)
     if path == 2:
         if half and not x.is_cuda:   # MKL has no half CSR product (the interpreter runs on the CPU)
@@ -159,6 +163,19 @@ def _run_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, 
         return torch.sparse.mm(csr_of(graph, weight, x.dtype), x)
     slot = ("tile_launch", x.dtype, x.shape[1], precision, tuple(sorted(config.items())))
     return derived_values(graph, slot, weight, lambda: _tile_launch(graph, x, weight, precision, config))(x)
+
+
+def _packed_sum(graph: Graph, x: Tensor, weight: Optional[Tensor]) -> Tensor:
+    """``A x`` for fp32 ``x`` at tf32's precision: ``x ~= h * inv`` packed to fp16 per row
+    (``kernels/pack.py``), then ``out_i = sum_e w_e inv_{col[e]} h_{col[e]}`` by the row kernel
+    (``inv`` gathered with each edge), accumulated and returned in fp32.  Bytes: ``x`` read
+    once and ``h`` written once (6 per element), then 2 per gathered feature instead of 4."""
+    from ..kernels.pack import pack_fp16
+    from ._dispatch import sum_rows_into
+
+    packed, inv = pack_fp16(x)
+    out = torch.empty((graph.rowptr.numel() - 1, x.shape[1]), dtype=torch.float32, device=x.device)
+    return sum_rows_into(graph, packed, None if weight is None else weight.detach(), out, src_scale=inv)
 
 
 def _tile_launch(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, config: dict):

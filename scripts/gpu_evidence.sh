@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# A stop's GPU evidence, by stage, tarred into $OUT/results.tar (stop 35: tests first; tests tiles):
+#   bash scripts/gpu_evidence.sh tests first tune exact   # one device call
+#   bash scripts/gpu_evidence.sh tiles                    # the captured tile suite (~250 s)
+# tests: the GPU tests of what changed ($TESTS: pytest arguments, default below).
+set -o pipefail
+export PYTHONPATH=src PYTHONUNBUFFERED=1 SPARSEGNN_DATA=${SPARSEGNN_DATA:-.data} SPARSEGNN_TUNE_CACHE=/tmp/tc-evidence
+FINAL=${OUT:-/tmp/sparsegnn-out}; OUT=/tmp/evidence; rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL"
+bench() { timeout 150 python3 -m sparsegnn bench --ops spmm --providers sparsegnn,cusparse --out "$OUT" "$@" 2>&1 \
+  | grep -E "geomean" ; }
+for stage in "$@"; do
+  case $stage in
+    tests) if [ -n "${TESTS:-}" ]; then read -ra tests <<< "$TESTS"
+           else tests=(tests/test_pack.py tests/test_prewarm.py tests/test_tiles.py tests/test_kernels.py
+                       -k "pack or prewarm or precis or launch or candidate or head"); fi
+           timeout 200 python3 -m pytest -q -p no:cacheprovider "${tests[@]}" 2>&1 | tail -3 ;;
+    first) timeout 230 python3 scripts/first_call.py --repeat 2 --profile "$OUT/first_step_profile.txt" \
+             --out "$OUT/first_call.json" 2>&1 | tail -14 ;;
+    tune) timeout 120 python3 -m sparsegnn tune --graphs cora,deezer,wikipedia,twitch,reddit-threads-10k,tox21 \
+            --dims 32,128 --out "$OUT/tune_report.json" 2>&1 | tail -16 ;;
+    exact) bench --suite real --dims 32,64,128,256 --dtypes float32 --tag real_spmm_fp32
+           bench --suite real --dims 32,64,128,256 --dtypes bfloat16 --tag real_spmm_bf16
+           bench --suite paper --dims 32,64,128,256 --dtypes float32 --tag paper_spmm_fp32 ;;
+    tiles) timeout 330 python3 scripts/time_tiles.py --capture --graphs real,paper --max-edges 20000000 \
+             --dims 32,64,128,256 --sddmm-dims "" --out "$OUT" --budget-s 290 > "$OUT/tiles_log.txt" 2>&1
+           grep -E "^- .*(auto|best|packed)" "$OUT/tiles_log.txt" ;;
+  esac
+done
+ls "$OUT"
+tar -cf "$FINAL/results.tar" -C "$OUT" .
