@@ -1,6 +1,7 @@
 """Triton's per-process key (``kernels._prewarm``): stored once and installed by later
 processes (only while the files it reads are unchanged), else hashed on a thread that imports
-nothing and stores it; off where no GPU kernel will be compiled."""
+nothing and stores it; the modules Triton's first launch imports, imported on that thread
+first; off where no GPU kernel will be compiled."""
 import sys
 
 import pytest
@@ -105,7 +106,9 @@ def test_a_hashed_key_is_stored_and_a_second_process_installs_it_without_hashing
     monkeypatch.setitem(sys.modules, binder.__name__, binder)
     monkeypatch.setattr(_prewarm, "_THREAD", None)
     own.cache_clear()
-    assert _prewarm.start(force=True) is None             # installed, no thread
+    thread = _prewarm.start(force=True)                   # installed; the thread only imports
+    thread.join(timeout=120)
+    assert _prewarm.state() == "stored"
     assert cache.triton_key is not own
     assert cache.triton_key() == stored[0].read_text()
     assert binder.triton_key is cache.triton_key           # rebound there too
@@ -172,3 +175,26 @@ def test_a_replaced_key_function_is_not_stored(fresh_prewarm, monkeypatch):
     thread.join(timeout=120)
     assert cache.triton_key.cache_info().currsize == 1
     assert not (fresh_prewarm / "triton_key").exists()
+
+
+def test_the_thread_imports_what_the_first_launch_would_and_skips_what_is_missing(fresh_prewarm, monkeypatch,
+                                                                                   tmp_path):
+    """The launch-time modules are imported on the background thread (where present), before
+    the key is hashed, and ``wait`` covers them."""
+    import threading
+
+    (tmp_path / "launch_time_module_for_test.py").write_text(
+        "import threading\nTHREAD = threading.current_thread().name\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(_prewarm, "_LAUNCH_IMPORTS", ("no_such_module_for_test", "launch_time_module_for_test"))
+    order = []
+    monkeypatch.setattr(_prewarm, "_hash", lambda *args: order.append(
+        "launch_time_module_for_test" in sys.modules))
+    monkeypatch.delitem(sys.modules, "launch_time_module_for_test", raising=False)
+    thread = _prewarm.start(force=True)
+    _prewarm.wait()
+    assert not thread.is_alive()
+    module = sys.modules["launch_time_module_for_test"]
+    assert module.THREAD == thread.name != threading.current_thread().name
+    assert order == [True]                                  # imported first, then hashed
+    assert "no_such_module_for_test" not in sys.modules

@@ -1,4 +1,5 @@
-"""Triton's once-per-process start-up work: its key, stored on disk, or hashed in the background.
+"""Triton's once-per-process start-up work: its key, stored on disk, or hashed in the background;
+the modules its first launch imports, imported in the background.
 
 The first launch of any Triton kernel in a process, even one whose binary sits in Triton's
 disk cache, computes ``triton.runtime.cache.triton_key()``: a SHA-256 over Triton's own
@@ -6,7 +7,7 @@ compiler library (``libtriton.so``, ~400-500 MB) and sources, kept in an ``lru_c
 ~0.25 s of reads and hashing on the H100 host, in a first GCN training step of 1.17 s with
 every cache warm (``benchmarks/h100/first_step_profile_2026-11-24_before.txt``).
 
-Two parts, both started by ``import sparsegnn`` (``start``):
+Three parts, all started by ``import sparsegnn`` (``start``):
 
 - **The stored key.**  The key depends only on the bytes of those files, so it is stored under
   the cache root (``<cache root>/triton_key/<stamp>``), where the stamp is a SHA-256 over
@@ -19,9 +20,18 @@ Two parts, both started by ``import sparsegnn`` (``start``):
   and file reads release the GIL) while the script loads its data and builds its model, then
   stores it.  The first launch that takes Triton's own path (``kernels/_launch.py``) calls
   ``wait()`` first, so a key still being hashed is waited for rather than hashed twice.
+- **The launch-time imports.**  Triton's first launch in a process imports modules that its
+  own import did not (Triton 3.6: the gluon tensor-descriptor classes that argument
+  specialisation checks for, 0.075 s, and their dataclasses) and runs ``file`` once for its
+  platform key: 0.1 s of a warm first GCN step of 0.43-0.46 s on the H100, where the same
+  step without aggregation takes 0.29 s (``benchmarks/h100/first_step_profile_2026-11-24_stored_key.txt``).
+  The same thread does this first, while the script loads its data and CUDA starts (C++ that
+  releases the GIL); the first launch's ``wait()`` covers it too.
 
-The thread imports nothing: the packages ``triton_key`` walks are imported (and walked) on
-the calling thread first, so the two threads never import concurrently.  It all runs only
+The hashing imports nothing: the packages ``triton_key`` walks are imported (and walked) on
+the calling thread first.  The launch-time imports are of Triton modules that nothing on the
+calling thread imports before the first launch (which waits for the thread), and import
+nothing of sparsegnn, so no import lock is ever waited for in a cycle.  It all runs only
 where kernels will be compiled for a GPU (a CUDA or ROCm build of torch, Triton installed,
 not the interpreter, not a worker process such as a DataLoader's); ``SPARSEGNN_PREWARM=0``
 turns it off.  A failure in it is ignored: the first launch then computes the key itself,
@@ -42,6 +52,8 @@ from .._paths import cache_root
 from . import interpreting, triton_available
 
 _THREAD: Optional[threading.Thread] = None
+#: Modules Triton imports on a process's first launch, not at its own import (absent ones are skipped).
+_LAUNCH_IMPORTS = ("triton.experimental.gluon.nvidia.hopper",)
 #: Triton's subpackages whose modules ``triton_key`` reads (besides ``runtime/cache.py`` and
 #: ``_C/libtriton``).
 _KEYED_PACKAGES = ("compiler", "backends", "language")
@@ -193,10 +205,35 @@ def _hash(store: Optional[Path], own: Callable[[], str]) -> None:
         pass
 
 
+def _import_launch_modules() -> None:
+    """Import ``_LAUNCH_IMPORTS`` and fill Triton's cached platform key (a ``file`` subprocess)."""
+    import importlib
+
+    for name in _LAUNCH_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - another Triton: its first launch imports what it needs
+            pass
+    try:
+        from triton.runtime.build import platform_key
+
+        if hasattr(platform_key, "cache_info"):     # cached (Triton 3.6 on): computed once here
+            platform_key()
+    except Exception:  # noqa: BLE001 - as above
+        pass
+
+
+def _background(store: Optional[Path], own: Optional[Callable[[], str]]) -> None:
+    """The thread's work: the launch-time imports, then (``own``: no stored key) the key."""
+    _import_launch_modules()
+    if own is not None:
+        _hash(store, own)
+
+
 def start(force: bool = False) -> Optional[threading.Thread]:
-    """Install the stored key, else start the background hashing, once per process (``force``:
-    even where ``wanted()`` is False, for tests).  Returns the hashing thread, or None when it
-    does not run (a stored key was installed, or nothing is to be done)."""
+    """Install the stored key, else hash it, and import the launch-time modules on a background
+    thread, once per process (``force``: even where ``wanted()`` is False, for tests).  Returns
+    the thread, or None when nothing is to be done."""
     global _THREAD
     if _THREAD is not None or _ORIGINAL is not None:
         return _THREAD
@@ -208,23 +245,24 @@ def start(force: bool = False) -> Optional[threading.Thread]:
         _walk_triton_packages()
     except Exception:  # noqa: BLE001 - a Triton without this layout: nothing to prewarm
         return None
-    own = cache.triton_key
+    own: Optional[Callable[[], str]] = cache.triton_key
     try:
         store: Optional[Path] = cache_root() / "triton_key" / stamp()
         key = _load(store)
         if key is not None:
             _install(key)
-            return None
+            own = None                              # nothing to hash
     except Exception:  # noqa: BLE001 - no stamp or no cache root: hash, store nothing
         store = None
-    _THREAD = threading.Thread(target=_hash, args=(store, own), name="sparsegnn-triton-prewarm", daemon=True)
+    _THREAD = threading.Thread(target=_background, args=(store, own), name="sparsegnn-triton-prewarm", daemon=True)
     _THREAD.start()
     return _THREAD
 
 
 def state() -> str:
-    """What ``start`` did in this process: ``"stored"`` (a stored key installed), ``"hashing"``
-    (hashed on the background thread, which may have finished) or ``"none"``."""
+    """What ``start`` did in this process with Triton's key: ``"stored"`` (a stored key
+    installed), ``"hashing"`` (hashed on the background thread, which may have finished) or
+    ``"none"``."""
     return "stored" if _ORIGINAL is not None else "hashing" if _THREAD is not None else "none"
 
 
