@@ -215,9 +215,12 @@ def spmm(
             heads in one kernel launch (GAT).
         backend: ``"auto"`` (Triton on CUDA, reference elsewhere), ``"reference"``, ``"triton"``.
         precision: ``"ieee"`` (default: exact fp32 arithmetic), ``"tf32"`` or ``"bf16"``: a sum or
-            mean with the Triton backend then runs on tensor cores over the graph's condensed
-            tiles (``ops.tiles.spmm_tc``; ``"bf16"`` rounds the features to bfloat16 first,
-            halving the bytes gathered).  Elsewhere (CPU, max, multi-head) the result is exact.
+            mean with the Triton backend then runs on the fastest kernel at that precision
+            (``ops.tiles.spmm_precise``): tensor cores over the graph's condensed tiles, the
+            exact row kernel, cuSPARSE, or (``"tf32"``, fp32 features) the row kernel on
+            features packed to fp16 with a scale per row (11 significant bits, as tf32).
+            ``"bf16"`` rounds the features to bfloat16 first, halving the bytes gathered.
+            Elsewhere (CPU, max, multi-head) the result is exact.
 
     Returns:
         Aggregated features of ``x``'s dtype (fp32 accumulation for half types).

@@ -8,8 +8,9 @@ row plan); edge values become tile values with one ``index_put`` per call.
 
 ``spmm(..., precision="tf32" | "bf16")`` goes through :func:`spmm_precise`: per graph structure,
 feature width and dtype the tuner (``tune.decide``, family ``"spmm_tc"``, persisted like every
-decision) picks the fastest of the CUDA-core row kernel, two tile launch configs and cuSPARSE
-(``torch.sparse.mm``), all timed once on first use; see :func:`tc_candidates` for the rule a
+decision) picks the fastest of the CUDA-core row kernel, two tile launch configs, (``"tf32"``)
+the row kernel on fp16-packed features (:func:`_packed_sum`) and cuSPARSE (``torch.sparse.mm``),
+all timed once on first use; see :func:`tc_candidates` for the rule a
 transient graph or ``SPARSEGNN_TUNE=off`` gets without timing.
 """
 from __future__ import annotations
