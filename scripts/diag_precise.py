@@ -22,7 +22,7 @@ import sparsegnn.tune.autotune as A
 orig_decide = A.decide
 def decide(op, graph, detail, f, dtype, device, cands, run, **kw):
     cfg = orig_decide(op, graph, detail, f, dtype, device, cands, run, **kw)
-    if op == "spmm_tc" and (op, f, str(dtype), graph.num_edges) not in [p[:4] for p in picks]:
+    if op == T.TC_FAMILY and (op, f, str(dtype), graph.num_edges) not in [p[:4] for p in picks]:
         picks.append((op, f, str(dtype), graph.num_edges, cfg))
     return cfg
 A.decide = decide

@@ -27,8 +27,8 @@ for spec in sys.argv[1:]:
         x = x.bfloat16()
     half = x.dtype == torch.bfloat16
     T.precise_aggregate(g, x, g.edge_val, "sum", precision)        # the decision, as a user's call makes it
-    rec = lookup("spmm_tc", g, precision, f, x.dtype, x.device) or {}
-    cands = T.tc_candidates(f, half, g.num_edges <= g.num_nodes * g.num_src)
+    rec = lookup(T.TC_FAMILY, g, precision, f, x.dtype, x.device) or {}
+    cands = T.tc_candidates(f, half, g.num_edges <= g.num_nodes * g.num_src, g.num_edges * f >= T.PACKED_MIN_WORK)
     run = lambda cfg: T._run_sum(g, x, g.edge_val, precision, cfg)  # noqa: E731
     rounds = [A._time_candidates(run, cands, x.device) for _ in range(3)]
     print(f"{spec}: pick {rec.get('config')} ({rec.get('ms')} ms, {rec.get('source')})")

@@ -28,7 +28,7 @@ from sparsegnn.datasets.suite import REAL_SUITE  # noqa: E402
 from sparsegnn.datasets.synthetic import SUITES  # noqa: E402
 from sparsegnn.formats.tiles import translate  # noqa: E402
 from sparsegnn.kernels.spmm_tiles import sddmm_tiles, spmm_tiles  # noqa: E402
-from sparsegnn.ops.tiles import _run_sum  # noqa: E402
+from sparsegnn.ops.tiles import TC_FAMILY, _run_sum  # noqa: E402
 from sparsegnn.tune import lookup  # noqa: E402
 
 #: (swap, block_f, num_warps, chunk) launch configs of the tile SpMM
@@ -140,7 +140,7 @@ def _spmm_rows(g: Graph, tiles, dims, base: Dict, emit, configs) -> None:
                 row["ms"] = _bench(fn)
                 row["timing"] = _LAST_TIMING
                 if cfg in ("auto", "auto-bf16") and prec != "fp32" and (prec == "tf32" or cfg == "auto-bf16"):
-                    record = lookup("spmm_tc", g, prec, f, torch.float32 if prec == "tf32" else torch.bfloat16,
+                    record = lookup(TC_FAMILY, g, prec, f, torch.float32 if prec == "tf32" else torch.bfloat16,
                                     x.device) or {}
                     row["pick"], row["pick_ms"] = record.get("config"), record.get("ms")
                 timed.append((row, fn))

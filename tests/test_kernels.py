@@ -168,25 +168,34 @@ def test_every_tuner_candidate_scales_packed_sources(config):
     x = torch.randn(30, 19, generator=gen).half()
     scale = torch.rand(30, generator=gen) * 1e-3 + 1e-4
     want = scale.double()[:, None] * x.double()
-    for weight, dense_w in ((g.edge_val, w), (None, None)):
-        poisoned = torch.full((30, 19), float("nan"), device=DEVICE)
-        out = spmm_planned(g.rowptr, plan, weight, x.to(DEVICE), "sum", config=config, out=poisoned,
-                           src_scale=scale.to(DEVICE))
-        assert out.dtype == torch.float32
-        assert _rel_err(out, _dense_reduce(ei, 30, want, dense_w, "sum")) < 1e-6
+    for reduce in ("sum", "mean", "max"):
+        for weight, dense_w in ((g.edge_val, w), (None, None)):
+            poisoned = torch.full((30, 19), float("nan"), device=DEVICE)
+            out = spmm_planned(g.rowptr, plan, weight, x.to(DEVICE), reduce, config=config, out=poisoned,
+                               src_scale=scale.to(DEVICE))
+            assert out.dtype == torch.float32
+            assert _rel_err(out, _dense_reduce(ei, 30, want, dense_w, reduce)) < 1e-6, reduce
     out = spmm_csr(g.rowptr, g.col, g.edge_val, x.to(DEVICE), out=torch.empty(30, 19, device=DEVICE),
                    src_scale=scale.to(DEVICE))
     assert _rel_err(out, _dense_reduce(ei, 30, want, w, "sum")) < 1e-6
 
 
-def test_source_scales_need_single_head_values():
+def test_source_scales_are_checked():
+    from sparsegnn.kernels.spmm_csr import spmm_csr
+
     ei, w = _hub_graph()
     g = Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE)
     plan = build_row_plan(g.rowptr, g.col, 8)
+    x = torch.ones(30, 4, device=DEVICE)
+    flat = {"FLAT": 1, "ROWS": 1, "BLOCK_E": 4, "BLOCK_F": 16, "num_warps": 1}
     with pytest.raises(ValueError, match=r"spmm_planned\(\): src_scale needs single-head"):
-        spmm_planned(g.rowptr, plan, torch.ones(g.num_edges, 2, device=DEVICE), torch.ones(30, 4, device=DEVICE),
-                     "sum", config={"FLAT": 1, "ROWS": 1, "BLOCK_E": 4, "BLOCK_F": 16, "num_warps": 1},
+        spmm_planned(g.rowptr, plan, torch.ones(g.num_edges, 2, device=DEVICE), x, "sum", config=flat,
                      src_scale=torch.ones(30, device=DEVICE))
+    for bad in (torch.ones(29), torch.ones(30, dtype=torch.float64), torch.ones(60)[::2], torch.ones(30, 1)):
+        with pytest.raises(ValueError, match=r"spmm_planned\(\): src_scale must be a contiguous float32 tensor"):
+            spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=flat, src_scale=bad.to(DEVICE))
+        with pytest.raises(ValueError, match=r"spmm_csr\(\): src_scale must be"):
+            spmm_csr(g.rowptr, g.col, g.edge_val, x, src_scale=bad.to(DEVICE))
 
 
 @pytest.mark.parametrize("config", _all_candidates(), ids=lambda c: "-".join(f"{k}{v}" for k, v in sorted(c.items())))

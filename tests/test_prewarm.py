@@ -1,7 +1,7 @@
 """Triton's per-process key (``kernels._prewarm``): stored once and installed by later
-processes (only while the files it reads are unchanged), else hashed on a thread that imports
-nothing and stores it; the modules Triton's first launch imports, imported on that thread
-first; off where no GPU kernel will be compiled."""
+processes (only while the files it reads are unchanged), else hashed on a background thread
+(the hashing imports nothing) and stored; the modules Triton's first launch imports, imported
+on that thread first; off where no GPU kernel will be compiled."""
 import sys
 
 import pytest
@@ -190,7 +190,8 @@ def test_the_thread_imports_what_the_first_launch_would_and_skips_what_is_missin
     order = []
     monkeypatch.setattr(_prewarm, "_hash", lambda *args: order.append(
         "launch_time_module_for_test" in sys.modules))
-    monkeypatch.delitem(sys.modules, "launch_time_module_for_test", raising=False)
+    monkeypatch.setitem(sys.modules, "launch_time_module_for_test", None)   # restored (removed) afterwards
+    del sys.modules["launch_time_module_for_test"]
     thread = _prewarm.start(force=True)
     _prewarm.wait()
     assert not thread.is_alive()

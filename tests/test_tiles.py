@@ -272,6 +272,40 @@ def test_every_precise_spmm_candidate_matches_float64(graph_case, width, half):
             assert float((out.double().cpu() - ref).norm()) <= tol * max(float(ref.norm()), 1.0), config
 
 
+def test_spmm_tf32_on_the_packed_path_forward_and_backward(fresh_store, monkeypatch):
+    """A tuner that picks the packed path (path 3) for every tf32 decision: ``spmm`` with
+    learnable features and edge weights on a bipartite graph matches float64, gradients too
+    (``dX`` by the packed path on the transpose, ``dw`` exact)."""
+    import sparsegnn as sg
+    from sparsegnn.ops import tiles
+    from sparsegnn.tune import set_timer
+
+    from conftest import DEVICE
+    monkeypatch.setattr(tiles, "PACKED_MIN_WORK", 0)          # offered on a small graph too
+    picked = []
+    set_timer(lambda run, cfg: picked.append(cfg) or (0.5 if cfg == {"path": 3} else 1.0))
+    gen = torch.Generator().manual_seed(12)
+    src, dst = torch.randint(0, 37, (300,), generator=gen), torch.randint(0, 23, (300,), generator=gen)
+    g = Graph.from_edge_index(torch.stack([src, dst]), num_nodes=23, num_src=37).to(DEVICE)
+    dense = torch.zeros(23, 37, dtype=torch.float64)
+    w64 = torch.rand(300, generator=gen, dtype=torch.float64) + 0.5
+    x64 = torch.randn(37, 40, generator=gen, dtype=torch.float64)
+    dense.index_put_((dst, src), w64, accumulate=True)
+    w = w64.float()[g.edge_perm.cpu()].to(DEVICE).requires_grad_() if g.edge_perm is not None else None
+    assert w is not None
+    x = x64.float().to(DEVICE).requires_grad_()
+    out = sg.spmm(g, x, edge_weight=w, backend="triton", precision="tf32")
+    upstream = torch.randn(23, 40, generator=gen, dtype=torch.float64)
+    (out * upstream.float().to(DEVICE)).sum().backward()
+    assert {"path": 3} in picked
+    tol = 5e-3
+    assert float((out.detach().double().cpu() - dense @ x64).norm()) <= tol * float((dense @ x64).norm())
+    assert float((x.grad.double().cpu() - dense.T @ upstream).norm()) <= tol * float((dense.T @ upstream).norm())
+    # dw_e = <upstream_i, x_j> for edge j -> i (CSR order of the graph)
+    want_dw = (upstream[dst] * x64[src]).sum(1)[g.edge_perm.cpu()]
+    assert float((w.grad.double().cpu() - want_dw).norm()) <= 1e-5 * float(want_dw.norm())
+
+
 def test_precise_spmm_rebuilds_cached_values_after_an_in_place_update():
     import sparsegnn as sg
 

@@ -29,9 +29,12 @@ Three parts, all started by ``import sparsegnn`` (``start``):
   releases the GIL); the first launch's ``wait()`` covers it too.
 
 The hashing imports nothing: the packages ``triton_key`` walks are imported (and walked) on
-the calling thread first.  The launch-time imports are of Triton modules that nothing on the
-calling thread imports before the first launch (which waits for the thread), and import
-nothing of sparsegnn, so no import lock is ever waited for in a cycle.  It all runs only
+the calling thread first.  The launch-time imports are of Triton modules only (none of
+sparsegnn's); sparsegnn's own first launch waits for the thread, and other code importing the
+same modules meanwhile (``torch.compile``, a user's Triton kernel) waits on that module's
+import lock, as with any two threads importing one module.  The thread runs for ~0.1-0.3 s
+after ``import sparsegnn``; a process that forks in that window (Python 3.12 warns about a
+fork while threads run) can set ``SPARSEGNN_PREWARM=0``.  It all runs only
 where kernels will be compiled for a GPU (a CUDA or ROCm build of torch, Triton installed,
 not the interpreter, not a worker process such as a DataLoader's); ``SPARSEGNN_PREWARM=0``
 turns it off.  A failure in it is ignored: the first launch then computes the key itself,

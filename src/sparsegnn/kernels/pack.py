@@ -7,17 +7,18 @@ exponent bits (normals from 2^-14 to 65504), so each row ``j`` is scaled before 
     s_j = 2^15 / max(max_f |x_jf|, 2^-100)        h_jf = fp16(x_jf * s_j)        x_jf ~= h_jf * inv_j,
     inv_j = max(max_f |x_jf|, 2^-100) / 2^15
 
-Every element keeps 11 significant bits (relative error <= 2^-11, as tf32) down to 2^-29 of its
-row's largest magnitude (the smallest fp16 normal); smaller ones keep fewer, and those below
-2^-40 of it round to zero: a norm-wise error of at most ~2^-40 of the row.  The floor 2^-100
-keeps ``s_j`` finite for all-zero and subnormal rows.  A row holding ``inf`` is stored
-unscaled (``s_j = inv_j = 1``: its other entries above 65504 become ``inf`` too); ``NaN``
-entries stay ``NaN``.
+The error of each entry is at most ``2^-11 |x_jf| + 2^-40 max_f |x_jf|``: entries down to
+2^-29 of their row's largest magnitude (the smallest fp16 normal) keep 11 significant bits (as
+tf32), smaller ones keep fewer, and those below 2^-40 of it round to zero.  Unlike tf32,
+this bound is relative to the row: a row whose entries span more than ~2^29 in magnitude
+loses its smallest ones (``precision="ieee"`` keeps them).  The floor 2^-100 keeps ``s_j``
+finite for all-zero and subnormal rows.  The maximum is over finite entries: ``inf`` and
+``NaN`` stay as they are and do not disturb the scale of the rest of their row.
 
 The CUDA-core row kernel then gathers ``h`` (2 bytes per feature instead of 4) and, with each
 edge, ``inv_{col[e]}`` (its ``src_scale``), and accumulates ``w_e inv_{col[e]} h_{col[e]}`` in
 fp32 (``ops/tiles.py``, path 3 of the ``"spmm_tc"`` decisions).  The packing reads ``x`` once
-and writes ``h`` once (6 bytes per element).
+and writes ``h`` once (6 bytes per element; rows wider than ``MAX_BLOCK_F`` are read twice).
 """
 from __future__ import annotations
 
@@ -37,6 +38,13 @@ MAX_BLOCK_F = 256
 
 
 @triton.jit
+def _finite_abs(v):
+    """``|v|`` where finite, else 0 (NaN compares false)."""
+    a = tl.abs(v)
+    return tl.where(a < float("inf"), a, 0.0)
+
+
+@triton.jit
 def _pack_kernel(x_ptr, h_ptr, inv_ptr, num_rows, num_feats, stride_x, stride_h,
                  ROWS: tl.constexpr, BLOCK_F: tl.constexpr, ONE_PASS: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
@@ -46,17 +54,16 @@ def _pack_kernel(x_ptr, h_ptr, inv_ptr, num_rows, num_feats, stride_x, stride_h,
     if ONE_PASS:
         mask = row_mask[:, None] & (feat[None, :] < num_feats)
         v = tl.load(x_ptr + rows[:, None] * stride_x + feat[None, :], mask=mask, other=0.0).to(tl.float32)
-        amax = tl.max(tl.abs(v), axis=1)
+        amax = tl.max(_finite_abs(v), axis=1)
     else:
         amax = tl.zeros([ROWS], dtype=tl.float32)
         for f0 in range(0, num_feats, BLOCK_F):
             mask = row_mask[:, None] & (f0 + feat[None, :] < num_feats)
             v = tl.load(x_ptr + rows[:, None] * stride_x + f0 + feat[None, :], mask=mask, other=0.0)
-            amax = tl.maximum(amax, tl.max(tl.abs(v.to(tl.float32)), axis=1))
-    finite = amax < float("inf")
+            amax = tl.maximum(amax, tl.max(_finite_abs(v.to(tl.float32)), axis=1))
     amax = tl.maximum(amax, 7.888609052210118e-31)          # 2^-100: a finite scale for zero rows
-    scale = tl.where(finite, 32768.0 / amax, 1.0)
-    inv = tl.where(finite, amax * (1.0 / 32768.0), 1.0)
+    scale = 32768.0 / amax
+    inv = amax * (1.0 / 32768.0)
     tl.store(inv_ptr + rows, inv, mask=row_mask)
     if ONE_PASS:
         tl.store(h_ptr + rows[:, None] * stride_h + feat[None, :], (v * scale[:, None]).to(tl.float16), mask=mask)

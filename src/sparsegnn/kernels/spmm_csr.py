@@ -15,7 +15,10 @@ Two kernels:
 Every grid is ``(programs, feature blocks)`` with the feature block slowest, so while one
 feature block is processed only ``N x BLOCK_F`` of ``x`` is gathered and it can stay in L2.
 
-Feature and edge tails are masked; node and feature offsets are int64.
+Feature and edge tails are masked; node and feature offsets are int64.  Every schedule can
+also scale each gathered source row by a factor of its own (``src_scale``: features packed
+to fp16 with a scale per row, ``kernels/pack.py``), and write an output of another dtype than
+the features' (fp32 results of half features).
 """
 from __future__ import annotations
 
@@ -69,10 +72,10 @@ def _reduce_range(
             else:
                 weight = tl.load(val_ptr + edge, mask=edge_mask, other=0.0).to(tl.float32)
                 if SRC_SCALE:
-                    weight = weight * tl.load(scale_ptr + src, mask=edge_mask, other=0.0)
+                    weight = weight * tl.load(scale_ptr + src, mask=edge_mask, other=0.0).to(tl.float32)
                 tile = tile * weight[:, None]
         elif SRC_SCALE:
-            tile = tile * tl.load(scale_ptr + src, mask=edge_mask, other=0.0)[:, None]
+            tile = tile * tl.load(scale_ptr + src, mask=edge_mask, other=0.0).to(tl.float32)[:, None]
         if REDUCE == 2:
             acc = tl.maximum(acc, tl.where(mask, tile, float("-inf")))
         else:
@@ -243,7 +246,8 @@ def _rows_side_by_side(
     """``reduce_{e in row} w_e x[col[e], feat]`` of ``ROWS`` rows at once (edges ``start[r] ..
     start[r] + deg[r]``), as a fp32 ``[ROWS, BLOCK_F]`` tile: step ``k`` gathers edges
     ``k..k+BLOCK_E`` of every row (a [ROWS, BLOCK_E, BLOCK_F] tile), until ``max_deg``.  Mean
-    divides by the degree; the max of no edges is 0.  (The row-group kernel here and the batched
+    divides by the degree; the max of no edges is 0.  ``SRC_SCALE`` scales each gathered row by
+    ``scale[col[e]]`` (see ``_reduce_range``).  (The row-group kernel here and the batched
     kernels of ``spmm_batched`` share it.)"""
     if REDUCE == 2:
         acc = tl.full([ROWS, BLOCK_E, BLOCK_F], float("-inf"), dtype=tl.float32)
@@ -259,10 +263,10 @@ def _rows_side_by_side(
         if HAS_VAL:
             weight = tl.load(val_ptr + edge, mask=edge_mask, other=0.0).to(tl.float32)
             if SRC_SCALE:    # rows packed with a factor each (see _reduce_range)
-                weight = weight * tl.load(scale_ptr + src, mask=edge_mask, other=0.0)
+                weight = weight * tl.load(scale_ptr + src, mask=edge_mask, other=0.0).to(tl.float32)
             tile = tile * weight[:, :, None]
         elif SRC_SCALE:
-            tile = tile * tl.load(scale_ptr + src, mask=edge_mask, other=0.0)[:, :, None]
+            tile = tile * tl.load(scale_ptr + src, mask=edge_mask, other=0.0).to(tl.float32)[:, :, None]
         if REDUCE == 2:
             acc = tl.maximum(acc, tl.where(mask, tile, float("-inf")))
         else:
@@ -416,7 +420,7 @@ def spmm_csr(
             row, ``kernels/pack.py``): edge ``e`` weighs ``val[e] * src_scale[col[e]]``.
 
     Returns:
-        [N, F] tensor of ``x``'s dtype (fp32 accumulation); deterministic.
+        ``out``, or a new [N, F] tensor of ``x``'s dtype; fp32 accumulation; deterministic.
     """
     x, out = _prepare(rowptr, x, out)
     num_rows, num_feats = out.shape
@@ -425,7 +429,7 @@ def spmm_csr(
     cfg = dict(config or spmm_csr_default(num_feats))
     num_warps = cfg.pop("num_warps", 4)
     multi_head = edge_val is not None and edge_val.dim() == 2
-    _check_src_scale(src_scale, multi_head, "spmm_csr")
+    _check_src_scale(src_scale, multi_head, x, "spmm_csr")
     num_heads = edge_val.shape[1] if multi_head else 1
     grid = (num_rows, triton.cdiv(num_feats, cfg["BLOCK_F"]))
     launch(_spmm_rows_kernel, grid,
@@ -437,9 +441,16 @@ def spmm_csr(
     return out
 
 
-def _check_src_scale(src_scale: Optional[Tensor], multi_head: bool, fn: str) -> None:
-    if src_scale is not None and multi_head:
+def _check_src_scale(src_scale: Optional[Tensor], multi_head: bool, x: Tensor, fn: str) -> None:
+    """``src_scale``: None, or a contiguous float32 [M] on ``x``'s device, with single-head values."""
+    if src_scale is None:
+        return
+    if multi_head:
         raise ValueError(f"{fn}(): src_scale needs single-head edge values ([E] or None)")
+    if (src_scale.dim() != 1 or src_scale.numel() != x.shape[0] or src_scale.dtype != torch.float32
+            or src_scale.stride(0) != 1 or src_scale.device != x.device):
+        raise ValueError(f"{fn}(): src_scale must be a contiguous float32 tensor of shape [{x.shape[0]}] on "
+                         f"{x.device}, got {src_scale.dtype} of shape {tuple(src_scale.shape)} on {src_scale.device}")
 
 
 def _launch(seg_ids, start, end, col, val, x, out, out_rows, scale, num_segments, reduce_code, identity, cfg,
@@ -515,11 +526,12 @@ def spmm_planned(
     # multi-head weights [E, H]: feature f of x belongs to head f // (F / H)
     num_heads = edge_val.shape[1] if edge_val is not None and edge_val.dim() == 2 else 1
     head_dim = num_feats // num_heads if edge_val is not None and edge_val.dim() == 2 else 0
-    _check_src_scale(src_scale, head_dim > 0, "spmm_planned")
+    _check_src_scale(src_scale, head_dim > 0, x, "spmm_planned")
     val = edge_val if edge_val is not None else rowptr
     scale = src_scale if src_scale is not None else rowptr
     if cfg.get("SPLIT"):  # one launch; heavy rows in pieces of PIECE_STEPS x HEAVY_E edges
-        return _spmm_split(rowptr, plan, val, edge_val is not None, x, out, code, cfg, head_dim, num_heads, src_scale)
+        return _spmm_split(rowptr, plan, val, edge_val is not None, x, out, code, cfg, head_dim, num_heads,
+                           scale, src_scale is not None)
     if cfg.get("FLAT"):  # one launch, one row per program: least host overhead (small graphs)
         block_f, heavy_e = cfg["BLOCK_F"], cfg.get("HEAVY_E", 0)
         heavy, light_max = rowptr, 0
@@ -569,7 +581,7 @@ def spmm_planned(
     return out
 
 
-def _spmm_split(rowptr, plan, val, has_val, x, out, code, cfg, head_dim, num_heads, src_scale=None):
+def _spmm_split(rowptr, plan, val, has_val, x, out, code, cfg, head_dim, num_heads, scale, has_scale):
     """Launch ``_spmm_split_kernel`` (and, without ``INLINE``, the combine pass)."""
     num_rows, num_feats = out.shape
     block_f, heavy_e = cfg["BLOCK_F"], cfg["HEAVY_E"]
@@ -581,11 +593,11 @@ def _spmm_split(rowptr, plan, val, has_val, x, out, code, cfg, head_dim, num_hea
     counts = split.counters(fblocks) if inline else split.piece_heavy
     piece_code = REDUCE_CODES["max"] if code == REDUCE_CODES["max"] else REDUCE_CODES["sum"]
     _emit(_spmm_split_kernel, (split.num_pieces + num_rows, fblocks),
-           (rowptr, plan.col32, val, src_scale if src_scale is not None else rowptr, x, out,
+           (rowptr, plan.col32, val, scale, x, out,
             split.piece_heavy, split.piece_start, split.heavy_rows, split.heavy_first, partial, counts,
             split.num_pieces, split.light_max, num_feats, x.stride(0), out.stride(0), num_heads),
            dict(REDUCE=code, HAS_VAL=has_val, BLOCK_E=cfg["BLOCK_E"], BLOCK_F=block_f, PIECE_REDUCE=piece_code,
-                HEAVY_E=heavy_e, PIECE_E=piece_e, INLINE=inline, HEAD_DIM=head_dim, SRC_SCALE=src_scale is not None),
+                HEAVY_E=heavy_e, PIECE_E=piece_e, INLINE=inline, HEAD_DIM=head_dim, SRC_SCALE=has_scale),
            cfg["num_warps"], cfg.get("num_stages", 3))
     if not inline and split.num_heavy:
         _launch(None, split.heavy_first, split.heavy_first[1:], None, None, partial, out, split.heavy_rows,

@@ -218,7 +218,9 @@ def spmm(
             mean with the Triton backend then runs on the fastest kernel at that precision
             (``ops.tiles.spmm_precise``): tensor cores over the graph's condensed tiles, the
             exact row kernel, cuSPARSE, or (``"tf32"``, fp32 features) the row kernel on
-            features packed to fp16 with a scale per row (11 significant bits, as tf32).
+            features packed to fp16 with a scale per row (11 significant bits, as tf32, for
+            entries above 2^-29 of their row's largest magnitude; an error of at most 2^-40 of
+            it below: ``kernels/pack.py``).
             ``"bf16"`` rounds the features to bfloat16 first, halving the bytes gathered.
             Elsewhere (CPU, max, multi-head) the result is exact.
 

@@ -7,7 +7,7 @@ SDDMM.  The tiles of a graph's structure are built once and kept in ``graph.cach
 row plan); edge values become tile values with one ``index_put`` per call.
 
 ``spmm(..., precision="tf32" | "bf16")`` goes through :func:`spmm_precise`: per graph structure,
-feature width and dtype the tuner (``tune.decide``, family ``"spmm_tc"``, persisted like every
+feature width and dtype the tuner (``tune.decide``, family ``TC_FAMILY``, persisted like every
 decision) picks the fastest of the CUDA-core row kernel, two tile launch configs, (``"tf32"``)
 the row kernel on fp16-packed features (:func:`_packed_sum`) and cuSPARSE (``torch.sparse.mm``),
 all timed once on first use; see :func:`tc_candidates` for the rule a
@@ -26,7 +26,7 @@ from ..graph import Graph
 from ..kernels import interpreting
 from ._dispatch import csr_of, derived_values, edge_values
 
-__all__ = ["spmm_tc", "spmm_precise", "precise_aggregate", "sddmm_precise", "SDDMM_TC_SPACE", "tiles_of_graph", "tc_candidates", "TC_SPACE"]
+__all__ = ["spmm_tc", "spmm_precise", "TC_FAMILY", "PACKED_MIN_WORK", "precise_aggregate", "sddmm_precise", "SDDMM_TC_SPACE", "tiles_of_graph", "tc_candidates", "TC_SPACE"]
 
 
 def tiles_of_graph(graph: Graph, window: int = 16, block_k: int = 16):
@@ -106,7 +106,8 @@ def spmm_tc(graph: Graph, x: Tensor, edge_weight: Optional[Tensor] = None, preci
 #: Search space of the ``"spmm_tc"`` decisions: ``path`` 0 = CUDA-core row kernel (exact),
 #: 1 = tiles (``swap``, ``bf`` features per program, ``warps``, ``chunk`` blocks per item),
 #: 2 = cuSPARSE on CSR, 3 = the row kernel on fp32 features packed to fp16 with a scale per
-#: row (``kernels/pack.py``: tf32's 11 significant bits, half the gathered bytes).
+#: row (``kernels/pack.py``: tf32's 11 significant bits for entries above 2^-29 of their row's
+#: largest magnitude, half the gathered bytes).
 TC_SPACE = {"path": (0, 1, 2, 3), "swap": (0, 1), "bf": (32, 64, 128, 256), "warps": (4, 8), "chunk": (4, 8, 16, 32)}
 
 
@@ -114,7 +115,15 @@ def _tile(swap: int, bf: int, warps: int, chunk: int) -> dict:
     return {"path": 1, "swap": swap, "bf": bf, "warps": warps, "chunk": chunk}
 
 
-def tc_candidates(num_feats: int, half: bool, cusparse: bool = True) -> list:
+#: Store name of the decisions among :func:`tc_candidates`; its version rises when the list
+#: gains a path, so that decisions stored before (which never timed it) are made again.
+TC_FAMILY = "spmm_tc@2"
+#: Least ``E x F`` for which the packed path is timed: its pack pass and extra launch cost
+#: more than it saves below (H100: it won from 52M up, on artist F=32 and ppi F=64).
+PACKED_MIN_WORK = 1 << 25
+
+
+def tc_candidates(num_feats: int, half: bool, cusparse: bool = True, packed: bool = True) -> list:
     """Configs timed for one ``"spmm_tc"`` decision, the untimed default first.
 
     The rule (H100 sweep of ``scripts/time_tiles.py`` over the real suite and the paper
@@ -123,8 +132,8 @@ def tc_candidates(num_feats: int, half: bool, cusparse: bool = True) -> list:
     orientation (features on the MMA's M side).  Then the second-best tile config (and, above
     64 features, short items of 4 blocks for small graphs), the exact
     CUDA-core row kernel (it wins on large, low-reuse graphs with fp32 features), for fp32
-    features the row kernel on features packed to fp16 (path 3: fewer gathered bytes at tf32's
-    precision, for graphs whose gathers dominate) and, for fp32 features and ``cusparse``
+    features and ``packed`` the row kernel on features packed to fp16 (path 3: fewer gathered
+    bytes at tf32's precision, for graphs whose gathers dominate) and, for fp32 features and ``cusparse``
     (False where duplicate edges make ``E > N M``, which cuSPARSE rejects), cuSPARSE.
     """
     if num_feats <= 32:
@@ -138,7 +147,8 @@ def tc_candidates(num_feats: int, half: bool, cusparse: bool = True) -> list:
         tiles.append(_tile(0, 64, 4, 4))
     # cuSPARSE only for fp32 features: its bf16 CSR product rejects some structures
     # (cusparseCreateCsr "invalid value" on small test graphs, H100) and never won in the sweep
-    return tiles + [{"path": 0}] + ([] if half else [{"path": 3}]) + ([{"path": 2}] if cusparse and not half else [])
+    return (tiles + [{"path": 0}] + ([{"path": 3}] if packed and not half else [])
+            + ([{"path": 2}] if cusparse and not half else []))
 
 
 def _tile_vals(graph: Graph, tiles, weight: Optional[Tensor], dtype: torch.dtype) -> Tensor:
@@ -155,8 +165,10 @@ def _run_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, 
     path = config["path"]
     if path == 0:
         return aggregate("triton", graph, x, weight, "sum")
-    if path == 3:
+    if path == 3 and x.dtype == torch.float32:     # (a stored pick for fp32 only)
         return _packed_sum(graph, x, weight)
+    if path == 3:
+        return aggregate("triton", graph, x, weight, "sum")
     half = x.dtype in (torch.float16, torch.bfloat16)
     if path == 2:
         if half and not x.is_cuda:   # MKL has no half CSR product (the interpreter runs on the CPU)
@@ -170,12 +182,12 @@ def _packed_sum(graph: Graph, x: Tensor, weight: Optional[Tensor]) -> Tensor:
     """``A x`` for fp32 ``x`` at tf32's precision: ``x ~= h * inv`` packed to fp16 per row
     (``kernels/pack.py``), then ``out_i = sum_e w_e inv_{col[e]} h_{col[e]}`` by the row kernel
     (``inv`` gathered with each edge), accumulated and returned in fp32.  Bytes: ``x`` read
-    once and ``h`` written once (6 per element), then 2 per gathered feature instead of 4."""
+    and ``h`` written once (6 per element), then 2 per gathered feature instead of 4."""
     from ..kernels.pack import pack_fp16
     from ._dispatch import sum_rows_into
 
     packed, inv = pack_fp16(x)
-    out = torch.empty((graph.rowptr.numel() - 1, x.shape[1]), dtype=torch.float32, device=x.device)
+    out = torch.empty((graph.num_nodes, x.shape[1]), dtype=torch.float32, device=x.device)
     return sum_rows_into(graph, packed, None if weight is None else weight.detach(), out, src_scale=inv)
 
 
@@ -196,9 +208,10 @@ def _precise_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: s
     from ..tune import decide
 
     half = x.dtype in (torch.float16, torch.bfloat16)
-    candidates = lambda: tc_candidates(x.shape[1], half, graph.num_edges <= graph.num_nodes * graph.num_src)  # noqa: E731
+    candidates = lambda: tc_candidates(x.shape[1], half, graph.num_edges <= graph.num_nodes * graph.num_src,  # noqa: E731
+                                       graph.num_edges * x.shape[1] >= PACKED_MIN_WORK)
     run = lambda cfg: _run_sum(graph, x, weight, precision, cfg)  # noqa: E731
-    config = decide("spmm_tc", graph, precision, x.shape[1], x.dtype, x.device, candidates, run,
+    config = decide(TC_FAMILY, graph, precision, x.shape[1], x.dtype, x.device, candidates, run,
                     space=TC_SPACE, ranked=False)
     return run(config)
 
@@ -260,8 +273,9 @@ class _SpMMPrecise(torch.autograd.Function):
 
 def spmm_precise(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:
     """``out = A x`` with ``A``'s values ``weight`` (CSR order; None = ones) at ``precision``
-    ``"tf32"`` (fp32 features, tf32 products where tensor cores run) or ``"bf16"`` (features
-    rounded to bf16, fp32 accumulation), on the fastest of rows / tiles / cuSPARSE (module doc).
+    ``"tf32"`` (fp32 features, tf32 products where tensor cores run, or fp16-packed features on
+    the row kernel) or ``"bf16"`` (features rounded to bf16, fp32 accumulation), on the fastest
+    of rows / tiles / packed rows / cuSPARSE (module doc).
     Result in ``x``'s dtype; differentiable in ``x`` and ``weight``.
 
     Shapes:
