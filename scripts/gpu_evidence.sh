@@ -12,7 +12,7 @@ for stage in "$@"; do
   case $stage in
     tests) if [ -n "${TESTS:-}" ]; then read -ra tests <<< "$TESTS"
            else tests=(tests/test_pack.py tests/test_prewarm.py tests/test_tiles.py tests/test_kernels.py
-                       -k "pack or prewarm or precis or launch or candidate or head"); fi
+                       -k "pack or prewarm or precis or launch or candidate or head or source"); fi
            timeout 200 python3 -m pytest -q -p no:cacheprovider "${tests[@]}" 2>&1 | tail -3 ;;
     first) timeout 230 python3 scripts/first_call.py --repeat 2 --profile "$OUT/first_step_profile.txt" \
              --out "$OUT/first_call.json" 2>&1 | tail -14 ;;
