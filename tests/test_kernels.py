@@ -191,11 +191,13 @@ def test_source_scales_are_checked():
     with pytest.raises(ValueError, match=r"spmm_planned\(\): src_scale needs single-head"):
         spmm_planned(g.rowptr, plan, torch.ones(g.num_edges, 2, device=DEVICE), x, "sum", config=flat,
                      src_scale=torch.ones(30, device=DEVICE))
-    for bad in (torch.ones(29), torch.ones(30, dtype=torch.float64), torch.ones(60)[::2], torch.ones(30, 1)):
+    ones = lambda *shape, **kw: torch.ones(*shape, device=DEVICE, **kw)  # noqa: E731
+    for bad in (ones(29), ones(30, dtype=torch.float64), ones(60)[::2], ones(30, 1)):   # made on the device:
+        # .to(device) of a strided CPU tensor would copy it contiguous
         with pytest.raises(ValueError, match=r"spmm_planned\(\): src_scale must be a contiguous float32 tensor"):
-            spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=flat, src_scale=bad.to(DEVICE))
+            spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=flat, src_scale=bad)
         with pytest.raises(ValueError, match=r"spmm_csr\(\): src_scale must be"):
-            spmm_csr(g.rowptr, g.col, g.edge_val, x, src_scale=bad.to(DEVICE))
+            spmm_csr(g.rowptr, g.col, g.edge_val, x, src_scale=bad)
 
 
 @pytest.mark.parametrize("config", _all_candidates(), ids=lambda c: "-".join(f"{k}{v}" for k, v in sorted(c.items())))

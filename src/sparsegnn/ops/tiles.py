@@ -119,8 +119,9 @@ def _tile(swap: int, bf: int, warps: int, chunk: int) -> dict:
 #: gains a path, so that decisions stored before (which never timed it) are made again.
 TC_FAMILY = "spmm_tc@2"
 #: Least ``E x F`` for which the packed path is timed: its pack pass and extra launch cost
-#: more than it saves below (H100: it won from 52M up, on artist F=32 and ppi F=64).
-PACKED_MIN_WORK = 1 << 25
+#: more than it saves below (H100, captured suites: it won from 21.9M up, real wikipedia F=64,
+#: tied at 10.9M, and lost below 8M; Cora's widths stay below).
+PACKED_MIN_WORK = 1 << 23
 
 
 def tc_candidates(num_feats: int, half: bool, cusparse: bool = True, packed: bool = True) -> list:
