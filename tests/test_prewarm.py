@@ -46,7 +46,7 @@ def test_off_by_variable_and_under_the_interpreter(monkeypatch):
     assert not _prewarm.wanted()
 
 
-def test_thread_computes_the_key_and_imports_nothing(fresh_prewarm, monkeypatch):
+def test_the_thread_computes_the_key_and_its_hashing_imports_nothing(fresh_prewarm, monkeypatch):
     from triton.runtime.cache import triton_key
 
     imported = []
