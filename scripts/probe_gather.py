@@ -107,6 +107,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--graphs", default="artist,ppi,soc-BlogCatalog,flickr")
     parser.add_argument("--dims", default="128,256")
+    parser.add_argument("--chunks", default="", help="also time our candidates on plans cut at these piece lengths")
+    parser.add_argument("--no-edge", action="store_true", help="skip the edge-chunk prototype")
     args = parser.parse_args()
     for name in args.graphs.split(","):
         g = bench_graph(name, device="cuda")
@@ -119,6 +121,17 @@ def main() -> None:
             cands = spmm_candidates(g.num_nodes, g.num_edges, f, 2, plan.max_degree)
             ours = measure(lambda cfg: spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=cfg), cands, "cuda")
             best = min(range(len(cands)), key=lambda i: ours[i][0])
+            for chunk in [int(c) for c in args.chunks.split(",") if c]:
+                cplan = g.row_plan(chunk)
+                ccands = spmm_candidates(g.num_nodes, g.num_edges, f, 2, cplan.max_degree)
+                times = measure(lambda cfg: spmm_planned(g.rowptr, cplan, g.edge_val, x, "sum", config=cfg), ccands,
+                                "cuda")
+                i = min(range(len(ccands)), key=lambda i: times[i][0])
+                print(f"   plan chunk {chunk} (default {plan.chunk}): best {times[i][0]:.4f} ms {ccands[i]}", flush=True)
+            if args.no_edge:
+                print(f"{name} N={g.num_nodes} E={g.num_edges} F={f}: ours best {ours[best][0]:.4f} ms "
+                      f"({gbytes / ours[best][0]:.2f} TB/s) {cands[best]}", flush=True)
+                continue
             row32 = torch.repeat_interleave(torch.arange(g.num_nodes, device="cuda", dtype=torch.int32),
                                             g.rowptr.diff())
             want = spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=cands[best]).float()
