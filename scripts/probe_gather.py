@@ -109,6 +109,8 @@ def main() -> None:
     parser.add_argument("--dims", default="128,256")
     parser.add_argument("--chunks", default="", help="also time our candidates on plans cut at these piece lengths")
     parser.add_argument("--no-edge", action="store_true", help="skip the edge-chunk prototype")
+    parser.add_argument("--wide", action="store_true",
+                        help="also time row-group configs gathering whole rows (BLOCK_F = F) at 1-4 warps")
     args = parser.parse_args()
     for name in args.graphs.split(","):
         g = bench_graph(name, device="cuda")
@@ -119,6 +121,11 @@ def main() -> None:
             x = torch.randn(g.num_src, f, device="cuda").bfloat16()
             gbytes = g.num_edges * f * 2 / 1e9
             cands = spmm_candidates(g.num_nodes, g.num_edges, f, 2, plan.max_degree)
+            shipped = len(cands)
+            if args.wide:
+                cands += [{"GROUP_ROWS": gr, "GROUP_E": ge, "BLOCK_F": min(f, 256), "ROWS": 1, "BLOCK_E": be,
+                           "num_warps": w, "SEG_WARPS": sw, "LIGHT_STEPS": 64}
+                          for gr in (2, 4, 8) for ge in (1, 2) for w in (1, 2, 4) for be in (16, 32) for sw in (4, 8)]
             ours = measure(lambda cfg: spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=cfg), cands, "cuda")
             best = min(range(len(cands)), key=lambda i: ours[i][0])
             for chunk in [int(c) for c in args.chunks.split(",") if c]:
@@ -128,6 +135,10 @@ def main() -> None:
                                 "cuda")
                 i = min(range(len(ccands)), key=lambda i: times[i][0])
                 print(f"   plan chunk {chunk} (default {plan.chunk}): best {times[i][0]:.4f} ms {ccands[i]}", flush=True)
+            if args.wide:
+                top = sorted(range(len(cands)), key=lambda i: ours[i][0])[:5]
+                for i in top:
+                    print(f"   {'shipped' if i < shipped else 'wide   '} {ours[i][0]:.4f} ms {cands[i]}", flush=True)
             if args.no_edge:
                 print(f"{name} N={g.num_nodes} E={g.num_edges} F={f}: ours best {ours[best][0]:.4f} ms "
                       f"({gbytes / ours[best][0]:.2f} TB/s) {cands[best]}", flush=True)
