@@ -17,7 +17,7 @@ finite for all-zero and subnormal rows.  The maximum is over finite entries: ``i
 
 The CUDA-core row kernel then gathers ``h`` (2 bytes per feature instead of 4) and, with each
 edge, ``inv_{col[e]}`` (its ``src_scale``), and accumulates ``w_e inv_{col[e]} h_{col[e]}`` in
-fp32 (``ops/tiles.py``, path 3 of the ``"spmm_tc"`` decisions).  The packing reads ``x`` once
+fp32 (``ops/tiles.py``, path 3 of the tf32 decisions, ``TC_FAMILY``).  The packing reads ``x`` once
 and writes ``h`` once (6 bytes per element; rows wider than ``MAX_BLOCK_F`` are read twice).
 """
 from __future__ import annotations
@@ -31,8 +31,6 @@ from torch import Tensor
 
 from ._launch import launch
 
-#: The packed magnitude of each row's largest entry (fp16's largest finite value is 65504).
-TOP = 32768.0
 #: Widest row held in registers at once; wider rows take two passes over ``x``.
 MAX_BLOCK_F = 256
 
@@ -62,7 +60,7 @@ def _pack_kernel(x_ptr, h_ptr, inv_ptr, num_rows, num_feats, stride_x, stride_h,
             v = tl.load(x_ptr + rows[:, None] * stride_x + f0 + feat[None, :], mask=mask, other=0.0)
             amax = tl.maximum(amax, tl.max(_finite_abs(v.to(tl.float32)), axis=1))
     amax = tl.maximum(amax, 7.888609052210118e-31)          # 2^-100: a finite scale for zero rows
-    scale = 32768.0 / amax
+    scale = 32768.0 / amax                                  # the largest packs to 2^15 (fp16 max 65504)
     inv = amax * (1.0 / 32768.0)
     tl.store(inv_ptr + rows, inv, mask=row_mask)
     if ONE_PASS:
