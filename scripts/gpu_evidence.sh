@@ -2,6 +2,8 @@
 # A stop's GPU evidence, by stage, tarred into $OUT/results.tar (stop 35: tests first; tests tiles):
 #   bash scripts/gpu_evidence.sh tests first tune exact   # one device call
 #   bash scripts/gpu_evidence.sh tiles                    # the captured tile suite (~250 s)
+#   MAIN_S=300 EXTRA_S=150 bash scripts/gpu_evidence.sh sweep   # the cost model's sweep, resumable:
+#     rows go straight to $OUT (a run cut short keeps them; --skip-done resumes)
 # tests: the GPU tests of what changed ($TESTS: pytest arguments, default below).
 set -o pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1 SPARSEGNN_DATA=${SPARSEGNN_DATA:-.data} SPARSEGNN_TUNE_CACHE=/tmp/tc-evidence
@@ -21,6 +23,13 @@ for stage in "$@"; do
     exact) bench --suite real --dims 32,64,128,256 --dtypes float32 --tag real_spmm_fp32
            bench --suite real --dims 32,64,128,256 --dtypes bfloat16 --tag real_spmm_bf16
            bench --suite paper --dims 32,64,128,256 --dtypes float32 --tag paper_spmm_fp32 ;;
+    sweep) for group in main extra; do
+             if [ $group = main ]; then groups=real,structure,paper; secs=${MAIN_S:-300}; file=sweep_replay
+             else groups=extra; secs=${EXTRA_S:-150}; file=sweep_replay_extra; fi
+             timeout $((secs + 60)) python3 scripts/sweep_tune.py --groups $groups --passes 3 --skip-done \
+               --max-seconds "$secs" --out "$FINAL/$file.jsonl" > "$FINAL/${file}_log.txt" 2>&1
+             tail -2 "$FINAL/${file}_log.txt"
+           done ;;
     tiles) timeout 330 python3 scripts/time_tiles.py --capture --graphs real,paper --max-edges 20000000 \
              --dims 32,64,128,256 --sddmm-dims "" --out "$OUT" --budget-s 290 > "$OUT/tiles_log.txt" 2>&1
            grep -E "^- .*(auto|best|packed)" "$OUT/tiles_log.txt" ;;
