@@ -43,3 +43,13 @@ def test_plan_lists_short_rows_by_degree_bucket():
     assert plan.bucket_ptr[-1] == plan.short_rows.numel()
     light = plan.num_short_below(7)
     assert int(deg[:light].max()) <= 7 and (light == deg.numel() or int(deg[light]) > 7)
+    # the single-launch schedule walks them heaviest bucket first: the rows after the first
+    # num_heavy entries are exactly the light ones
+    desc = plan.short_desc
+    assert sorted(desc.tolist()) == sorted(plan.short_rows.tolist())
+    desc_bucket = torch.floor(torch.log2(g.in_degree()[desc.long()].double() + 1))
+    assert bool((desc_bucket[1:] <= desc_bucket[:-1]).all())
+    num_heavy = desc.numel() - light
+    light_deg = g.in_degree()[desc[num_heavy:].long()]
+    assert int(light_deg.max()) <= 7 and sorted(desc[num_heavy:].tolist()) == sorted(plan.short_rows[:light].tolist())
+    assert num_heavy > 0 and int(g.in_degree()[desc[:num_heavy].long()].min()) > int(light_deg.max())

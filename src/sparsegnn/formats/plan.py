@@ -57,6 +57,16 @@ class RowPlan:
     _split: dict = field(default_factory=dict, repr=False)
     _row32: Tensor = field(default=None, repr=False)
     _by_degree: Tensor = field(default=None, repr=False)
+    _short_desc: Tensor = field(default=None, repr=False)
+
+    @property
+    def short_desc(self) -> Tensor:
+        """``short_rows`` reversed (built on first use, kept): heaviest bucket first, so a
+        single launch over it starts its longest programs first and its short rows fill the
+        GPU while they finish, instead of leaving a tail of heavy rows at the end."""
+        if self._short_desc is None:
+            self._short_desc = self.short_rows.flip(0).contiguous()
+        return self._short_desc
 
     @property
     def rows_by_degree(self) -> Tensor:
@@ -226,6 +236,8 @@ def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
     seg_row = torch.cat([short64, piece_row]).to(torch.int32)
     seg_start = torch.cat([rowptr[short64], piece_start])
     seg_end = torch.cat([rowptr[short64 + 1], piece_end])
-    return RowPlan(chunk, short_rows, long_rows, piece_start, piece_end, long_piece_ptr, long_inv_deg,
+    plan = RowPlan(chunk, short_rows, long_rows, piece_start, piece_end, long_piece_ptr, long_inv_deg,
                    col.to(torch.int32), seg_row, seg_start, seg_end, bucket_ptr,
                    int(deg.max()) if deg.numel() else 0, rowptr)
+    _ = plan.short_desc  # built with the plan: never first under a CUDA-graph capture
+    return plan

@@ -18,8 +18,8 @@ def next_pow2(n: int) -> int:
 #: candidate (``spmm_candidates``) is drawn from it, and scripts/sweep_spmm_grid.py sweeps it.
 #: GROUP_ROWS x GROUP_E: short rows side by side x edges per step (row-group kernel);
 #: ROWS x BLOCK_E: segments per program x edges per step (heavy rows, long-row pieces, flat);
-#: LIGHT_STEPS: row-group steps a short row may take before it goes to the segment kernel;
-#: FLAT: one launch, one row per program; SEG_WARPS: warps of the segment launches;
+#: LIGHT_STEPS: row-group steps a short row may take before it gets a program of its own;
+#: FLAT: one launch, one row per program; SEG_WARPS: warps of the combining launches;
 #: HEAVY_E: in a flat launch, edges per step of the rows heavier than LIGHT_STEPS steps.
 SPMM_SPACE: Dict[str, Tuple[int, ...]] = {
     "BLOCK_F": (16, 32, 64, 128, 256),
@@ -141,11 +141,12 @@ def _split(block_e: int, block_f: int, num_warps: int, piece_steps: int = 8, inl
             "HEAVY_E": heavy_e, "PIECE_STEPS": piece_steps, "LIGHT_STEPS": 8, "INLINE": inline}
 
 
-def _grouped(group_rows: int, group_e: int, block_f: int, num_warps: int) -> Dict[str, int]:
-    """Single-launch row groups: every short row up to 64 steps grouped; heavier ones and long
-    pieces (few) through the segment kernel."""
+def _grouped(group_rows: int, group_e: int, block_f: int, num_warps: int, block_e: int) -> Dict[str, int]:
+    """Single launch, heaviest first (``spmm_csr._grouped_kernel``): every short row up to 64
+    steps of ``group_e`` edges in groups; heavier rows one per program and long-row pieces at
+    ``block_e`` edges per step."""
     return {"GROUP_ROWS": group_rows, "GROUP_E": group_e, "BLOCK_F": block_f, "ROWS": 1,
-            "BLOCK_E": _segment_edges(block_f), "num_warps": num_warps, "SEG_WARPS": 4, "LIGHT_STEPS": 64}
+            "BLOCK_E": block_e, "num_warps": num_warps, "SEG_WARPS": 4, "LIGHT_STEPS": 64}
 
 
 def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: int,
@@ -182,8 +183,11 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
                 _split(4, width(128), 1, 4), _split(4, width(128), 1, 8, inline=0)]
     if multi_head:
         return _unique(out) or [_split(4, width(128), 1)]
-    out += [_grouped(8, 1, 32, 1), _grouped(16, 1, 32, 1), _grouped(4, 1, width(64), 1),
-            _grouped(4, 2, width(64), 1), _grouped(4, 1, width(128), 1), _grouped(8, 2, width(64), 2)]
+    # from the stop-36 probe (notes/spmm.md: the best single-launch configs on the stand-ins and real graphs)
+    out += [_grouped(16, 1, width(32), 2, 32), _grouped(8, 1, width(64), 1, 16), _grouped(8, 1, width(64), 2, 32),
+            _grouped(8, 1, width(128), 2, 16), _grouped(4, 1, width(64), 1, 32), _grouped(4, 1, width(128), 2, 16),
+            _grouped(16, 1, width(64), 4, 32), _grouped(4, 2, width(32), 1, 16), _grouped(4, 1, width(128), 1, 16),
+            _grouped(16, 1, width(32), 1, 32), _grouped(16, 1, width(128), 4, 16)]
     # Planned multi-launch: the widest feature block whose x slice fits the L2 budget.
     block_f = full
     while block_f > 32 and num_rows * block_f * elem_size > L2_BUDGET_BYTES:

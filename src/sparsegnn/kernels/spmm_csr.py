@@ -5,12 +5,13 @@ Two kernels:
 - ``_spmm_rows_kernel``: the simple row-per-program schedule (one program per row and
   feature block).  ``spmm_csr`` launches it as the unplanned baseline ("naive-triton" in the
   benchmarks); the planned path uses it as its flat, single-launch schedule on small graphs.
-- ``_rowgroup_kernel``: the planned schedule for short rows.  A program reduces ``GROUP_ROWS``
-  rows side by side (rows of similar degree: the plan lists them by degree bucket), gathering
-  ``GROUP_E`` edges of each per step, so many independent gathers are in flight even when
-  rows have two edges.
-- ``_segment_reduce_kernel``: pieces of long rows (``BLOCK_E`` edges per step) into a partials
-  buffer, then each long row's partials in a fixed order (deterministic, no atomics).
+- ``_grouped_kernel``: the planned schedule, one launch, heaviest work first.  Pieces of long
+  rows go into a partials buffer and heavier rows are reduced one per program (``BLOCK_E`` edges
+  per step); a program of the rest reduces ``GROUP_ROWS`` short rows side by side (rows of
+  similar degree: the plan lists them by degree bucket), gathering ``GROUP_E`` edges of each
+  per step, so many independent gathers are in flight even when rows have two edges.
+- ``_segment_reduce_kernel``: each long row's partials in a fixed order (deterministic, no
+  atomics); generally, any list of edge segments.
 
 Every grid is ``(programs, feature blocks)`` with the feature block slowest, so while one
 feature block is processed only ``N x BLOCK_F`` of ``x`` is gathered and it can stay in L2.
@@ -282,25 +283,54 @@ def _rows_side_by_side(
 
 
 @triton.jit
-def _rowgroup_kernel(
-    rows_ptr, rowptr_ptr, col_ptr, val_ptr, scale_ptr, x_ptr, out_ptr,
-    num_listed, num_feats, stride_x, stride_out,
-    REDUCE: tl.constexpr, HAS_VAL: tl.constexpr,
-    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, SRC_SCALE: tl.constexpr = False,
+def _grouped_kernel(
+    rows_ptr, rowptr_ptr, piece_start_ptr, piece_end_ptr, col_ptr, val_ptr, scale_ptr, x_ptr, out_ptr, partial_ptr,
+    num_pieces, num_heavy, num_listed, num_feats, stride_x, stride_out,
+    REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, ROWS: tl.constexpr, GROUP_E: tl.constexpr,
+    BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, SRC_SCALE: tl.constexpr = False,
 ):
-    """``ROWS`` listed rows side by side (``_rows_side_by_side``), until the group's largest degree."""
-    listed = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    row_mask = listed < num_listed
-    row = tl.load(rows_ptr + listed, mask=row_mask, other=0).to(tl.int64)
-    start = tl.load(rowptr_ptr + row, mask=row_mask, other=0)
-    end = tl.load(rowptr_ptr + row + 1, mask=row_mask, other=0)
-    deg = end - start
-    max_deg = tl.max(deg, axis=0)
+    """Every short row and long-row piece in one launch, the longest work first:
+
+    - programs ``[0, num_pieces)``: piece ``p`` (edges ``piece_start[p] .. piece_end[p]``) into
+      row ``p`` of the fp32 ``partial`` buffer (sums, or maxima for max), ``BLOCK_E`` edges per step;
+    - the next ``num_heavy``: listed row ``p - num_pieces`` alone, ``BLOCK_E`` edges per step;
+    - the rest: ``ROWS`` listed rows each, side by side (``_rows_side_by_side``, ``GROUP_E``
+      edges of each per step), until ``num_listed``.
+
+    ``rows`` lists rows heaviest first (``RowPlan.short_desc``): the longest programs start
+    first and the short rows' groups fill the GPU while they finish (two launches, or the
+    rows in ascending order, left a tail: 1.1-1.5x slower on the mid-size stand-ins).
+    Every loop runs in every program, over an empty range where it does not apply."""
+    pid = tl.program_id(0)
     feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     feat_mask = feat < num_feats
-    result = _rows_side_by_side(start, deg, max_deg, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
-                                REDUCE, HAS_VAL, ROWS, BLOCK_E, BLOCK_F, SRC_SCALE, scale_ptr)
-    tl.store(out_ptr + row[:, None] * stride_out + feat[None, :], result.to(out_ptr.dtype.element_ty),
+    zeros = tl.zeros_like(feat)
+    is_piece = pid < num_pieces
+    is_heavy = (pid >= num_pieces) & (pid < num_pieces + num_heavy)
+    row = tl.load(rows_ptr + (pid - num_pieces), mask=is_heavy, other=0).to(tl.int64)
+    piece = tl.minimum(pid, tl.maximum(num_pieces - 1, 0)).to(tl.int64)
+    start = tl.where(is_piece, tl.load(piece_start_ptr + piece, mask=is_piece, other=0),
+                     tl.load(rowptr_ptr + row, mask=is_heavy, other=0))
+    end = tl.where(is_piece, tl.load(piece_end_ptr + piece, mask=is_piece, other=0),
+                   tl.load(rowptr_ptr + row + 1, mask=is_heavy, other=0))
+    end = tl.where(is_piece | is_heavy, end, start)
+    # pieces and heavy rows: sums (mean divides a whole row below) or maxima
+    alone = _reduce_range(start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
+                          2 if REDUCE == 2 else 0, HAS_VAL, False, BLOCK_E, BLOCK_F, 0, 1, SRC_SCALE, scale_ptr)
+    tl.store(partial_ptr + piece * num_feats + feat, alone, mask=feat_mask & (is_piece.to(tl.int32) + zeros > 0))
+    if REDUCE == 1:
+        alone = alone / tl.maximum(end - start, 1).to(tl.float32)
+    tl.store(out_ptr + row * stride_out + feat, alone.to(out_ptr.dtype.element_ty),
+             mask=feat_mask & (is_heavy.to(tl.int32) + zeros > 0))
+    first = num_heavy + (pid - num_pieces - num_heavy).to(tl.int64) * ROWS
+    listed = first + tl.arange(0, ROWS)
+    row_mask = (listed < num_listed) & (listed >= num_heavy)  # (a group starts at num_heavy + k ROWS)
+    rows = tl.load(rows_ptr + listed, mask=row_mask, other=0).to(tl.int64)
+    starts = tl.load(rowptr_ptr + rows, mask=row_mask, other=0)
+    deg = tl.load(rowptr_ptr + rows + 1, mask=row_mask, other=0) - starts
+    result = _rows_side_by_side(starts, deg, tl.max(deg, axis=0), col_ptr, val_ptr, x_ptr, stride_x, feat,
+                                feat_mask, REDUCE, HAS_VAL, ROWS, GROUP_E, BLOCK_F, SRC_SCALE, scale_ptr)
+    tl.store(out_ptr + rows[:, None] * stride_out + feat[None, :], result.to(out_ptr.dtype.element_ty),
              mask=row_mask[:, None] & feat_mask[None, :])
 
 
@@ -547,37 +577,30 @@ def spmm_planned(
         return out
     if head_dim:
         raise ValueError("spmm_planned(): multi-head edge values need a FLAT or SPLIT config")
-    num_short = plan.short_rows.numel()
+    num_short, num_long = plan.short_rows.numel(), plan.long_rows.numel()
     group = cfg.get("GROUP_ROWS", cfg["ROWS"])
     group_e = cfg.get("GROUP_E", cfg["BLOCK_E"])
     # Light rows (at most LIGHT_STEPS steps of GROUP_E edges) side by side; heavier short rows
-    # one per program with BLOCK_E-edge steps, so a hub does not serialise a whole group.
+    # one per program with BLOCK_E-edge steps, so a hub does not serialise a whole group; long
+    # rows in pieces: all in one launch, heaviest first (``_grouped_kernel``).
     if group == 1 and group_e >= cfg["BLOCK_E"]:  # row groups are as wide as the segment steps
         num_light = num_short
     else:
         num_light = plan.num_short_below(cfg.get("LIGHT_STEPS", 4) * group_e)
-    if num_light:
-        grid = (triton.cdiv(num_light, group), triton.cdiv(num_feats, cfg["BLOCK_F"]))
-        _emit(_rowgroup_kernel, grid,
-               (plan.short_rows, rowptr, plan.col32, val, scale, x, out,
-                num_light, num_feats, x.stride(0), out.stride(0)),
-               dict(REDUCE=code, HAS_VAL=edge_val is not None, ROWS=group, BLOCK_E=group_e, BLOCK_F=cfg["BLOCK_F"],
-                    SRC_SCALE=src_scale is not None),
-               cfg["num_warps"])
-    if num_short > num_light:
-        _launch(plan.short_rows[num_light:], rowptr, rowptr[1:], plan.col32, edge_val, x, out, None, None,
-                num_short - num_light, code, False, dict(cfg, ROWS=1, num_warps=cfg.get("SEG_WARPS", cfg["num_warps"])),
-                src_scale=src_scale)
-    num_long = plan.long_rows.numel()
-    cfg = dict(cfg, num_warps=cfg.get("SEG_WARPS", cfg["num_warps"]))
-    if num_long:
-        partial = torch.empty((plan.num_pieces, num_feats), dtype=torch.float32, device=x.device)
+    num_heavy, num_pieces = num_short - num_light, plan.num_pieces
+    partial = torch.empty((max(num_pieces, 1), num_feats), dtype=torch.float32, device=x.device)
+    grid = (num_pieces + num_heavy + triton.cdiv(num_light, group), triton.cdiv(num_feats, cfg["BLOCK_F"]))
+    _emit(_grouped_kernel, grid,
+           (plan.short_desc, rowptr, plan.piece_start, plan.piece_end, plan.col32, val, scale, x, out, partial,
+            num_pieces, num_heavy, num_short, num_feats, x.stride(0), out.stride(0)),
+           dict(REDUCE=code, HAS_VAL=edge_val is not None, ROWS=group, GROUP_E=group_e, BLOCK_E=cfg["BLOCK_E"],
+                BLOCK_F=cfg["BLOCK_F"], SRC_SCALE=src_scale is not None),
+           cfg["num_warps"])
+    if num_long:   # each long row's partials in piece order (deterministic)
         piece_code = REDUCE_CODES["max"] if reduce == "max" else REDUCE_CODES["sum"]
-        _launch(None, plan.piece_start, plan.piece_end, plan.col32, edge_val, x, partial, None, None,
-                plan.num_pieces, piece_code, False, cfg, src_scale=src_scale)
-        final_cfg = dict(cfg, ROWS=1)
         _launch(None, plan.long_piece_ptr, plan.long_piece_ptr[1:], None, None, partial, out, plan.long_rows,
-                plan.long_inv_deg if reduce == "mean" else None, num_long, piece_code, True, final_cfg)
+                plan.long_inv_deg if reduce == "mean" else None, num_long, piece_code, True,
+                dict(cfg, ROWS=1, num_warps=cfg.get("SEG_WARPS", cfg["num_warps"])))
     return out
 
 

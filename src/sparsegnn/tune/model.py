@@ -268,7 +268,7 @@ def config_inputs(stats: GraphStats, num_feats: int, elem_size: int, config: Dic
         steps = ((e - heavy_edges) / block_e + (n - heavy_rows) * (1 - stats.empty_frac) * 0.5 * (1 - 1.0 / block_e)
                  + heavy_edges / max(heavy_e, 1) + heavy_rows * 0.5)
         tile = block_e * block_f
-    else:  # light rows side by side in groups; heavier short rows, then long-row pieces, launched after
+    else:  # light rows side by side in groups; heavier short rows and long-row pieces in the same launch
         group_e, group_rows = config.get("GROUP_E", 1), config.get("GROUP_ROWS", 1)
         if grouped:
             light_max = _bucket_limit(64 * group_e)
@@ -282,7 +282,7 @@ def config_inputs(stats: GraphStats, num_feats: int, elem_size: int, config: Dic
         seg_edges = profile.edges_above(light_max) * e - long_edges
         light_rows = n - seg_rows - long_rows
         programs = light_rows / group_rows + seg_rows + long_edges / chunk + long_rows * 0.5
-        launches += (1.0 if dmax > light_max else 0.0) + (2.0 if dmax > chunk else 0.0)
+        launches += 1.0 if dmax > chunk else 0.0   # one launch, and a combining one for long rows
         # a group steps as long as its largest row (rows of one degree bucket: up to ~2x the mean)
         steps = (light_rows / group_rows * (min(mean, light_max) * 1.5 / group_e + 0.5) + seg_edges / block_e
                  + seg_rows * 0.5 + long_edges / block_e)
