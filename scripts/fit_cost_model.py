@@ -98,7 +98,7 @@ def _pack(cases):
     return x, y, mask
 
 
-def fit(cases, members=5, hidden=16, epochs=400, tau=0.1, lr=3e-3, weight_decay=1e-4, seed=0):
+def fit(cases, members=8, hidden=16, epochs=400, tau=0.1, lr=3e-3, weight_decay=1e-4, seed=0):
     """ListNet-trained ensemble of ``members`` MLPs (2 hidden layers of ``hidden``), as one CostModel."""
     x, y, mask = _pack(cases)
     rows = x[mask]
@@ -212,7 +212,7 @@ def main() -> int:
     parser.add_argument("--extra", nargs="+", default=[], help="sweep file(s) for training only (never evaluated)")
     parser.add_argument("--out", help="write the model fitted on all cases here (plain JSON; default: not written)")
     parser.add_argument("--report", required=True)
-    parser.add_argument("--members", type=int, default=5)
+    parser.add_argument("--members", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=400)
     parser.add_argument("--tau", type=float, default=0.1)
