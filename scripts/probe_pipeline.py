@@ -1,9 +1,10 @@
 """Does overlapping the dependent ``col -> x`` loads help the bf16 row schedules on the
 L2-resident stand-ins?  (notes/spmm.md, stop 36.)
 
-The best row-group config splits a call into two launches: row groups over the rows of at
-most 64 edges and one program per heavier row (``_segment_reduce_kernel``).  Both draw ~3.9 TB/s
-from L2 where a gather-only kernel draws ~7.  ncu shows their warps waiting on the global
+Until stop 35 the best row-group config split a call into two launches: row groups over the
+rows of at most 64 edges and one program per heavier row (``_segment_reduce_kernel``; the
+groups' loop is ``_groups`` here, with ``PREFETCH=0, UNROLL=1``).  Both drew ~3.9 TB/s
+from L2 where a gather-only kernel draws ~7.  ncu showed their warps waiting on the global
 loads, and each step of a row is a dependent pair: its column ids, then the rows they name.
 This probe times, on each half of the call separately, the shipped kernel's loop against
 variants of it: ``pf`` (the next step's ``col`` and values loaded before this step's gather,

@@ -24,7 +24,7 @@ def _assert_plans_equal(a, b):
     """Every field of two RowPlans (the lazily built lists through their properties)."""
     from dataclasses import fields
 
-    names = [f.name for f in fields(a) if not f.name.startswith("_")] + ["rows_by_degree", "row32"]
+    names = [f.name for f in fields(a) if not f.name.startswith("_")] + ["rows_by_degree", "row32", "short_desc"]
     for name in names:
         x, y = getattr(a, name), getattr(b, name)
         if isinstance(x, torch.Tensor):

@@ -200,6 +200,49 @@ def test_source_scales_are_checked():
             spmm_csr(g.rowptr, g.col, g.edge_val, x, src_scale=bad)
 
 
+def _mixed_graph():
+    """Light rows (0-10 edges, empty ones among them), heavier rows of 70-190 edges (several
+    steps of any ``BLOCK_E``; the two over 127 above every candidate's light bound) and a hub of 300 edges
+    (pieces at chunk 200): every role of ``_grouped_kernel`` in one launch."""
+    ei, w = sg.datasets.random_graph(40, 160, seed=21, num_isolated=2, num_empty_rows=4,
+                                     num_self_loops=3, num_duplicates=6, weighted=True)
+    gen = torch.Generator().manual_seed(22)
+    parts, weights = [ei], [w]
+    for row, deg in ((1, 70), (2, 140), (3, 190), (5, 300)):
+        parts.append(torch.stack([torch.randint(0, 40, (deg,), generator=gen), torch.full((deg,), row)]))
+        weights.append(torch.rand(deg, generator=gen) + 0.5)
+    return torch.cat(parts, 1), torch.cat(weights)
+
+
+_GROUPED = [c for c in _all_candidates() if not c.get("FLAT") and not c.get("SPLIT")]
+
+
+@pytest.mark.parametrize("config", _GROUPED, ids=lambda c: "-".join(f"{k}{v}" for k, v in sorted(c.items())))
+def test_grouped_launch_with_pieces_heavy_and_light_rows(config):
+    """Every grouped / plan-sized candidate on a graph where its one launch holds long-row
+    pieces, heavier rows of several steps and light rows: sum, mean, max against float64 into
+    a NaN-filled output, fp16 sources with ``src_scale``, and the bound launch."""
+    from sparsegnn.kernels.spmm_csr import bind_planned
+
+    ei, w = _mixed_graph()
+    g = Graph.from_edge_index(ei, w, num_nodes=40).to(DEVICE)
+    plan = build_row_plan(g.rowptr, g.col, 200)
+    light = plan.num_short_below(config.get("LIGHT_STEPS", 4) * config.get("GROUP_E", 1))
+    assert plan.num_pieces >= 2 and plan.short_rows.numel() - light >= 2
+    x = torch.randn(40, 19, generator=torch.Generator().manual_seed(23))
+    for reduce in ("sum", "mean", "max"):
+        poisoned = torch.full((40, 19), float("nan"), device=DEVICE)
+        out = spmm_planned(g.rowptr, plan, g.edge_val, x.to(DEVICE), reduce, config=config, out=poisoned)
+        assert _rel_err(out, _dense_reduce(ei, 40, x.double(), w, reduce)) < 1e-5, reduce
+    scale = torch.rand(40, generator=torch.Generator().manual_seed(24)) + 0.5
+    half = x.half()
+    out = spmm_planned(g.rowptr, plan, g.edge_val, half.to(DEVICE), "sum", config=config,
+                       out=torch.full((40, 19), float("nan"), device=DEVICE), src_scale=scale.to(DEVICE))
+    assert _rel_err(out, _dense_reduce(ei, 40, scale.double()[:, None] * half.double(), w, "sum")) < 1e-6
+    run = bind_planned(g.rowptr, plan, g.edge_val, "mean", config, torch.empty(40, 19, device=DEVICE))
+    assert _rel_err(run(x.to(DEVICE)), _dense_reduce(ei, 40, x.double(), w, "mean")) < 1e-5
+
+
 @pytest.mark.parametrize("config", _all_candidates(), ids=lambda c: "-".join(f"{k}{v}" for k, v in sorted(c.items())))
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
 def test_bound_launch_computes_what_the_planned_kernel_does(config, reduce):

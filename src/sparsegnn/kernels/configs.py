@@ -15,7 +15,8 @@ def next_pow2(n: int) -> int:
 
 
 #: Planned SpMM search space: the values each config key may take.  Every autotuning
-#: candidate (``spmm_candidates``) is drawn from it, and scripts/sweep_spmm_grid.py sweeps it.
+#: candidate (``spmm_candidates``) is drawn from it; scripts/sweep_spmm_grid.py sweeps a grid of
+#: it (``BLOCK_E`` tied to the width there), scripts/sweep_tune.py every candidate.
 #: GROUP_ROWS x GROUP_E: short rows side by side x edges per step (row-group kernel);
 #: ROWS x BLOCK_E: segments per program x edges per step (heavy rows, long-row pieces, flat);
 #: LIGHT_STEPS: row-group steps a short row may take before it gets a program of its own;
@@ -155,17 +156,19 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
 
     From the grid sweeps on the H100 (notes/spmm.md, timed from a cold L2 as the benchmark
     times): small tiles with one or two warps win almost everywhere, because many resident
-    programs keep many independent gathers in flight.  Three families:
+    programs keep many independent gathers in flight.  Four families:
 
     - flat, one program per row (rows in id order, which keeps the L2 reuse of community
       graphs): only when the largest row takes at most ``FLAT_MAX_STEPS`` steps
       (``max_degree`` unknown: no flat configs); the hybrid variants give rows of more than 8
       steps their own programs, launched first, with 32 edges per step (the largest row's
       serial steps bound a small graph's time);
-    - row groups of similar-degree rows, 1-2 edges per row per step, single launch;
+    - row groups of similar-degree rows, 1-2 edges per row per step, rows of more than 64
+      steps one per program, long-row pieces: one launch, heaviest first (+ a combine);
     - split: flat, with rows of more than 8 light steps cut into pieces of a few steps that
       the last one to finish combines (one launch whatever the hubs);
-    - the planned multi-launch schedule sized by ``_plan_entry`` (hub rows split into pieces).
+    - the plan-sized schedule of ``_plan_entry``: the same launch with groups sized to the
+      graph and a light bound of 4 steps.
 
     ``multi_head`` (edge values ``[E, H]``) keeps the flat and split families only.
     """
@@ -188,7 +191,7 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
             _grouped(8, 1, width(128), 2, 16), _grouped(4, 1, width(64), 1, 32), _grouped(4, 1, width(128), 2, 16),
             _grouped(16, 1, width(64), 4, 32), _grouped(4, 2, width(32), 1, 16), _grouped(4, 1, width(128), 1, 16),
             _grouped(16, 1, width(32), 1, 32), _grouped(16, 1, width(128), 4, 16)]
-    # Planned multi-launch: the widest feature block whose x slice fits the L2 budget.
+    # Plan-sized groups: the widest feature block whose x slice fits the L2 budget.
     block_f = full
     while block_f > 32 and num_rows * block_f * elem_size > L2_BUDGET_BYTES:
         block_f //= 2

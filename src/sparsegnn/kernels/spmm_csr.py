@@ -1,6 +1,6 @@
 """CSR SpMM in Triton: ``out[i, :] = reduce_{e in row i} val[e] * x[col[e], :]``, reduce sum/mean/max.
 
-Two kernels:
+Kernels:
 
 - ``_spmm_rows_kernel``: the simple row-per-program schedule (one program per row and
   feature block).  ``spmm_csr`` launches it as the unplanned baseline ("naive-triton" in the
@@ -248,7 +248,7 @@ def _rows_side_by_side(
     start[r] + deg[r]``), as a fp32 ``[ROWS, BLOCK_F]`` tile: step ``k`` gathers edges
     ``k..k+BLOCK_E`` of every row (a [ROWS, BLOCK_E, BLOCK_F] tile), until ``max_deg``.  Mean
     divides by the degree; the max of no edges is 0.  ``SRC_SCALE`` scales each gathered row by
-    ``scale[col[e]]`` (see ``_reduce_range``).  (The row-group kernel here and the batched
+    ``scale[col[e]]`` (see ``_reduce_range``).  (``_grouped_kernel`` here and the batched
     kernels of ``spmm_batched`` share it.)"""
     if REDUCE == 2:
         acc = tl.full([ROWS, BLOCK_E, BLOCK_F], float("-inf"), dtype=tl.float32)
@@ -536,8 +536,9 @@ def spmm_planned(
         edge_val: [E] values or None.
         x: [M, F] float32 / float16 / bfloat16 features.
         reduce: ``"sum"``, ``"mean"`` (divide by the number of edges) or ``"max"`` (0 for empty rows).
-        config: ``GROUP_ROWS`` x ``GROUP_E`` (short-row groups), ``ROWS`` x ``BLOCK_E`` (long-row
-            pieces), ``BLOCK_F``, ``num_warps`` (default: ``configs.spmm_plan_config``); with
+        config: ``GROUP_ROWS`` x ``GROUP_E`` (short-row groups; ``ROWS`` when absent), ``BLOCK_E``
+            (edges per step of a heavier row or long-row piece), ``LIGHT_STEPS``, ``BLOCK_F``,
+            ``num_warps`` (default: ``configs.spmm_plan_config``); with
             ``FLAT`` set, a single launch reduces every row whole (``BLOCK_E`` edges per step;
             with ``HEAVY_E``, rows of more than ``LIGHT_STEPS`` steps take ``HEAVY_E`` per step).
         out: optional contiguous [N, F] output buffer, every element written (default: ``x``'s
@@ -595,7 +596,7 @@ def spmm_planned(
             num_pieces, num_heavy, num_short, num_feats, x.stride(0), out.stride(0)),
            dict(REDUCE=code, HAS_VAL=edge_val is not None, ROWS=group, GROUP_E=group_e, BLOCK_E=cfg["BLOCK_E"],
                 BLOCK_F=cfg["BLOCK_F"], SRC_SCALE=src_scale is not None),
-           cfg["num_warps"])
+           cfg["num_warps"], cfg.get("num_stages"))
     if num_long:   # each long row's partials in piece order (deterministic)
         piece_code = REDUCE_CODES["max"] if reduce == "max" else REDUCE_CODES["sum"]
         _launch(None, plan.long_piece_ptr, plan.long_piece_ptr[1:], None, None, partial, out, plan.long_rows,

@@ -221,14 +221,20 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     return entry[3](x)
 
 
+#: The row kernels' decision family; the version moves when a config's meaning (and speed)
+#: changes, so decisions stored by an older version are made again.  @2 (stop 36): the
+#: grouped configs run heavier rows at their own ``num_warps`` in one launch.
+SPMM_FAMILY = "spmm@2"
+
+
 def _planned_config(graph: Graph, plan, x: Tensor, weight: Optional[Tensor], reduce: str) -> dict:
-    """The tuner's row-kernel config (family ``"spmm"``) for ``A x`` on ``graph``'s plan."""
+    """The tuner's row-kernel config (family ``SPMM_FAMILY``) for ``A x`` on ``graph``'s plan."""
     k = _kernels()
     multi_head = weight is not None and weight.dim() == 2
     run = lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg)  # noqa: E731
     candidates = lambda: k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1],  # noqa: E731
                                                    x.element_size(), plan.max_degree, multi_head=multi_head)
-    return k.decide("spmm", graph, spmm_detail(weight, reduce), x.shape[1], x.dtype, x.device, candidates, run,
+    return k.decide(SPMM_FAMILY, graph, spmm_detail(weight, reduce), x.shape[1], x.dtype, x.device, candidates, run,
                     space=k.configs.SPMM_SPACE)
 
 

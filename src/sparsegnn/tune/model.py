@@ -15,9 +15,9 @@ kernels' launch logic (``kernels/spmm_csr.py``, ``formats/plan.py``): the config
 hybrid flat, split, row groups, planned multi-launch), the rows too heavy for the light path
 and the edges in them (interpolated from the degree quantiles), programs and feature blocks
 launched, serial steps of the longest program, the edge slots stepped over in all, tile sizes
-per thread, and the kernel launches (the row-group and planned schedules launch up to four
-kernels on graphs with rows over the light bound and over the plan's chunk: on small graphs
-each launch costs more than the kernel).  Inputs version 3 adds the occupancy of the launch
+per thread, and the kernel launches (the row-group and planned schedules launch one kernel,
+and a second that combines the pieces of rows over the plan's chunk: on small graphs each
+launch costs more than the kernel).  Inputs version 3 adds the occupancy of the launch
 (``occupancy_inputs``: programs launched over programs the H100's 132 SMs hold at once for the
 config's warps, bytes one step of the running programs gathers, the gathered slice of ``x``
 over the 50 MB L2, bytes per gathered row, programs running at once) and, for every config-part
@@ -53,8 +53,9 @@ MODEL_FILE = "cost_model_spmm.json"
 #: Version of ``build_inputs``' layout; the shipped JSON records the one it was fitted on.
 #: 1: graph + config values; 2: + what the config implies on the graph (launch logic);
 #: 3: + occupancy inputs (``OCCUPANCY_NAMES``) + every config-part input relative to the
-#: candidate list's mean (``rel_*``).
-INPUTS_VERSION = 3
+#: candidate list's mean (``rel_*``); 4: ``launches`` of the row-group and planned configs
+#: counts their single launch (+ the combine of long rows), stop 36.
+INPUTS_VERSION = 4
 
 #: The GPU the weights are fitted for (H100 SXM), as the occupancy inputs use it.
 NUM_SMS = 132
