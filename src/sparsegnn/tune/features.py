@@ -1,5 +1,5 @@
-"""Structural features of a graph and of a kernel config: the tuner's signature and the
-cost model's inputs.
+"""Structural features of a graph: the tuner's signature and what the cost model's inputs
+are built from (``tune.model.build_inputs``).
 
 ``graph_stats`` reads a CSR once on its device (one host sync) and returns plain floats:
 sizes, degree moments and tail, row-length spread and the locality of column indices.  They
@@ -13,17 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Dict, List
+from typing import Dict
 
 import torch
 from torch import Tensor
 
 from ..formats._host import small_on_gpu
-
-#: Config keys the cost model sees (absent keys count as 0).
-CONFIG_KEYS = ("BLOCK_F", "BLOCK_E", "ROWS", "GROUP_ROWS", "GROUP_E", "num_warps", "SEG_WARPS", "LIGHT_STEPS",
-               "FLAT", "HEAVY_E", "SPLIT", "PIECE_STEPS", "INLINE")
-
 
 @dataclass(frozen=True)
 class GraphStats:
@@ -101,41 +96,3 @@ def signature(stats: GraphStats) -> str:
     spread = stats.deg_std / stats.deg_mean if stats.deg_mean > 0 else 0.0
     return (f"n{_log2b(stats.num_nodes)}.e{_log2b(stats.num_edges)}.d{_log2b(2 * stats.deg_mean)}"
             f".m{_log2b(stats.deg_max)}.s{min(int(spread * 2), 8)}.l{int(stats.local_frac * 4)}")
-
-
-def graph_vector(stats: GraphStats, num_feats: int, elem_size: int) -> List[float]:
-    """The graph half of the cost model's input (logs of sizes, shares as they are)."""
-    lg = lambda v: math.log2(max(v, 0) + 1.0)  # noqa: E731
-    spread = stats.deg_std / stats.deg_mean if stats.deg_mean > 0 else 0.0
-    return [lg(stats.num_nodes), lg(stats.num_edges), lg(stats.deg_mean), lg(stats.deg_max), lg(stats.deg_p50),
-            lg(stats.deg_p90), lg(stats.deg_p99), spread, stats.empty_frac, stats.hub_share, stats.local_frac,
-            stats.window_frac, lg(num_feats), float(elem_size),
-            lg(stats.num_nodes * num_feats * elem_size), lg(stats.num_edges * num_feats * elem_size)]
-
-
-def config_vector(config: Dict[str, int], stats: GraphStats, num_feats: int) -> List[float]:
-    """The config half: log2 of every config value, the family, and what the config implies
-    for this graph (programs launched, serial steps of the largest row, feature blocks)."""
-    lg = lambda v: math.log2(max(v, 0) + 1.0)  # noqa: E731
-    raw = [lg(config.get(k, 0)) for k in CONFIG_KEYS]
-    block_f = config.get("BLOCK_F", 32)
-    fblocks = -(-num_feats // block_f)
-    flat, split = bool(config.get("FLAT")), bool(config.get("SPLIT"))
-    grouped = not flat and not split and config.get("LIGHT_STEPS", 0) == 64
-    planned = not (flat or split or grouped)
-    heavy_e = config.get("HEAVY_E", 0)
-    light_e = config.get("BLOCK_E", 8) if (flat or split) else config.get("GROUP_E", 1)
-    if split:
-        max_steps = config.get("PIECE_STEPS", 8)
-        programs = stats.num_nodes + stats.hub_share * stats.num_edges / max(heavy_e * config.get("PIECE_STEPS", 8), 1)
-    elif flat:
-        per_step = heavy_e or config.get("BLOCK_E", 8)
-        max_steps = stats.deg_max / per_step
-        programs = stats.num_nodes
-    else:
-        max_steps = min(stats.deg_max, 4096) / max(config.get("BLOCK_E", 8), 1)
-        programs = stats.num_nodes / max(config.get("GROUP_ROWS", 1), 1)
-    tile = config.get("GROUP_ROWS", 1) * light_e * block_f if grouped or planned else light_e * block_f
-    return raw + [float(flat), float(split), float(grouped), float(planned), lg(fblocks), lg(max_steps),
-                  lg(programs * fblocks), lg(tile), lg(stats.deg_mean / max(light_e, 1)),
-                  lg(tile / max(config.get("num_warps", 1), 1))]

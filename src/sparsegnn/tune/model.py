@@ -12,7 +12,7 @@ constant; lower is faster, and only the order is used (zero-shot pick, shortlist
 Inputs (``build_inputs``): the graph's sizes, degree quantiles, spread, hub share and
 locality, F and the element size, and what the config implies on this graph, derived from the
 kernels' launch logic (``kernels/spmm_csr.py``, ``formats/plan.py``): the config family (flat,
-hybrid flat, split, row groups, planned multi-launch), the rows too heavy for the light path
+hybrid flat, split, row groups, plan-sized groups), the rows too heavy for the light path
 and the edges in them (interpolated from the degree quantiles), programs and feature blocks
 launched, serial steps of the longest program, the edge slots stepped over in all, tile sizes
 per thread, and the kernel launches (the row-group and planned schedules launch one kernel,
