@@ -391,3 +391,17 @@ def test_the_timing_protocol_is_shared_by_the_calls_of_a_decision():
     finally:
         autotune._captured = saved
 
+
+
+def test_families_that_time_the_row_kernel_carry_its_version():
+    """A decision between the row kernel and something else (tiles, cuSPARSE, AGNN's fused
+    kernel) compares the row kernel's speed: stored under an older row kernel it must be made
+    again, so each such family's store name holds the row kernels' family (stop 36: a tile
+    config kept on real PROTEINS_full F=256 tf32 at 0.82x of the new row kernel)."""
+    from sparsegnn.ops._dispatch import SPMM_FAMILY, VENDOR_FAMILY
+    from sparsegnn.ops.attention import AGNN_TC_FAMILY
+    from sparsegnn.ops.tiles import TC_FAMILY
+
+    for family in (TC_FAMILY, VENDOR_FAMILY, AGNN_TC_FAMILY):
+        assert family.endswith("+" + SPMM_FAMILY), family
+    assert len({TC_FAMILY, VENDOR_FAMILY, AGNN_TC_FAMILY, SPMM_FAMILY}) == 4

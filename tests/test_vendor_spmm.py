@@ -8,7 +8,7 @@ import torch
 import sparsegnn as sg
 from sparsegnn import Graph
 from sparsegnn.ops import _dispatch
-from sparsegnn.ops._dispatch import spmm_detail, vendor_applies
+from sparsegnn.ops._dispatch import VENDOR_FAMILY, spmm_detail, vendor_applies
 from sparsegnn.tune import lookup, set_timer
 
 from conftest import DEVICE, dense_adjacency
@@ -46,10 +46,10 @@ def test_spmm_on_the_vendor_path_matches_float64_forward_and_backward(graph_case
         assert float((out.detach().double().cpu() - a @ x64).abs().max()) <= 1e-5 * max(1.0, float((a @ x64).abs().max()))
         want_grad = a.T @ up64
         assert float((x.grad.double().cpu() - want_grad).abs().max()) <= 1e-5 * max(1.0, float(want_grad.abs().max()))
-    record = lookup("spmm_vendor", g, spmm_detail(g.edge_val, "sum"), 12, torch.float32, g.device)
+    record = lookup(VENDOR_FAMILY, g, spmm_detail(g.edge_val, "sum"), 12, torch.float32, g.device)
     if applies:
         assert record is not None and record["config"] == {"path": 1}
-        transposed = lookup("spmm_vendor", g.t(), spmm_detail(g.t().edge_val, "sum"), 12, torch.float32, g.device)
+        transposed = lookup(VENDOR_FAMILY, g.t(), spmm_detail(g.t().edge_val, "sum"), 12, torch.float32, g.device)
         assert transposed is not None and transposed["config"] == {"path": 1}   # the backward took it too
     else:
         assert record is None
@@ -67,7 +67,7 @@ def test_vendor_is_not_timed_for_half_features_small_work_or_other_reductions(fr
     assert not vendor_applies(g, x, torch.rand(g.num_edges, 2, device=DEVICE), "sum")   # multi-head
     set_timer(_vendor_faster)
     out = sg.spmm(g, x.bfloat16(), backend="triton")
-    assert lookup("spmm_vendor", g, spmm_detail(g.edge_val, "sum"), 8, torch.bfloat16, g.device) is None
+    assert lookup(VENDOR_FAMILY, g, spmm_detail(g.edge_val, "sum"), 8, torch.bfloat16, g.device) is None
     ref = dense_adjacency(ei, 30, w).float() @ x.bfloat16().float().cpu()
     assert torch.allclose(out.float().cpu(), ref, rtol=2e-2, atol=2e-2)
 
@@ -79,7 +79,7 @@ def test_in_place_update_of_the_graph_values_rebuilds_the_vendor_csr(fresh_store
         g.edge_val.mul_(3.0)                    # an optimiser step on a learnable edge weight
     second = sg.spmm(g, x, backend="triton")
     assert torch.allclose(second.cpu(), 3 * first.cpu(), rtol=1e-5, atol=1e-5)
-    assert lookup("spmm_vendor", g, spmm_detail(g.edge_val, "sum"), 8, torch.float32, g.device)["config"] == {"path": 1}
+    assert lookup(VENDOR_FAMILY, g, spmm_detail(g.edge_val, "sum"), 8, torch.float32, g.device)["config"] == {"path": 1}
 
 
 def test_deterministic_mode_keeps_our_bit_reproducible_kernel(fresh_store, monkeypatch):
@@ -90,10 +90,10 @@ def test_deterministic_mode_keeps_our_bit_reproducible_kernel(fresh_store, monke
     try:
         assert not vendor_applies(g, x, g.edge_val, "sum")
         out = sg.spmm(g, x, backend="triton")
-        assert lookup("spmm_vendor", g, spmm_detail(g.edge_val, "sum"), 8, torch.float32, g.device) is None
+        assert lookup(VENDOR_FAMILY, g, spmm_detail(g.edge_val, "sum"), 8, torch.float32, g.device) is None
     finally:
         torch.use_deterministic_algorithms(previous)
     assert torch.allclose(out.double().cpu(), ref, rtol=1e-5, atol=1e-5)
     again = sg.spmm(g, x, backend="triton")            # deterministic mode off again: the vendor decision is taken
-    assert lookup("spmm_vendor", g, spmm_detail(g.edge_val, "sum"), 8, torch.float32, g.device)["config"] == {"path": 1}
+    assert lookup(VENDOR_FAMILY, g, spmm_detail(g.edge_val, "sum"), 8, torch.float32, g.device)["config"] == {"path": 1}
     assert torch.allclose(again.double().cpu(), ref, rtol=1e-5, atol=1e-5)

@@ -145,8 +145,17 @@ def csr_of(graph: Graph, weight: Optional[Tensor], dtype: torch.dtype) -> Tensor
 #: real Cora F = 32 (0.34M, a first-case timing artefact); smaller graphs keep their first call
 #: free of cuSPARSE's library load (Cora GCN's first step is the one users feel most).
 VENDOR_MIN_WORK = 1 << 21
+#: The row kernels' decision family; the version moves when a config's meaning (and speed)
+#: changes, so decisions stored by an older version are made again.  @2 (stop 36): the
+#: grouped configs run heavier rows at their own ``num_warps`` in one launch.
+SPMM_FAMILY = "spmm@2"
+
+
 #: Search space of the ``"spmm_vendor"`` decision: 0 = our bound kernel, 1 = cuSPARSE.
 VENDOR_SPACE = {"path": (0, 1)}
+#: Its store name: it times the row kernel, so it carries the row kernels' version and is made
+#: again when they change (as every family that times them: ``ops.tiles.TC_FAMILY``, AGNN's).
+VENDOR_FAMILY = "spmm_vendor+" + SPMM_FAMILY
 
 
 def vendor_applies(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> bool:
@@ -168,7 +177,7 @@ def _with_vendor(graph: Graph, x: Tensor, weight: Optional[Tensor], detail: str,
     schedule 94 us; notes/spmm.md)."""
     csr = csr_of(graph, weight, x.dtype)
     vendor = lambda x: torch.sparse.mm(csr, x)  # noqa: E731
-    config = _kernels().decide("spmm_vendor", graph, detail, x.shape[1], x.dtype, x.device,
+    config = _kernels().decide(VENDOR_FAMILY, graph, detail, x.shape[1], x.dtype, x.device,
                                [{"path": 0}, {"path": 1}], lambda cfg: (vendor if cfg["path"] else ours)(x),
                                space=VENDOR_SPACE, ranked=False)
     return vendor if config["path"] else ours
@@ -219,12 +228,6 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     if entry is None or entry[0] is not weight or entry[1] != version or entry[2] != generation:
         entry = graph.cache[key] = (weight, version, generation, bound())
     return entry[3](x)
-
-
-#: The row kernels' decision family; the version moves when a config's meaning (and speed)
-#: changes, so decisions stored by an older version are made again.  @2 (stop 36): the
-#: grouped configs run heavier rows at their own ``num_warps`` in one launch.
-SPMM_FAMILY = "spmm@2"
 
 
 def _planned_config(graph: Graph, plan, x: Tensor, weight: Optional[Tensor], reduce: str) -> dict:

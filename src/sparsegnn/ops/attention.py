@@ -25,7 +25,7 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_precision, check_same_device
 from ..graph import Graph, as_graph
 from . import reference
-from ._dispatch import aggregate, choose_backend
+from ._dispatch import SPMM_FAMILY, aggregate, choose_backend
 from ._library import compiling, graph_of, not_traceable_graph
 
 
@@ -257,9 +257,14 @@ def _agnn_three_pass(graph: Graph, x: Tensor, q: Tensor, beta: Tensor, backend: 
     return spmm(graph, x, edge_weight=alpha, backend=backend, precision=precision)
 
 
+#: Store name of the ``"agnn_tc"`` decisions (path 1 runs the row kernels: their version too).
+AGNN_TC_FAMILY = "agnn_tc+" + SPMM_FAMILY
+
+
 def _agnn_path(graph: Graph, x: Tensor, q: Tensor, nrm: Tensor, beta: Tensor, precision: str) -> int:
     """The ``"agnn_tc"`` decision: 0 = fused exact kernel, 1 = three passes with the sum at
-    ``precision``; timed once (forward, no grad) per graph structure, width and dtype."""
+    ``precision``; timed once (forward, no grad) per graph structure, width and dtype.  Stored
+    under the row kernels' version too (path 1 runs them), so it is made again when they change."""
     from ..tune import decide
 
     def run(config):
@@ -268,7 +273,7 @@ def _agnn_path(graph: Graph, x: Tensor, q: Tensor, nrm: Tensor, beta: Tensor, pr
                 return _agnn_forward(graph, q.detach(), nrm.detach().to(x.dtype), beta.detach().reshape(1))[0]
             return _agnn_three_pass(graph, x.detach(), q.detach(), beta.detach(), "triton", precision)
 
-    config = decide("agnn_tc", graph, precision, x.shape[1], x.dtype, x.device, [{"path": 0}, {"path": 1}], run,
+    config = decide(AGNN_TC_FAMILY, graph, precision, x.shape[1], x.dtype, x.device, [{"path": 0}, {"path": 1}], run,
                     space={"path": (0, 1)}, ranked=False)
     return config["path"]
 

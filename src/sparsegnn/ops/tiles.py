@@ -24,7 +24,7 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_edge_values, check_node_features, check_same_device
 from ..graph import Graph
 from ..kernels import interpreting
-from ._dispatch import csr_of, derived_values, edge_values
+from ._dispatch import SPMM_FAMILY, csr_of, derived_values, edge_values
 
 __all__ = ["spmm_tc", "spmm_precise", "TC_FAMILY", "PACKED_MIN_WORK", "precise_aggregate", "sddmm_precise", "SDDMM_TC_SPACE", "tiles_of_graph", "tc_candidates", "TC_SPACE"]
 
@@ -116,8 +116,12 @@ def _tile(swap: int, bf: int, warps: int, chunk: int) -> dict:
 
 
 #: Store name of the decisions among :func:`tc_candidates`; its version rises when the list
-#: gains a path, so that decisions stored before (which never timed it) are made again.
-TC_FAMILY = "spmm_tc@2"
+#: gains a path, so that decisions stored before (which never timed it) are made again.  It
+#: carries the row kernels' family too (``SPMM_FAMILY``): paths 0 and 3 run the row kernel, so
+#: a decision stored while it was slower is not kept once it changes (stop 36: real
+#: PROTEINS_full F=256 tf32 kept a tile config at 0.0545 ms timed against an older row kernel,
+#: which now runs it in 0.0448 ms; a fresh decision picks the row kernel).
+TC_FAMILY = "spmm_tc@2+" + SPMM_FAMILY
 #: Least ``E x F`` for which the packed path is timed: its pack pass and extra launch cost
 #: more than it saves below (H100, captured suites: it won from 21.9M up, real wikipedia F=64,
 #: tied at 10.9M, and lost below 8M; Cora's widths stay below).
