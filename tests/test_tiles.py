@@ -61,6 +61,12 @@ def test_translation_of_a_bipartite_graph_and_bad_arguments():
     for bad in (0, 3, -4):
         with pytest.raises(ValueError, match=r"translate\(\): window must be a positive power of two"):
             translate(g.rowptr, g.col, 10, window=bad)
+    # the caller's cached row of every edge gives the same tiles; the statistics read lazily
+    again = translate(g.rowptr, g.col, g.num_src, window=2, block_k=2, row=g.row)
+    for name in ("window_ptr", "block_window", "block_cols", "edge_index", "block_vals"):
+        assert torch.equal(getattr(again, name), getattr(tiles, name)), name
+    assert again.stats.as_dict().keys() == {"windows", "blocks_plain", "blocks", "fill", "ms"}
+    assert (again.stats.blocks_plain, again.stats.fill) == (tiles.stats.blocks_plain, tiles.stats.fill)
 
 
 @pytest.mark.parametrize("dtype,precision,tol", [(torch.float32, "ieee", 1e-5), (torch.float32, "tf32", 5e-3),

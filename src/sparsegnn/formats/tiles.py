@@ -16,8 +16,8 @@ windows); two host syncs (the sizes of ``unique`` and of the block count).
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Dict, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -27,7 +27,6 @@ from .csr import rowptr_to_row
 __all__ = ["TileGraph", "TileSchedule", "TileStats", "translate", "tile_memory_bytes"]
 
 
-@dataclass
 class TileStats:
     """What translation did to one graph.
 
@@ -37,16 +36,37 @@ class TileStats:
         blocks: blocks after condensing the columns of each window.
         fill: distinct ``(row, col)`` positions / tile area of the blocks (``blocks * W * K``).
         ms: wall time of the translation (synchronised).
+
+    ``blocks_plain`` and ``fill`` are reports, not inputs of any kernel: they are counted on
+    first access (one more sort of the edges and a pass over the tile slots), not by
+    :func:`translate`, whose time ``ms`` is what a tensor-core call costs once per graph.
     """
 
-    windows: int
-    blocks_plain: int
-    blocks: int
-    fill: float
-    ms: float
+    def __init__(self, windows: int, blocks: int, ms: float, count: Callable[[], Tuple[int, int]],
+                 area: int):
+        """``count()``: (blocks_plain, occupied tile slots); ``area``: slots per block (W * K)."""
+        self.windows, self.blocks, self.ms = windows, blocks, ms
+        self._count, self._counts, self._area = count, None, area
+
+    def _counted(self) -> Tuple[int, int]:
+        if self._counts is None:
+            self._counts, self._count = self._count(), None
+        return self._counts
+
+    @property
+    def blocks_plain(self) -> int:
+        return self._counted()[0]
+
+    @property
+    def fill(self) -> float:
+        return self._counted()[1] / max(self.blocks * self._area, 1)
 
     def as_dict(self) -> Dict[str, float]:
-        return asdict(self)
+        return {"windows": self.windows, "blocks_plain": self.blocks_plain, "blocks": self.blocks,
+                "fill": self.fill, "ms": self.ms}
+
+    def __repr__(self) -> str:
+        return "TileStats(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
 
 
 @dataclass
@@ -102,13 +122,18 @@ class TileGraph:
 
     def tiles_of(self, values: Optional[Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
         """Tile values ``[B, W, K]`` of ``dtype`` for per-edge ``values`` ``[E]`` in CSR order
-        (None: 1 per edge); duplicates summed.  Differentiable with respect to ``values``."""
-        num_edges = self.edge_index.numel()
+        (None: 1 per edge); duplicates summed.  Differentiable with respect to ``values``.
+
+        One ``index_add`` (atomics; deterministic under ``torch.use_deterministic_algorithms``):
+        ``index_put(accumulate=True)`` sorts the indices first on CUDA, a radix sort of ``E``
+        int64 keys per call."""
+        device = self.edge_index.device
         if values is None:
-            values = torch.ones(num_edges, dtype=dtype, device=self.block_cols.device)
-        flat = torch.zeros(self.num_blocks * self.window * self.block_k, dtype=dtype, device=values.device)
-        flat = flat.index_put((self.edge_index,), values.to(dtype), accumulate=True)
-        return flat.view(self.num_blocks, self.window, self.block_k)
+            values = torch.ones((), dtype=dtype, device=device).expand(self.edge_index.numel())
+        elif values.dtype != dtype:
+            values = values.to(dtype)
+        flat = torch.zeros((self.num_blocks, self.window, self.block_k), dtype=dtype, device=device)
+        return flat.view(-1).index_add(0, self.edge_index, values).view(flat.shape)
 
 
 @dataclass
@@ -155,7 +180,7 @@ def _schedule(tiles: "TileGraph", chunk: int) -> TileSchedule:
 
 
 def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tensor] = None,
-              window: int = 16, block_k: int = 16) -> TileGraph:
+              window: int = 16, block_k: int = 16, row: Optional[Tensor] = None) -> TileGraph:
     """Translate a CSR graph into condensed tiles (see the module doc).
 
     Args:
@@ -164,12 +189,20 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
         edge_val: ``[E]`` edge values or None (ones).
         window: ``W`` rows per window (16: the MMA's M side).
         block_k: ``K`` condensed columns per block (16 for fp32/tf32 and bf16 ``tl.dot``).
+        row: ``[E]`` target of every edge, if the caller has it (else expanded from ``rowptr``).
 
     Returns:
         :class:`TileGraph` with its :class:`TileStats`.
 
     Raises:
         ValueError: ``window`` or ``block_k`` not a positive power of two.
+
+    Cost: one sort (``unique`` of the ``(window, column)`` keys, int32 where they fit) and
+    about 30 small tensor ops; two host syncs (the number of keys and of blocks).  The
+    statistics are counted when first read (:class:`TileStats`), and the tile values come
+    from one ``index_add`` (stop 37: with two more ``unique`` calls, a ``bincount`` and a
+    sorting ``index_put``, 151 kernels and 9 syncs, translation took 1.3-2.7 ms on the real
+    graphs, more than our GCN training epoch).
     """
     for name, value in (("window", window), ("block_k", block_k)):
         if not (isinstance(value, int) and value > 0 and value & (value - 1) == 0):
@@ -180,36 +213,49 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     start = time.perf_counter()
     num_rows, num_edges = rowptr.numel() - 1, col.numel()
     num_windows = -(-num_rows // window)
-    row = rowptr_to_row(rowptr, num_edges)
-    col = col.to(torch.int64)
-    win = torch.div(row, window, rounding_mode="floor")
+    row = rowptr_to_row(rowptr, num_edges) if row is None else row.to(torch.int64)
     span = max(int(num_src), 1)
+    shift_w, shift_k = window.bit_length() - 1, block_k.bit_length() - 1
     # distinct (window, column) pairs, sorted by window then column: the condensed columns
-    keys, inverse = torch.unique(win * span + col, sorted=True, return_inverse=True)
-    key_win, key_col = torch.div(keys, span, rounding_mode="floor"), keys % span
-    per_window = torch.bincount(key_win, minlength=num_windows)
-    first = torch.cumsum(per_window, 0) - per_window                    # first key of each window
-    rank = torch.arange(keys.numel(), device=device) - first[key_win]    # condensed column number
-    blocks_per_window = torch.div(per_window + block_k - 1, block_k, rounding_mode="floor")
+    # (int32 keys where they fit: the radix sort then makes half the passes)
+    key = (row >> shift_w) * span + col
+    if num_windows * span < 2 ** 31:
+        key = key.to(torch.int32)
+    keys, inverse = torch.unique(key, sorted=True, return_inverse=True)
+    key_win = torch.div(keys, span, rounding_mode="floor")
+    key_col = keys - key_win * span
+    # first key of each window (the keys are sorted by window), blocks per window
+    bounds = torch.searchsorted(key_win, torch.arange(num_windows + 1, device=device, dtype=keys.dtype))
     window_ptr = torch.zeros(num_windows + 1, dtype=torch.int64, device=device)
+    blocks_per_window = (bounds.diff() + (block_k - 1)) >> shift_k
     torch.cumsum(blocks_per_window, 0, out=window_ptr[1:])
     num_blocks = int(window_ptr[-1]) if num_windows else 0
-    key_block = window_ptr[key_win] + torch.div(rank, block_k, rounding_mode="floor")
-    key_slot = rank % block_k
-    block_cols = torch.zeros(num_blocks, block_k, dtype=torch.int64, device=device)
-    block_cols[key_block, key_slot] = key_col
+    # flat slot (block * K + column in block) of each key: its window's first slot plus its rank
+    key_pos = (window_ptr[:-1] * block_k - bounds[:-1])[key_win] + torch.arange(keys.numel(), device=device)
+    block_cols = torch.zeros(num_blocks * block_k, dtype=torch.int64, device=device)
+    block_cols[key_pos] = key_col.to(torch.int64)
     block_window = torch.repeat_interleave(torch.arange(num_windows, device=device), blocks_per_window,
                                            output_size=num_blocks)
-    edge_index = (key_block[inverse] * window + row % window) * block_k + key_slot[inverse]
+    # an edge's tile position: its key's block and column (block * W * K + column), its row
+    # within the window
+    key_base = key_pos + (key_pos >> shift_k) * ((window - 1) * block_k)
+    edge_index = key_base[inverse] + ((row & (window - 1)) << shift_k)
+    # counted on first access (TileStats): distinct (window, column // K) and occupied tile slots
     col_blocks = -(-span // block_k)
-    blocks_plain = torch.unique(win * col_blocks + torch.div(col, block_k, rounding_mode="floor")).numel()
-    tiles = TileGraph(window, block_k, num_rows, int(num_src), window_ptr, block_window, block_cols,
-                      torch.empty(0), edge_index, TileStats(num_windows, blocks_plain, num_blocks, 0.0, 0.0))
+
+    def count() -> Tuple[int, int]:
+        rows = rowptr_to_row(rowptr, num_edges)
+        plain = torch.unique((rows >> shift_w) * col_blocks + (col.to(torch.int64) >> shift_k)).numel()
+        occupied = torch.zeros(num_blocks * window * block_k, dtype=torch.bool, device=device)
+        occupied[edge_index] = True
+        return plain, int(occupied.sum())
+
+    stats = TileStats(num_windows, num_blocks, 0.0, count, window * block_k)
+    tiles = TileGraph(window, block_k, num_rows, int(num_src), window_ptr, block_window,
+                      block_cols.view(num_blocks, block_k), torch.empty(0), edge_index, stats)
     tiles.block_vals = tiles.tiles_of(edge_val)
-    positions = torch.unique(row * span + col).numel()
     sync()
-    tiles.stats.fill = positions / max(num_blocks * window * block_k, 1)
-    tiles.stats.ms = 1000.0 * (time.perf_counter() - start)
+    stats.ms = 1000.0 * (time.perf_counter() - start)
     return tiles
 
 

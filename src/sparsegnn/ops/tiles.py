@@ -37,7 +37,8 @@ def tiles_of_graph(graph: Graph, window: int = 16, block_k: int = 16):
     key = ("tiles", window, block_k)
     tiles = graph.cache.get(key)
     if tiles is None:
-        tiles = graph.cache[key] = translate(graph.rowptr, graph.col, graph.num_src, window=window, block_k=block_k)
+        tiles = graph.cache[key] = translate(graph.rowptr, graph.col, graph.num_src, window=window,
+                                             block_k=block_k, row=graph.row)
     return tiles
 
 
