@@ -7,7 +7,7 @@ import torch
 from sparsegnn import Graph
 from sparsegnn.formats.tiles import translate
 
-from conftest import dense_adjacency
+from conftest import DEVICE, dense_adjacency
 
 
 def _rebuild(tiles, vals, num_rows, num_src):
@@ -23,11 +23,26 @@ def _rebuild(tiles, vals, num_rows, num_src):
     return dense[:num_rows]
 
 
+def _on_host(tiles):
+    for name in ("window_ptr", "block_window", "block_cols", "edge_index", "block_vals"):
+        setattr(tiles, name, getattr(tiles, name).cpu())
+    return tiles
+
+
 @pytest.mark.parametrize("window,block_k", [(4, 4), (16, 16), (2, 8)])
-def test_translation_rebuilds_the_graph_and_condenses_each_window(graph_case, window, block_k):
+@pytest.mark.parametrize("index_work", ["reference", "triton"])
+def test_translation_rebuilds_the_graph_and_condenses_each_window(graph_case, window, block_k, index_work):
+    """Both implementations of the index work (tensor ops; ``kernels.translate.condense``)."""
     _, n, ei, w = graph_case
     g = Graph.from_edge_index(ei, w, num_nodes=n)
-    tiles = translate(g.rowptr, g.col, n, g.edge_val, window=window, block_k=block_k)
+    if index_work == "triton":
+        from sparsegnn.kernels.translate import condense
+
+        on = g.to(DEVICE)
+        tiles = _on_host(translate(on.rowptr, on.col, n, on.edge_val, window=window, block_k=block_k,
+                                   condense=condense))
+    else:
+        tiles = translate(g.rowptr, g.col, n, g.edge_val, window=window, block_k=block_k)
     dense = dense_adjacency(ei, n, w)
     assert torch.allclose(_rebuild(tiles, tiles.block_vals, n, n), dense, atol=1e-6)
     # structure only (ones) and new per-edge values through edge_index
@@ -61,12 +76,19 @@ def test_translation_of_a_bipartite_graph_and_bad_arguments():
     for bad in (0, 3, -4):
         with pytest.raises(ValueError, match=r"translate\(\): window must be a positive power of two"):
             translate(g.rowptr, g.col, 10, window=bad)
-    # the caller's cached row of every edge gives the same tiles; the statistics read lazily
-    again = translate(g.rowptr, g.col, g.num_src, window=2, block_k=2, row=g.row)
-    for name in ("window_ptr", "block_window", "block_cols", "edge_index", "block_vals"):
-        assert torch.equal(getattr(again, name), getattr(tiles, name)), name
+    # the caller's cached row of every edge gives the same tiles, so do the Triton index work
+    # and keys wider than 32 bits (M = 2^31: int64 keys in both); the statistics read lazily
+    from sparsegnn.kernels.translate import condense
+
+    on = g.to(DEVICE)
+    for num_src, row, fast in ((10, g.row, None), (10, None, condense), (2 ** 31, None, None), (2 ** 31, None, condense)):
+        want = tiles if num_src == 10 else translate(g.rowptr, g.col, num_src, window=2, block_k=2)
+        again = _on_host(translate(on.rowptr, on.col, num_src, window=2, block_k=2,
+                                   row=None if row is None else on.row, condense=fast))
+        for name in ("window_ptr", "block_window", "block_cols", "edge_index", "block_vals"):
+            assert torch.equal(getattr(again, name), getattr(want, name)), (num_src, name)
+        assert (again.stats.blocks_plain, again.stats.fill) == (want.stats.blocks_plain, want.stats.fill)
     assert again.stats.as_dict().keys() == {"windows", "blocks_plain", "blocks", "fill", "ms"}
-    assert (again.stats.blocks_plain, again.stats.fill) == (tiles.stats.blocks_plain, tiles.stats.fill)
 
 
 @pytest.mark.parametrize("dtype,precision,tol", [(torch.float32, "ieee", 1e-5), (torch.float32, "tf32", 5e-3),

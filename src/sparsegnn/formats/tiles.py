@@ -124,16 +124,18 @@ class TileGraph:
         """Tile values ``[B, W, K]`` of ``dtype`` for per-edge ``values`` ``[E]`` in CSR order
         (None: 1 per edge); duplicates summed.  Differentiable with respect to ``values``.
 
-        One ``index_add`` (atomics; deterministic under ``torch.use_deterministic_algorithms``):
-        ``index_put(accumulate=True)`` sorts the indices first on CUDA, a radix sort of ``E``
-        int64 keys per call."""
+        One in-place ``index_add_`` into fresh zeros (atomics; deterministic under
+        ``torch.use_deterministic_algorithms``): ``index_put(accumulate=True)`` sorts the
+        indices first on CUDA, and the out-of-place ``index_add`` copies the tiles (yelp:
+        0.9 GB, 0.6 ms)."""
         device = self.edge_index.device
         if values is None:
             values = torch.ones((), dtype=dtype, device=device).expand(self.edge_index.numel())
         elif values.dtype != dtype:
             values = values.to(dtype)
         flat = torch.zeros((self.num_blocks, self.window, self.block_k), dtype=dtype, device=device)
-        return flat.view(-1).index_add(0, self.edge_index, values).view(flat.shape)
+        flat.view(-1).index_add_(0, self.edge_index, values)     # in place: no copy of the tiles
+        return flat
 
 
 @dataclass
@@ -179,41 +181,10 @@ def _schedule(tiles: "TileGraph", chunk: int) -> TileSchedule:
     return TileSchedule(chunk, item_window, item_start, item_end, item_split, rows[rows < tiles.num_rows])
 
 
-def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tensor] = None,
-              window: int = 16, block_k: int = 16, row: Optional[Tensor] = None) -> TileGraph:
-    """Translate a CSR graph into condensed tiles (see the module doc).
-
-    Args:
-        rowptr: ``[N + 1]`` row offsets; col: ``[E]`` source of every edge (``< num_src``).
-        num_src: ``M``, the number of source nodes.
-        edge_val: ``[E]`` edge values or None (ones).
-        window: ``W`` rows per window (16: the MMA's M side).
-        block_k: ``K`` condensed columns per block (16 for fp32/tf32 and bf16 ``tl.dot``).
-        row: ``[E]`` target of every edge, if the caller has it (else expanded from ``rowptr``).
-
-    Returns:
-        :class:`TileGraph` with its :class:`TileStats`.
-
-    Raises:
-        ValueError: ``window`` or ``block_k`` not a positive power of two.
-
-    Cost: one sort (``unique`` of the ``(window, column)`` keys, int32 where they fit) and
-    about 30 small tensor ops; two host syncs (the number of keys and of blocks).  The
-    statistics are counted when first read (:class:`TileStats`), and the tile values come
-    from one ``index_add`` (stop 37: with two more ``unique`` calls, a ``bincount`` and a
-    sorting ``index_put``, 151 kernels and 9 syncs, translation took 1.3-2.7 ms on the real
-    graphs, more than our GCN training epoch).
-    """
-    for name, value in (("window", window), ("block_k", block_k)):
-        if not (isinstance(value, int) and value > 0 and value & (value - 1) == 0):
-            raise ValueError(f"translate(): {name} must be a positive power of two, got {value!r}")
-    device = rowptr.device
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    sync()
-    start = time.perf_counter()
-    num_rows, num_edges = rowptr.numel() - 1, col.numel()
-    num_windows = -(-num_rows // window)
-    row = rowptr_to_row(rowptr, num_edges) if row is None else row.to(torch.int64)
+def _condense(row: Tensor, col: Tensor, num_src: int, num_windows: int, window: int, block_k: int):
+    """``(window_ptr, block_window, block_cols, edge_index)`` with tensor ops (the reference;
+    ``kernels.translate.condense`` computes the same in four launches)."""
+    device = row.device
     span = max(int(num_src), 1)
     shift_w, shift_k = window.bit_length() - 1, block_k.bit_length() - 1
     # distinct (window, column) pairs, sorted by window then column: the condensed columns
@@ -240,6 +211,53 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     # within the window
     key_base = key_pos + (key_pos >> shift_k) * ((window - 1) * block_k)
     edge_index = key_base[inverse] + ((row & (window - 1)) << shift_k)
+    return window_ptr, block_window, block_cols.view(num_blocks, block_k), edge_index
+
+
+def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tensor] = None,
+              window: int = 16, block_k: int = 16, row: Optional[Tensor] = None,
+              condense: Optional[Callable] = None) -> TileGraph:
+    """Translate a CSR graph into condensed tiles (see the module doc).
+
+    Args:
+        rowptr: ``[N + 1]`` row offsets; col: ``[E]`` source of every edge (``< num_src``).
+        num_src: ``M``, the number of source nodes.
+        edge_val: ``[E]`` edge values or None (ones).
+        window: ``W`` rows per window (16: the MMA's M side).
+        block_k: ``K`` condensed columns per block (16 for fp32/tf32 and bf16 ``tl.dot``).
+        row: ``[E]`` target of every edge, if the caller has it (else expanded from ``rowptr``).
+        condense: ``condense(row, col, num_src, num_windows, window, block_k)`` ->
+            ``(window_ptr, block_window, block_cols, edge_index)``, the index work; default the
+            tensor-op reference (``ops/tiles.py`` passes ``kernels.translate.condense`` on CUDA).
+
+    Returns:
+        :class:`TileGraph` with its :class:`TileStats`.
+
+    Raises:
+        ValueError: ``window`` or ``block_k`` not a positive power of two.
+
+    Cost: one sort (``unique`` of the ``(window, column)`` keys, int32 where they fit) and,
+    in the reference, about 30 small tensor ops (four launches with the Triton ``condense``);
+    two host syncs (the number of keys and of blocks).  The statistics are counted when first
+    read (:class:`TileStats`), and the tile values come from one ``index_add`` (stop 37: with
+    two more ``unique`` calls, a ``bincount`` and a sorting ``index_put``, 151 kernels and 9
+    syncs, translation took 1.3-2.7 ms on the real graphs, more than our GCN epoch).
+    """
+    for name, value in (("window", window), ("block_k", block_k)):
+        if not (isinstance(value, int) and value > 0 and value & (value - 1) == 0):
+            raise ValueError(f"translate(): {name} must be a positive power of two, got {value!r}")
+    device = rowptr.device
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    num_rows, num_edges = rowptr.numel() - 1, col.numel()
+    num_windows = -(-num_rows // window)
+    row = rowptr_to_row(rowptr, num_edges) if row is None else row.to(torch.int64)
+    span = max(int(num_src), 1)
+    shift_w, shift_k = window.bit_length() - 1, block_k.bit_length() - 1
+    window_ptr, block_window, block_cols, edge_index = (condense or _condense)(
+        row, col, num_src, num_windows, window, block_k)
+    num_blocks = block_cols.shape[0]
     # counted on first access (TileStats): distinct (window, column // K) and occupied tile slots
     col_blocks = -(-span // block_k)
 
@@ -252,7 +270,7 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
 
     stats = TileStats(num_windows, num_blocks, 0.0, count, window * block_k)
     tiles = TileGraph(window, block_k, num_rows, int(num_src), window_ptr, block_window,
-                      block_cols.view(num_blocks, block_k), torch.empty(0), edge_index, stats)
+                      block_cols, torch.empty(0), edge_index, stats)
     tiles.block_vals = tiles.tiles_of(edge_val)
     sync()
     stats.ms = 1000.0 * (time.perf_counter() - start)

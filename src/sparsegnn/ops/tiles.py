@@ -23,22 +23,32 @@ from torch.autograd.function import once_differentiable
 
 from .._checks import check, check_edge_values, check_node_features, check_same_device
 from ..graph import Graph
-from ..kernels import interpreting
+from ..kernels import interpreting, triton_available
 from ._dispatch import SPMM_FAMILY, csr_of, derived_values, edge_values
 
-__all__ = ["spmm_tc", "spmm_precise", "TC_FAMILY", "PACKED_MIN_WORK", "precise_aggregate", "sddmm_precise", "SDDMM_TC_SPACE", "tiles_of_graph", "tc_candidates", "TC_SPACE"]
+__all__ = ["spmm_tc", "spmm_precise", "TC_FAMILY", "PACKED_MIN_WORK", "precise_aggregate", "sddmm_precise", "SDDMM_TC_SPACE", "tiles_of_graph", "translate_graph", "tc_candidates", "TC_SPACE"]
+
+
+def translate_graph(graph: Graph, window: int = 16, block_k: int = 16):
+    """A new :class:`~sparsegnn.formats.tiles.TileGraph` of ``graph``'s structure (its
+    ``block_vals`` are ones; not cached: see :func:`tiles_of_graph`).  Where Triton runs (CUDA, or the interpreter) the index work is
+    ``kernels.translate.condense``: four launches instead of ~70 small tensor ops."""
+    from ..formats.tiles import translate
+
+    condense = None
+    if (graph.rowptr.is_cuda and triton_available()) or interpreting():
+        from ..kernels.translate import condense
+    return translate(graph.rowptr, graph.col, graph.num_src, window=window, block_k=block_k, row=graph.row,
+                     condense=condense)
 
 
 def tiles_of_graph(graph: Graph, window: int = 16, block_k: int = 16):
-    """The graph's :class:`~sparsegnn.formats.tiles.TileGraph`, cached per shape (the
-    transpose's tiles live on ``graph.t()``)."""
-    from ..formats.tiles import translate
-
+    """The graph's :class:`~sparsegnn.formats.tiles.TileGraph` (:func:`translate_graph`), cached
+    per shape (the transpose's tiles live on ``graph.t()``)."""
     key = ("tiles", window, block_k)
     tiles = graph.cache.get(key)
     if tiles is None:
-        tiles = graph.cache[key] = translate(graph.rowptr, graph.col, graph.num_src, window=window,
-                                             block_k=block_k, row=graph.row)
+        tiles = graph.cache[key] = translate_graph(graph, window, block_k)
     return tiles
 
 
