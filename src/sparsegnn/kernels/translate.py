@@ -2,13 +2,14 @@
 reference and the definitions; ``ops/tiles.py`` passes :func:`condense` to ``translate``).
 
 Keys ``key_e = (row_e >> log2 W) * M + col_e`` (window, column) are made unique and sorted by
-``torch.unique``; then, with ``u`` the sorted distinct keys, window ``w`` owning keys
+``torch.unique`` (keys only); then, with ``u`` the sorted distinct keys, window ``w`` owning keys
 ``bounds[w] .. bounds[w+1]`` (``bounds[w]`` = first key ``>= w M``, found by binary search):
 
     window_ptr = [0, cumsum(ceil((bounds[w+1] - bounds[w]) / K))]
     pos_i      = window_ptr[w_i] K + (i - bounds[w_i])          (flat slot: block * K + column)
     block_cols[pos_i] = u_i mod M;  block_window[pos_i / K] = w_i where (i - bounds[w_i]) mod K = 0
-    edge_index_e = base[inverse_e] + (row_e mod W) K,  base_i = pos_i + (pos_i / K)(W - 1) K
+    edge_index_e = base[i_e] + (row_e mod W) K,  base_i = pos_i + (pos_i / K)(W - 1) K,
+    i_e = the index of key_e in u, by binary search within its window's keys
 
 Why: done with tensor ops this is ~35 ops and ~70 kernel launches, whose host time (9-19 us
 per launch on the H100 host) made translation cost more than a GCN training epoch; the GPU
@@ -82,13 +83,24 @@ def _slot_kernel(keys_ptr, bounds_ptr, window_ptr_ptr, block_cols_ptr, block_win
 
 
 @triton.jit
-def _edge_kernel(inverse_ptr, row_ptr, base_ptr, edge_index_ptr, num_edges,
-                 WINDOW: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
+def _edge_kernel(key_ptr, keys_ptr, bounds_ptr, row_ptr, base_ptr, edge_index_ptr, num_edges, steps,
+                 SHIFT_W: tl.constexpr, WINDOW: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
+    """Each edge finds its key among its window's keys (``bounds[w] .. bounds[w+1]``: a short,
+    contiguous range) by binary search: no inverse from the sort."""
     e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = e < num_edges
-    key = tl.load(inverse_ptr + e, mask=mask, other=0)
+    key = tl.load(key_ptr + e, mask=mask, other=0).to(tl.int64)
     row = tl.load(row_ptr + e, mask=mask, other=0).to(tl.int64)
-    base = tl.load(base_ptr + key, mask=mask, other=0)
+    w = row >> SHIFT_W
+    lo = tl.load(bounds_ptr + w, mask=mask, other=0)
+    hi = tl.load(bounds_ptr + w + 1, mask=mask, other=0)
+    for _ in range(steps):
+        open_ = mask & (lo < hi)
+        mid = (lo + hi) // 2
+        v = tl.load(keys_ptr + mid, mask=open_, other=0).to(tl.int64)
+        lo = tl.where(open_ & (v < key), mid + 1, lo)
+        hi = tl.where(open_ & (v >= key), mid, hi)
+    base = tl.load(base_ptr + lo, mask=mask, other=0)
     tl.store(edge_index_ptr + e, base + (row % WINDOW) * BLOCK_K, mask=mask)
 
 
@@ -116,7 +128,7 @@ def condense(row: Tensor, col: Tensor, num_src: int, num_windows: int, window: i
     if num_edges:
         launch(_key_kernel, (triton.cdiv(num_edges, BLOCK),), (row, col, key, num_edges, span),
                dict(SHIFT_W=window.bit_length() - 1, BLOCK=BLOCK), 4)
-    keys, inverse = torch.unique(key, sorted=True, return_inverse=True)
+    keys = torch.unique(key, sorted=True)       # keys only: no payload in the radix sort, no inverse
     num_keys = keys.numel()
     bounds = torch.empty(num_windows + 1, dtype=torch.int64, device=device)
     blocks = torch.zeros(num_windows + 1, dtype=torch.int64, device=device)   # [0, blocks of each window]
@@ -133,6 +145,7 @@ def condense(row: Tensor, col: Tensor, num_src: int, num_windows: int, window: i
         launch(_slot_kernel, (triton.cdiv(num_keys, BLOCK),),
                (keys, bounds, window_ptr, block_cols, block_window, base, num_keys, span),
                dict(WINDOW=window, BLOCK_K=block_k, BLOCK=BLOCK), 4)
-        launch(_edge_kernel, (triton.cdiv(num_edges, BLOCK),), (inverse, row, base, edge_index, num_edges),
-               dict(WINDOW=window, BLOCK_K=block_k, BLOCK=BLOCK), 4)
+        launch(_edge_kernel, (triton.cdiv(num_edges, BLOCK),),
+               (key, keys, bounds, row, base, edge_index, num_edges, num_keys.bit_length()),
+               dict(SHIFT_W=window.bit_length() - 1, WINDOW=window, BLOCK_K=block_k, BLOCK=BLOCK), 4)
     return window_ptr, block_window, block_cols, edge_index
