@@ -1,7 +1,9 @@
 """Translation cost on the GPU (issue 9's bar: at most one GCN epoch): median ``stats.ms`` of
 ``formats.tiles.translate`` over 10 calls, the index work by tensor ops and by the Triton
 ``kernels.translate.condense``, with the CUDA kernels and host syncs of one call and,
-for the graphs named second, the profiler's table of host time per op::
+for the graphs named second, the profiler's table of host time per op.  The graphs come without
+edge values, so no tile values are built (``scripts/time_tiles.py`` builds them: its times are
+the ones to hold against an epoch)::
 
     PYTHONPATH=src SPARSEGNN_DATA=.data python scripts/probe_translate.py cora,deezer,yelp [cora]
 """

@@ -76,19 +76,51 @@ def test_translation_of_a_bipartite_graph_and_bad_arguments():
     for bad in (0, 3, -4):
         with pytest.raises(ValueError, match=r"translate\(\): window must be a positive power of two"):
             translate(g.rowptr, g.col, 10, window=bad)
-    # the caller's cached row of every edge gives the same tiles, so do the Triton index work
-    # and keys wider than 32 bits (M = 2^31: int64 keys in both); the statistics read lazily
+    # the caller's cached row of every edge gives the same tiles, so do the Triton index work,
+    # non-contiguous index tensors and keys wider than 32 bits (M = 2^31: int64 keys; the tiles
+    # do not depend on M); the statistics read lazily
     from sparsegnn.kernels.translate import condense
 
     on = g.to(DEVICE)
-    for num_src, row, fast in ((10, g.row, None), (10, None, condense), (2 ** 31, None, None), (2 ** 31, None, condense)):
-        want = tiles if num_src == 10 else translate(g.rowptr, g.col, num_src, window=2, block_k=2)
-        again = _on_host(translate(on.rowptr, on.col, num_src, window=2, block_k=2,
-                                   row=None if row is None else on.row, condense=fast))
+    strided = torch.stack([on.col, on.col.flip(0)], 1)[:, 0]          # the same values, stride 2
+    assert not strided.is_contiguous()
+    for num_src, row, col, fast in ((10, on.row, on.col, None), (10, None, on.col, condense),
+                                    (10, None, strided, condense), (10, None, strided, None),
+                                    (2 ** 31, None, on.col, None), (2 ** 31, None, on.col, condense)):
+        again = _on_host(translate(on.rowptr, col, num_src, window=2, block_k=2, row=row, condense=fast))
         for name in ("window_ptr", "block_window", "block_cols", "edge_index", "block_vals"):
-            assert torch.equal(getattr(again, name), getattr(want, name)), (num_src, name)
-        assert (again.stats.blocks_plain, again.stats.fill) == (want.stats.blocks_plain, want.stats.fill)
+            assert torch.equal(getattr(again, name), getattr(tiles, name)), (num_src, fast, name)
+        assert (again.stats.blocks_plain, again.stats.fill) == (tiles.stats.blocks_plain, tiles.stats.fill)
     assert again.stats.as_dict().keys() == {"windows", "blocks_plain", "blocks", "fill", "ms"}
+
+
+def test_translation_builds_values_and_statistics_only_when_asked(monkeypatch):
+    """Without edge values the tile array of ones is built on first read (weighted calls build
+    their own); the statistics are counted on first read, once; ``translate_graph`` passes the
+    Triton index work wherever Triton runs; ``tiles_of`` is differentiable in the values."""
+    import sparsegnn.kernels.translate as kt
+    from sparsegnn.ops.tiles import translate_graph
+
+    ei = torch.tensor([[0, 7, 7, 3, 9, 0, 0], [0, 0, 1, 4, 4, 2, 2]])
+    g = Graph.from_edge_index(ei, num_nodes=5, num_src=10).to(DEVICE)
+    calls = []
+    real = kt.condense
+    monkeypatch.setattr(kt, "condense", lambda *a: calls.append(a) or real(*a))
+    tiles = translate_graph(g, window=2, block_k=2)
+    assert len(calls) == 1
+    assert tiles._block_vals is None and "not counted" in repr(tiles.stats)
+    dense = torch.zeros(5, 10, dtype=torch.float64).index_put_((ei[1], ei[0]), torch.ones(7, dtype=torch.float64),
+                                                               accumulate=True)
+    assert torch.equal(_rebuild(_on_host(tiles), tiles.block_vals.cpu(), 5, 10), dense)   # built now
+    assert tiles._block_vals is not None
+    plain = len({(int(r) // 2, int(c) // 2) for c, r in ei.T})     # distinct (window, column // K)
+    assert tiles.stats.blocks_plain == plain == 5 and "not counted" not in repr(tiles.stats)
+    # gradients of the tile values with respect to the edge values: each edge's slot, summed
+    values = torch.rand(7, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    vals = tiles.tiles_of(values, torch.float64)
+    up = torch.rand_like(vals)
+    (vals * up).sum().backward()
+    assert torch.equal(values.grad, up.flatten()[tiles.edge_index])
 
 
 @pytest.mark.parametrize("dtype,precision,tol", [(torch.float32, "ieee", 1e-5), (torch.float32, "tf32", 5e-3),

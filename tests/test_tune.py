@@ -392,7 +392,6 @@ def test_the_timing_protocol_is_shared_by_the_calls_of_a_decision():
         autotune._captured = saved
 
 
-
 def test_families_that_time_the_row_kernel_carry_its_version():
     """A decision between the row kernel and something else (tiles, cuSPARSE, AGNN's fused
     kernel) compares the row kernel's speed: stored under an older row kernel it must be made
@@ -404,4 +403,5 @@ def test_families_that_time_the_row_kernel_carry_its_version():
 
     for family in (TC_FAMILY, VENDOR_FAMILY, AGNN_TC_FAMILY):
         assert family.endswith("+" + SPMM_FAMILY), family
+    assert AGNN_TC_FAMILY.endswith("+" + TC_FAMILY)     # AGNN's path 1 sums through the TC decision
     assert len({TC_FAMILY, VENDOR_FAMILY, AGNN_TC_FAMILY, SPMM_FAMILY}) == 4

@@ -7,6 +7,7 @@ import torch
 
 import sparsegnn as sg
 from sparsegnn import Graph
+from sparsegnn.bench.harness import _chosen_config
 from sparsegnn.ops import _dispatch
 from sparsegnn.ops._dispatch import VENDOR_FAMILY, spmm_detail, vendor_applies
 from sparsegnn.tune import lookup, set_timer
@@ -47,12 +48,15 @@ def test_spmm_on_the_vendor_path_matches_float64_forward_and_backward(graph_case
         want_grad = a.T @ up64
         assert float((x.grad.double().cpu() - want_grad).abs().max()) <= 1e-5 * max(1.0, float(want_grad.abs().max()))
     record = lookup(VENDOR_FAMILY, g, spmm_detail(g.edge_val, "sum"), 12, torch.float32, g.device)
+    chosen = _chosen_config(g, "spmm", 12, torch.float32)   # what `sparsegnn bench` rows report
     if applies:
         assert record is not None and record["config"] == {"path": 1}
         transposed = lookup(VENDOR_FAMILY, g.t(), spmm_detail(g.t().edge_val, "sum"), 12, torch.float32, g.device)
         assert transposed is not None and transposed["config"] == {"path": 1}   # the backward took it too
+        assert chosen["kernel"] == "cusparse" and chosen["config"]
     else:
         assert record is None
+        assert "kernel" not in chosen
 
 
 def test_vendor_is_not_timed_for_half_features_small_work_or_other_reductions(fresh_store, monkeypatch):

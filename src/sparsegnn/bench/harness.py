@@ -116,19 +116,19 @@ def _second_pass(timed, nbytes: int) -> None:
 
 def _chosen_config(graph: Graph, op: str, num_feats: int, dtype: torch.dtype) -> Dict[str, Any]:
     """The decision the tuner stored for this case: config, its own timing, how it was made."""
-    from ..ops._dispatch import spmm_detail
+    from ..ops._dispatch import SPMM_FAMILY, VENDOR_FAMILY, spmm_detail
     from ..tune import lookup
 
     if op == "sddmm":
         record = lookup("sddmm", graph, "dot", num_feats, dtype, graph.device)
     else:
         reduce = op.partition("-")[2] or "sum"
-        record = lookup("spmm", graph, spmm_detail(graph.edge_val, reduce), num_feats, dtype, graph.device)
+        record = lookup(SPMM_FAMILY, graph, spmm_detail(graph.edge_val, reduce), num_feats, dtype, graph.device)
     if record is None:
         return {}
     chosen = {"config": dict(record["config"]), "tuned_ms": record.get("ms"), "tune_source": record.get("source")}
     if op == "spmm":   # ours or cuSPARSE, where the exact sum times both (ops._dispatch.vendor_applies)
-        vendor = lookup("spmm_vendor", graph, spmm_detail(graph.edge_val, "sum"), num_feats, dtype, graph.device)
+        vendor = lookup(VENDOR_FAMILY, graph, spmm_detail(graph.edge_val, "sum"), num_feats, dtype, graph.device)
         if vendor is not None:
             chosen["kernel"] = "cusparse" if vendor["config"]["path"] else "sparsegnn"
     return chosen

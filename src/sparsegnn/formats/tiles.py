@@ -10,11 +10,14 @@ shared by several rows of the window is loaded once.
 Without translation, a window would need one block per distinct column *block* ``col // K``
 it touches (TC-GNN's Fig. 7a compares the two counts; ``TileStats``).
 
-Everything is tensor ops on the graph's device (sort / unique / scan, no Python loop over
-windows); two host syncs (the sizes of ``unique`` and of the block count).
+The reference here is tensor ops on the graph's device (sort / unique / scan, no Python loop
+over windows); ``kernels.translate.condense`` does the same index work in four Triton launches
+and is passed in by ``ops.tiles.translate_graph``.  Two host syncs (the sizes of ``unique`` and
+of the block count).
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
@@ -44,7 +47,8 @@ class TileStats:
 
     def __init__(self, windows: int, blocks: int, ms: float, count: Callable[[], Tuple[int, int]],
                  area: int):
-        """``count()``: (blocks_plain, occupied tile slots); ``area``: slots per block (W * K)."""
+        """``count()``: (blocks_plain, occupied tile slots), called once, on first read;
+        ``area``: slots per block (W * K)."""
         self.windows, self.blocks, self.ms = windows, blocks, ms
         self._count, self._counts, self._area = count, None, area
 
@@ -65,8 +69,11 @@ class TileStats:
         return {"windows": self.windows, "blocks_plain": self.blocks_plain, "blocks": self.blocks,
                 "fill": self.fill, "ms": self.ms}
 
-    def __repr__(self) -> str:
-        return "TileStats(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
+    def __repr__(self) -> str:   # counts nothing: "not counted" until blocks_plain / fill are read
+        counted = self._counts is not None
+        parts = {"windows": self.windows, "blocks_plain": self.blocks_plain if counted else "not counted",
+                 "blocks": self.blocks, "fill": self.fill if counted else "not counted", "ms": self.ms}
+        return "TileStats(" + ", ".join(f"{k}={v!r}" for k, v in parts.items()) + ")"
 
 
 @dataclass
@@ -85,7 +92,7 @@ class TileGraph:
             values they are built on first read: a caller with weights of its own
             (``tiles_of``) never pays for a tile array of ones (yelp: 0.9 GB).
         edge_index: ``[E]`` int64 flat position of every CSR edge in ``block_vals`` (``b W K + r K + k``):
-            new edge values (attention weights) become tiles with one ``index_put``.
+            new edge values (attention weights) become tiles with one ``index_add_`` (``tiles_of``).
         stats: :class:`TileStats`.
 
     Shapes:
@@ -136,10 +143,11 @@ class TileGraph:
         """Tile values ``[B, W, K]`` of ``dtype`` for per-edge ``values`` ``[E]`` in CSR order
         (None: 1 per edge); duplicates summed.  Differentiable with respect to ``values``.
 
-        One in-place ``index_add_`` into fresh zeros (atomics; deterministic under
-        ``torch.use_deterministic_algorithms``): ``index_put(accumulate=True)`` sorts the
+        One in-place ``index_add_`` into fresh zeros: ``index_put(accumulate=True)`` sorts the
         indices first on CUDA, and the out-of-place ``index_add`` copies the tiles (yelp:
-        0.9 GB, 0.6 ms)."""
+        0.9 GB, 0.6 ms).  It adds with atomics, so three or more duplicates of one edge may
+        sum in a different order from call to call (bit-reproducible under
+        ``torch.use_deterministic_algorithms``, where PyTorch makes it deterministic)."""
         device = self.edge_index.device
         if values is None:
             values = torch.ones((), dtype=dtype, device=device).expand(self.edge_index.numel())
@@ -226,6 +234,19 @@ def _condense(row: Tensor, col: Tensor, num_src: int, num_windows: int, window: 
     return window_ptr, block_window, block_cols.view(num_blocks, block_k), edge_index
 
 
+def _count_stats(rowptr: Tensor, col: Tensor, edge_index: Tensor, num_src: int, num_blocks: int, window: int,
+                 block_k: int) -> Tuple[int, int]:
+    """``TileStats``' counts: distinct ``(window, column // K)`` (blocks without condensing) and
+    tile slots holding an edge (distinct ``(row, column)`` positions)."""
+    rows = rowptr_to_row(rowptr, col.numel())
+    col_blocks = -(-max(int(num_src), 1) // block_k)
+    plain = torch.unique(torch.div(rows, window, rounding_mode="floor") * col_blocks
+                         + torch.div(col.to(torch.int64), block_k, rounding_mode="floor")).numel()
+    occupied = torch.zeros(num_blocks * window * block_k, dtype=torch.bool, device=edge_index.device)
+    occupied[edge_index] = True
+    return plain, int(occupied.sum())
+
+
 def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tensor] = None,
               window: int = 16, block_k: int = 16, row: Optional[Tensor] = None,
               condense: Optional[Callable] = None) -> TileGraph:
@@ -249,7 +270,8 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
         ValueError: ``window`` or ``block_k`` not a positive power of two.
 
     Cost: one sort (``unique`` of the ``(window, column)`` keys, int32 where they fit) and,
-    in the reference, about 30 small tensor ops (four launches with the Triton ``condense``);
+    in the reference, about 30 small tensor ops (with the Triton ``condense``: four kernel
+    launches, a ``cumsum`` and three allocations);
     two host syncs (the number of keys and of blocks).  The statistics are counted when first
     read (:class:`TileStats`), and the tile values come from one ``index_add`` (stop 37: with
     two more ``unique`` calls, a ``bincount`` and a sorting ``index_put``, 151 kernels and 9
@@ -265,21 +287,10 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     num_rows, num_edges = rowptr.numel() - 1, col.numel()
     num_windows = -(-num_rows // window)
     row = rowptr_to_row(rowptr, num_edges) if row is None else row.to(torch.int64)
-    span = max(int(num_src), 1)
-    shift_w, shift_k = window.bit_length() - 1, block_k.bit_length() - 1
     window_ptr, block_window, block_cols, edge_index = (condense or _condense)(
         row, col, num_src, num_windows, window, block_k)
     num_blocks = block_cols.shape[0]
-    # counted on first access (TileStats): distinct (window, column // K) and occupied tile slots
-    col_blocks = -(-span // block_k)
-
-    def count() -> Tuple[int, int]:
-        rows = rowptr_to_row(rowptr, num_edges)
-        plain = torch.unique((rows >> shift_w) * col_blocks + (col.to(torch.int64) >> shift_k)).numel()
-        occupied = torch.zeros(num_blocks * window * block_k, dtype=torch.bool, device=device)
-        occupied[edge_index] = True
-        return plain, int(occupied.sum())
-
+    count = functools.partial(_count_stats, rowptr, col, edge_index, num_src, num_blocks, window, block_k)
     stats = TileStats(num_windows, num_blocks, 0.0, count, window * block_k)
     tiles = TileGraph(window, block_k, num_rows, int(num_src), window_ptr, block_window,
                       block_cols, None, edge_index, stats)

@@ -11,9 +11,10 @@ Keys ``key_e = (row_e >> log2 W) * M + col_e`` (window, column) are made unique 
     edge_index_e = base[i_e] + (row_e mod W) K,  base_i = pos_i + (pos_i / K)(W - 1) K,
     i_e = the index of key_e in u, by binary search within its window's keys
 
-Why: done with tensor ops this is ~35 ops and ~70 kernel launches, whose host time (9-19 us
-per launch on the H100 host) made translation cost more than a GCN training epoch; the GPU
-work is ~0.2 ms.  Here: one launch before the sort, three after it, plus the sort's own.
+Why: done with tensor ops this is about 30 ops and ~70 kernel launches, whose host time (9-19
+us per launch on the H100 host) made translation cost more than a GCN training epoch; the GPU
+work is ~0.2 ms.  Here: one launch before the sort, three after it, plus the sort's own, a
+``cumsum`` and three allocations (38 kernels in all, with ``torch.unique``'s).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ WINDOW_BLOCK = 128
 
 @triton.jit
 def _key_kernel(row_ptr, col_ptr, key_ptr, num_edges, span, SHIFT_W: tl.constexpr, BLOCK: tl.constexpr):
-    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = e < num_edges
     row = tl.load(row_ptr + e, mask=mask, other=0).to(tl.int64)
     col = tl.load(col_ptr + e, mask=mask, other=0).to(tl.int64)
@@ -60,7 +61,7 @@ def _lower_bound(keys_ptr, num_keys, target, mask, steps):
 @triton.jit
 def _window_kernel(keys_ptr, bounds_ptr, blocks_ptr, num_keys, num_windows, span, steps,
                    BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
-    w = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
+    w = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = w <= num_windows
     first = _lower_bound(keys_ptr, num_keys, w * span, mask, steps)
     last = _lower_bound(keys_ptr, num_keys, (w + 1) * span, mask & (w < num_windows), steps)
@@ -71,7 +72,7 @@ def _window_kernel(keys_ptr, bounds_ptr, blocks_ptr, num_keys, num_windows, span
 @triton.jit
 def _slot_kernel(keys_ptr, bounds_ptr, window_ptr_ptr, block_cols_ptr, block_window_ptr, base_ptr, num_keys, span,
                  WINDOW: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
-    i = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = i < num_keys
     key = tl.load(keys_ptr + i, mask=mask, other=0).to(tl.int64)
     w = key // span
@@ -86,8 +87,9 @@ def _slot_kernel(keys_ptr, bounds_ptr, window_ptr_ptr, block_cols_ptr, block_win
 def _edge_kernel(key_ptr, keys_ptr, bounds_ptr, row_ptr, base_ptr, edge_index_ptr, num_edges, steps,
                  SHIFT_W: tl.constexpr, WINDOW: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
     """Each edge finds its key among its window's keys (``bounds[w] .. bounds[w+1]``: a short,
-    contiguous range) by binary search: no inverse from the sort."""
-    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    contiguous range) by binary search: no inverse from the sort.  ``steps`` covers the whole key
+    list (log2 of it); a lane stops loading once its window's range is searched."""
+    e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = e < num_edges
     key = tl.load(key_ptr + e, mask=mask, other=0).to(tl.int64)
     row = tl.load(row_ptr + e, mask=mask, other=0).to(tl.int64)
@@ -121,6 +123,7 @@ def condense(row: Tensor, col: Tensor, num_src: int, num_windows: int, window: i
     Two host syncs: ``torch.unique``'s size and the block count.  Deterministic (no atomics).
     """
     device = row.device
+    row, col = row.contiguous(), col.contiguous()     # the kernels index them with stride 1
     num_edges = row.numel()
     span = max(int(num_src), 1)
     wide = num_windows * span >= 2 ** 31

@@ -151,7 +151,7 @@ VENDOR_MIN_WORK = 1 << 21
 SPMM_FAMILY = "spmm@2"
 
 
-#: Search space of the ``"spmm_vendor"`` decision: 0 = our bound kernel, 1 = cuSPARSE.
+#: Search space of the cuSPARSE-or-ours decision (``VENDOR_FAMILY``): 0 = our bound kernel, 1 = cuSPARSE.
 VENDOR_SPACE = {"path": (0, 1)}
 #: Its store name: it times the row kernel, so it carries the row kernels' version and is made
 #: again when they change (as every family that times them: ``ops.tiles.TC_FAMILY``, AGNN's).
@@ -172,7 +172,7 @@ def vendor_applies(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: st
 
 def _with_vendor(graph: Graph, x: Tensor, weight: Optional[Tensor], detail: str, ours):
     """``ours`` or cuSPARSE on the graph's cached CSR, whichever the tuner times faster for
-    this graph, width and dtype (``"spmm_vendor"``, default ours): the fastest exact result,
+    this graph, width and dtype (``VENDOR_FAMILY``, default ours): the fastest exact result,
     where a vendor kernel wins (wikipedia, 3.5k-edge hubs, F = 256: cuSPARSE 72 us, our best
     schedule 94 us; notes/spmm.md)."""
     csr = csr_of(graph, weight, x.dtype)

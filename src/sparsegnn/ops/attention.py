@@ -25,7 +25,8 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_precision, check_same_device
 from ..graph import Graph, as_graph
 from . import reference
-from ._dispatch import SPMM_FAMILY, aggregate, choose_backend
+from ._dispatch import aggregate, choose_backend
+from .tiles import TC_FAMILY
 from ._library import compiling, graph_of, not_traceable_graph
 
 
@@ -257,14 +258,16 @@ def _agnn_three_pass(graph: Graph, x: Tensor, q: Tensor, beta: Tensor, backend: 
     return spmm(graph, x, edge_weight=alpha, backend=backend, precision=precision)
 
 
-#: Store name of the ``"agnn_tc"`` decisions (path 1 runs the row kernels: their version too).
-AGNN_TC_FAMILY = "agnn_tc+" + SPMM_FAMILY
+#: Store name of the ``"agnn_tc"`` decisions: path 1 sums through ``spmm(precision=)``, whose
+#: own decision (``TC_FAMILY``, which carries the row kernels' version) it so depends on.
+AGNN_TC_FAMILY = "agnn_tc+" + TC_FAMILY
 
 
 def _agnn_path(graph: Graph, x: Tensor, q: Tensor, nrm: Tensor, beta: Tensor, precision: str) -> int:
     """The ``"agnn_tc"`` decision: 0 = fused exact kernel, 1 = three passes with the sum at
     ``precision``; timed once (forward, no grad) per graph structure, width and dtype.  Stored
-    under the row kernels' version too (path 1 runs them), so it is made again when they change."""
+    under the tensor-core family's name too (path 1 runs its pick), so it is made again when the
+    kernels it chose among change."""
     from ..tune import decide
 
     def run(config):
