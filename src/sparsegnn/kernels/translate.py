@@ -14,7 +14,8 @@ Keys ``key_e = (row_e >> log2 W) * M + col_e`` (window, column) are made unique 
 Why: done with tensor ops this is about 30 ops and ~70 kernel launches, whose host time (9-19
 us per launch on the H100 host) made translation cost more than a GCN training epoch; the GPU
 work is ~0.2 ms.  Here: one launch before the sort, three after it, plus the sort's own, a
-``cumsum`` and three allocations (38 kernels in all, with ``torch.unique``'s).
+``cumsum`` and three allocations (30 kernels in all with int32 keys, 38 with int64, ``torch.unique``'s
+included).
 """
 from __future__ import annotations
 
