@@ -271,11 +271,11 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
 
     Cost: one sort (``unique`` of the ``(window, column)`` keys, int32 where they fit) and,
     in the reference, about 30 small tensor ops (with the Triton ``condense``: four kernel
-    launches, a ``cumsum`` and three allocations);
-    two host syncs (the number of keys and of blocks).  The statistics are counted when first
-    read (:class:`TileStats`), and the tile values come from one ``index_add`` (stop 37: with
-    two more ``unique`` calls, a ``bincount`` and a sorting ``index_put``, 151 kernels and 9
-    syncs, translation took 1.3-2.7 ms on the real graphs, more than our GCN epoch).
+    launches, a ``cumsum`` and three allocations); two host syncs (the number of keys and of
+    blocks).  The statistics are counted when first read (:class:`TileStats`), the tile values
+    come from one ``index_add_`` (stop 37: with two more ``unique`` calls, a ``bincount`` and a
+    sorting ``index_put``, 151 kernels and 9 syncs, translation took 1.3-2.7 ms on the real
+    graphs, more than our GCN epoch).
     """
     for name, value in (("window", window), ("block_k", block_k)):
         if not (isinstance(value, int) and value > 0 and value & (value - 1) == 0):

@@ -149,8 +149,6 @@ VENDOR_MIN_WORK = 1 << 21
 #: changes, so decisions stored by an older version are made again.  @2 (stop 36): the
 #: grouped configs run heavier rows at their own ``num_warps`` in one launch.
 SPMM_FAMILY = "spmm@2"
-
-
 #: Search space of the cuSPARSE-or-ours decision (``VENDOR_FAMILY``): 0 = our bound kernel, 1 = cuSPARSE.
 VENDOR_SPACE = {"path": (0, 1)}
 #: Its store name: it times the row kernel, so it carries the row kernels' version and is made

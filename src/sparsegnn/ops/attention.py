@@ -26,8 +26,8 @@ from .._checks import check, check_precision, check_same_device
 from ..graph import Graph, as_graph
 from . import reference
 from ._dispatch import aggregate, choose_backend
-from .tiles import TC_FAMILY
 from ._library import compiling, graph_of, not_traceable_graph
+from .tiles import TC_FAMILY
 
 
 def _attention_kernels():

@@ -31,9 +31,9 @@ __all__ = ["spmm_tc", "spmm_precise", "TC_FAMILY", "PACKED_MIN_WORK", "precise_a
 
 def translate_graph(graph: Graph, window: int = 16, block_k: int = 16):
     """A new :class:`~sparsegnn.formats.tiles.TileGraph` of ``graph``'s structure (its
-    ``block_vals`` are ones, built when first read; not cached: see :func:`tiles_of_graph`).  Where Triton runs (CUDA,
-    or the interpreter) the index work is ``kernels.translate.condense``: 30-38 kernels in all
-    instead of ~70 (the tensor-op reference's)."""
+    ``block_vals`` are ones, built when first read; not cached: see :func:`tiles_of_graph`).
+    Where Triton runs (CUDA, or the interpreter) the index work is
+    ``kernels.translate.condense``: 30-38 kernels in all instead of ~70 (the reference's)."""
     from ..formats.tiles import translate
 
     condense = None
