@@ -4,7 +4,9 @@
 # tests: translation, reordering, the tile kernels and the layers' precision= on the GPU; tiles: block
 # statistics, translation cost, tile SpMM (tf32 / ieee) and SDDMM against cuSPARSE and our CUDA-core
 # kernels on real graphs; accuracy: GCN / AGNN test accuracy on Cora and Citeseer, 5 seeds, per
-# precision (JSON lines in $OUT/accuracy.jsonl); train: GCN / AGNN epochs vs PyG per precision.
+# precision (JSON lines in $OUT/accuracy.jsonl); train: GCN / AGNN epochs vs PyG per precision;
+# adam: eager epochs with fused and foreach Adam, interleaved (scripts/time_adam.py); probe: translation's
+# kernels, syncs and host time per op (scripts/probe_translate.py).
 set -o pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1 SPARSEGNN_DATA=${SPARSEGNN_DATA:-.data}
 OUT=${OUT:-/tmp/sparsegnn-out}; mkdir -p "$OUT"
@@ -22,6 +24,10 @@ for stage in "$@"; do
              timeout ${TRAIN_TIMEOUT:-400} python3 scripts/bench_train.py --models gcn,agnn --providers ours,ours_capture,pyg \
                --graphs ${TRAIN_GRAPHS:-all} --precision $p --out "$OUT/train_$p.json" --md "$OUT/train_$p.md" 2>&1 | tail -6
            done ;;
+    adam) timeout ${ADAM_TIMEOUT:-400} python3 scripts/time_adam.py --models ${ADAM_MODELS:-gcn,agnn} --graphs ${ADAM_GRAPHS:-real} \
+            --out "$OUT/adam.json" 2>&1 | tail -16 ;;
+    probe) timeout 300 python3 scripts/probe_translate.py ${PROBE_GRAPHS:-citeseer,DD,com-amazon,amazon0601} \
+             ${PROBE_PROFILE:-citeseer,DD} 2>&1 | tee "$OUT/probe.txt" | tail -60 ;;
     tiles) timeout 300 python3 scripts/time_tiles.py --graphs ${GRAPHS:-cora,citeseer,wikipedia,deezer,twitch,reddit-threads-10k} \
              --dims ${DIMS:-32,64,128,256} 2>&1 | tee "$OUT/tiles.md" | tail -30 ;;
   esac

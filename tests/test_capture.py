@@ -157,6 +157,35 @@ def test_make_train_step_returns_detached_loss_and_steps():
         make_train_step(model, optimizer, data.x, data.graph, idx, data.y[idx], compile="fast")
 
 
+def _adam_steps(model, optimizer, x, steps=3):
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        optimizer.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_make_optimizer_fuses_adam_for_eager_cuda_steps_only(device):
+    """Eager steps on CUDA get the fused Adam (one launch), with foreach Adam's updates; CPU
+    parameters and captured steps keep the default implementation."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2)).to(device)
+    x = torch.randn(9, 6, device=device)
+    eager = make_optimizer(model, lr=0.05, weight_decay=5e-4)
+    assert bool(eager.defaults["fused"]) == (device == "cuda")
+    captured = make_optimizer(model, "capture", lr=0.05)
+    assert captured.defaults["capturable"] and not captured.defaults["fused"]
+    twin = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2)).to(device)
+    twin.load_state_dict(model.state_dict())
+    reference = torch.optim.Adam(twin.parameters(), lr=0.05, weight_decay=5e-4, foreach=False)
+    start = [p.detach().clone() for p in model.parameters()]
+    got, want = _adam_steps(model, eager, x), _adam_steps(twin, reference, x)
+    assert all(not torch.equal(a, b) for a, b in zip(got, start))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 # ---------------------------------------------------------------------------- GPU
 def _eager_and_captured(model_name, steps=5, warmup=2, dropout=0.0, lr=0.01):
     """Losses of ``warmup + steps`` eager steps and of the same run with a CapturedStep."""

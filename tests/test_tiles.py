@@ -1,4 +1,5 @@
 """Sparse graph translation (formats/tiles.py) against loops over the raw edge list."""
+import copy
 import math
 
 import pytest
@@ -24,9 +25,11 @@ def _rebuild(tiles, vals, num_rows, num_src):
 
 
 def _on_host(tiles):
+    """A host copy of ``tiles`` (reading ``block_vals`` builds them on ``tiles``); ``tiles`` stays where it was."""
+    host = copy.copy(tiles)
     for name in ("window_ptr", "block_window", "block_cols", "edge_index", "block_vals"):
-        setattr(tiles, name, getattr(tiles, name).cpu())
-    return tiles
+        setattr(host, name, getattr(tiles, name).cpu())
+    return host
 
 
 @pytest.mark.parametrize("window,block_k", [(4, 4), (16, 16), (2, 8)])
