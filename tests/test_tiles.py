@@ -32,15 +32,26 @@ def _on_host(tiles):
     return host
 
 
+#: ``kernels.translate.CAPS`` per Triton variant: the shipped size classes; small classes, so
+#: that the windows of one graph spread over several launches; a first class below ``K``, which
+#: sends every graph down the sorted-keys path.
+TRITON_CAPS = {"triton": None, "triton-classes": (16, 32, 64, 128, 1024), "triton-sorted": (1,)}
+
+
 @pytest.mark.parametrize("window,block_k", [(4, 4), (16, 16), (2, 8)])
-@pytest.mark.parametrize("index_work", ["reference", "triton"])
-def test_translation_rebuilds_the_graph_and_condenses_each_window(graph_case, window, block_k, index_work):
-    """Both implementations of the index work (tensor ops; ``kernels.translate.condense``)."""
+@pytest.mark.parametrize("index_work", ["reference", *TRITON_CAPS])
+def test_translation_rebuilds_the_graph_and_condenses_each_window(graph_case, window, block_k, index_work,
+                                                                  monkeypatch):
+    """Both implementations of the index work (tensor ops; ``kernels.translate.condense``, its
+    per-window path with several size classes and its sorted-keys path)."""
     _, n, ei, w = graph_case
     g = Graph.from_edge_index(ei, w, num_nodes=n)
-    if index_work == "triton":
+    if index_work != "reference":
+        import sparsegnn.kernels.translate as kt
         from sparsegnn.kernels.translate import condense
 
+        if TRITON_CAPS[index_work] is not None:
+            monkeypatch.setattr(kt, "CAPS", TRITON_CAPS[index_work])
         on = g.to(DEVICE)
         tiles = _on_host(translate(on.rowptr, on.col, n, on.edge_val, window=window, block_k=block_k,
                                    condense=condense))
@@ -69,7 +80,7 @@ def test_translation_rebuilds_the_graph_and_condenses_each_window(graph_case, wi
     assert tiles.stats.fill == pytest.approx(positions / area if area else 0.0)
 
 
-def test_translation_of_a_bipartite_graph_and_bad_arguments():
+def test_translation_of_a_bipartite_graph_and_bad_arguments(monkeypatch):
     ei = torch.tensor([[0, 7, 7, 3, 9, 0], [0, 0, 1, 4, 4, 2]])
     g = Graph.from_edge_index(ei, num_nodes=5, num_src=10)
     tiles = translate(g.rowptr, g.col, g.num_src, window=2, block_k=2)
@@ -79,22 +90,36 @@ def test_translation_of_a_bipartite_graph_and_bad_arguments():
     for bad in (0, 3, -4):
         with pytest.raises(ValueError, match=r"translate\(\): window must be a positive power of two"):
             translate(g.rowptr, g.col, 10, window=bad)
-    # the caller's cached row of every edge gives the same tiles, so do the Triton index work,
-    # non-contiguous index tensors and keys wider than 32 bits (M = 2^31: int64 keys; the tiles
-    # do not depend on M); the statistics read lazily
+    # the caller's cached row of every edge gives the same tiles, so do the Triton index work
+    # (per window; by sorted keys where a window outgrows the largest size class: window 0 holds
+    # three edges), non-contiguous index tensors and keys wider than 32 bits (M = 2^31: int64
+    # keys; the tiles do not depend on M); the statistics read lazily
+    import sparsegnn.kernels.translate as kt
     from sparsegnn.kernels.translate import condense
+
+    taken = []
+
+    def sorted_keys(*args):
+        with monkeypatch.context() as m:
+            m.setattr(kt, "CAPS", (2,))
+            m.setattr(kt, "_condense_sorted", lambda *a: taken.append(1) or real_sorted(*a))
+            return condense(*args)
+
+    real_sorted = kt._condense_sorted
 
     on = g.to(DEVICE)
     strided = torch.stack([on.col, on.col.flip(0)], 1)[:, 0]          # the same values, stride 2
     assert not strided.is_contiguous()
     for num_src, row, col, fast in ((10, on.row, on.col, None), (10, None, on.col, condense),
                                     (10, None, strided, condense), (10, None, strided, None),
-                                    (2 ** 31, None, on.col, None), (2 ** 31, None, on.col, condense)):
+                                    (10, None, strided, sorted_keys), (2 ** 31, None, on.col, None),
+                                    (2 ** 31, None, on.col, condense), (2 ** 31, None, on.col, sorted_keys)):
         again = _on_host(translate(on.rowptr, col, num_src, window=2, block_k=2, row=row, condense=fast))
         for name in ("window_ptr", "block_window", "block_cols", "edge_index", "block_vals"):
             assert torch.equal(getattr(again, name), getattr(tiles, name)), (num_src, fast, name)
         assert (again.stats.blocks_plain, again.stats.fill) == (tiles.stats.blocks_plain, tiles.stats.fill)
     assert again.stats.as_dict().keys() == {"windows", "blocks_plain", "blocks", "fill", "ms"}
+    assert len(taken) == 2
 
 
 def test_translation_builds_values_and_statistics_only_when_asked(monkeypatch):

@@ -11,9 +11,9 @@ Without translation, a window would need one block per distinct column *block* `
 it touches (TC-GNN's Fig. 7a compares the two counts; ``TileStats``).
 
 The reference here is tensor ops on the graph's device (sort / unique / scan, no Python loop
-over windows); ``kernels.translate.condense`` does the same index work in four Triton launches
-and is passed in by ``ops.tiles.translate_graph``.  Two host syncs (the sizes of ``unique`` and
-of the block count).
+over windows; two host syncs: the sizes of ``unique`` and of the block count);
+``kernels.translate.condense`` does the same index work in Triton, one program per window
+sorting its edges in registers, and is passed in by ``ops.tiles.translate_graph``.
 """
 from __future__ import annotations
 
@@ -201,10 +201,11 @@ def _schedule(tiles: "TileGraph", chunk: int) -> TileSchedule:
     return TileSchedule(chunk, item_window, item_start, item_end, item_split, rows[rows < tiles.num_rows])
 
 
-def _condense(row: Tensor, col: Tensor, num_src: int, num_windows: int, window: int, block_k: int):
+def _condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int, block_k: int):
     """``(window_ptr, block_window, block_cols, edge_index)`` with tensor ops (the reference;
-    ``kernels.translate.condense`` computes the same in four launches)."""
+    ``kernels.translate.condense`` computes the same in 6-12 launches)."""
     device = row.device
+    num_windows = -(-(rowptr.numel() - 1) // window)
     span = max(int(num_src), 1)
     shift_w, shift_k = window.bit_length() - 1, block_k.bit_length() - 1
     # distinct (window, column) pairs, sorted by window then column: the condensed columns
@@ -259,7 +260,7 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
         window: ``W`` rows per window (16: the MMA's M side).
         block_k: ``K`` condensed columns per block (16 for fp32/tf32 and bf16 ``tl.dot``).
         row: ``[E]`` target of every edge, if the caller has it (else expanded from ``rowptr``).
-        condense: ``condense(row, col, num_src, num_windows, window, block_k)`` ->
+        condense: ``condense(rowptr, row, col, num_src, window, block_k)`` ->
             ``(window_ptr, block_window, block_cols, edge_index)``, the index work; default the
             tensor-op reference (``ops/tiles.py`` passes ``kernels.translate.condense`` on CUDA).
 
@@ -269,13 +270,13 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     Raises:
         ValueError: ``window`` or ``block_k`` not a positive power of two.
 
-    Cost: one sort (``unique`` of the ``(window, column)`` keys, int32 where they fit) and,
-    in the reference, about 30 small tensor ops (with the Triton ``condense``: four kernel
-    launches, a ``cumsum`` and three allocations); two host syncs (the number of keys and of
-    blocks).  The statistics are counted when first read (:class:`TileStats`), the tile values
-    come from one ``index_add_`` (stop 37: with two more ``unique`` calls, a ``bincount`` and a
-    sorting ``index_put``, 151 kernels and 9 syncs, translation took 1.3-2.7 ms on the real
-    graphs, more than our GCN epoch).
+    Cost: in the reference one sort (``unique`` of the ``(window, column)`` keys, int32 where
+    they fit) and about 30 small tensor ops; with the Triton ``condense`` a sort per window in
+    registers, 6-12 kernels (module doc of ``kernels/translate.py``); two host syncs either way.
+    The statistics are counted when first read (:class:`TileStats`), the tile values come from
+    one ``index_add_`` (stop 37: with two more ``unique`` calls, a ``bincount`` and a sorting
+    ``index_put``, 151 kernels and 9 syncs, translation took 1.3-2.7 ms on the real graphs,
+    more than our GCN epoch; stop 38, per-window sorts: 0.2-0.9 ms).
     """
     for name, value in (("window", window), ("block_k", block_k)):
         if not (isinstance(value, int) and value > 0 and value & (value - 1) == 0):
@@ -288,7 +289,7 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     num_windows = -(-num_rows // window)
     row = rowptr_to_row(rowptr, num_edges) if row is None else row.to(torch.int64)
     window_ptr, block_window, block_cols, edge_index = (condense or _condense)(
-        row, col, num_src, num_windows, window, block_k)
+        rowptr, row, col, num_src, window, block_k)
     num_blocks = block_cols.shape[0]
     count = functools.partial(_count_stats, rowptr, col, edge_index, num_src, num_blocks, window, block_k)
     stats = TileStats(num_windows, num_blocks, 0.0, count, window * block_k)
