@@ -167,7 +167,7 @@ def _adam_steps(model, optimizer, x, steps=3):
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
 def test_make_optimizer_fuses_adam_for_eager_cuda_steps_only(device):
-    """Eager steps on CUDA get the fused Adam (one launch), with foreach Adam's updates; CPU
+    """Eager steps on CUDA get the fused Adam (one launch), with single-tensor Adam's updates; CPU
     parameters and captured steps keep the default implementation."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2)).to(device)

@@ -52,9 +52,13 @@ def test_translation_rebuilds_the_graph_and_condenses_each_window(graph_case, wi
 
         if TRITON_CAPS[index_work] is not None:
             monkeypatch.setattr(kt, "CAPS", TRITON_CAPS[index_work])
+        sorted_calls, real_sorted = [], kt._condense_sorted
+        monkeypatch.setattr(kt, "_condense_sorted", lambda *a: sorted_calls.append(1) or real_sorted(*a))
         on = g.to(DEVICE)
         tiles = _on_host(translate(on.rowptr, on.col, n, on.edge_val, window=window, block_k=block_k,
                                    condense=condense))
+        # the path the variant names was the one taken (a graph without rows has no windows to sort)
+        assert bool(sorted_calls) == (index_work == "triton-sorted" or tiles.stats.windows == 0)
     else:
         tiles = translate(g.rowptr, g.col, n, g.edge_val, window=window, block_k=block_k)
     dense = dense_adjacency(ei, n, w)

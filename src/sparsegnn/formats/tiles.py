@@ -272,7 +272,8 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
 
     Cost: in the reference one sort (``unique`` of the ``(window, column)`` keys, int32 where
     they fit) and about 30 small tensor ops; with the Triton ``condense`` a sort per window in
-    registers, 6-12 kernels (module doc of ``kernels/translate.py``); two host syncs either way.
+    registers, 6-12 kernels (module doc of ``kernels/translate.py``); two host syncs (three where
+    the Triton path falls back to sorted keys).
     The statistics are counted when first read (:class:`TileStats`), the tile values come from
     one ``index_add_`` (stop 37: with two more ``unique`` calls, a ``bincount`` and a sorting
     ``index_put``, 151 kernels and 9 syncs, translation took 1.3-2.7 ms on the real graphs,
