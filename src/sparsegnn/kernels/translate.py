@@ -13,7 +13,7 @@ neighbour) and numbers the runs (``rank``, ``tl.cumsum`` of the marks); per edge
     block_cols[window_ptr[w] K + rank] = col_e  (first edges of a run; 0 past c_w)
 
 The sorting pass is launched once per size class of windows (``CAPS``: a window of 40 edges
-sorts 64 lanes, not 4096), every program of other classes returning at once.  Two host syncs:
+sorts 64 lanes, not 1024), every program of other classes returning at once.  Two host syncs:
 the largest window (which classes to launch) and the block count.
 
 **Sorted keys** (a window over ``CAPS[-1]`` edges, or ``K > CAPS[0]``): keys
@@ -46,7 +46,10 @@ from ._launch import launch
 BLOCK = 1024
 #: Size classes of the per-window path: a window of ``n`` edges is sorted by the launch of the
 #: smallest class ``>= n`` (padding lanes cost sort steps); larger windows take the sorted keys.
-CAPS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
+#: Few and small: every class is one more compile on a cold Triton cache, and large sorts
+#: compile slowly (H100: classes 64..8192 in powers of two took 4.9 s for Cora and 19.8 s more
+#: for wikipedia, a 4096 class ~5 s alone, against 2.2 s for the sorted keys' kernels).
+CAPS = (64, 256, 1024, 2048)
 #: Windows per program of the binary searches: one per thread (4 warps), so that the ~2 log2(keys)
 #: dependent loads of each run side by side (1024 per program: 0.08 ms on amazon0505's 26k windows).
 WINDOW_BLOCK = 128
