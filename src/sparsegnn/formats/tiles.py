@@ -203,7 +203,7 @@ def _schedule(tiles: "TileGraph", chunk: int) -> TileSchedule:
 
 def _condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int, block_k: int):
     """``(window_ptr, block_window, block_cols, edge_index)`` with tensor ops (the reference;
-    ``kernels.translate.condense`` computes the same in 6-12 launches)."""
+    ``kernels.translate.condense`` computes the same with one sort per window)."""
     device = row.device
     num_windows = -(-(rowptr.numel() - 1) // window)
     span = max(int(num_src), 1)
@@ -271,9 +271,9 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
         ValueError: ``window`` or ``block_k`` not a positive power of two.
 
     Cost: in the reference one sort (``unique`` of the ``(window, column)`` keys, int32 where
-    they fit) and about 30 small tensor ops; with the Triton ``condense`` a sort per window in
-    registers, 6-12 kernels (module doc of ``kernels/translate.py``); two host syncs (three where
-    the Triton path falls back to sorted keys).
+    they fit) and about 30 small tensor ops (63-68 kernels); with the Triton ``condense`` a sort
+    per window in registers, 17-19 kernels (``scripts/probe_translate.py``); two host syncs
+    (three where the Triton path falls back to sorted keys).
     The statistics are counted when first read (:class:`TileStats`), the tile values come from
     one ``index_add_`` (stop 37: with two more ``unique`` calls, a ``bincount`` and a sorting
     ``index_put``, 151 kernels and 9 syncs, translation took 1.3-2.7 ms on the real graphs,
