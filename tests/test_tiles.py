@@ -32,6 +32,15 @@ def _on_host(tiles):
     return host
 
 
+def _sorted_key_calls(monkeypatch) -> list:
+    """A list that grows by one at each call of the Triton translation's sorted-keys path."""
+    import sparsegnn.kernels.translate as kt
+
+    calls, real = [], kt._condense_sorted
+    monkeypatch.setattr(kt, "_condense_sorted", lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
 #: ``kernels.translate.CAPS`` per Triton variant: the shipped size classes; small classes, so
 #: that the windows of one graph spread over several launches; a first class below ``K``, which
 #: sends every graph down the sorted-keys path.
@@ -52,8 +61,7 @@ def test_translation_rebuilds_the_graph_and_condenses_each_window(graph_case, wi
 
         if TRITON_CAPS[index_work] is not None:
             monkeypatch.setattr(kt, "CAPS", TRITON_CAPS[index_work])
-        sorted_calls, real_sorted = [], kt._condense_sorted
-        monkeypatch.setattr(kt, "_condense_sorted", lambda *a: sorted_calls.append(1) or real_sorted(*a))
+        sorted_calls = _sorted_key_calls(monkeypatch)
         on = g.to(DEVICE)
         tiles = _on_host(translate(on.rowptr, on.col, n, on.edge_val, window=window, block_k=block_k,
                                    condense=condense))
@@ -101,15 +109,12 @@ def test_translation_of_a_bipartite_graph_and_bad_arguments(monkeypatch):
     import sparsegnn.kernels.translate as kt
     from sparsegnn.kernels.translate import condense
 
-    taken = []
+    taken = _sorted_key_calls(monkeypatch)
 
     def sorted_keys(*args):
         with monkeypatch.context() as m:
             m.setattr(kt, "CAPS", (2,))
-            m.setattr(kt, "_condense_sorted", lambda *a: taken.append(1) or real_sorted(*a))
             return condense(*args)
-
-    real_sorted = kt._condense_sorted
 
     on = g.to(DEVICE)
     strided = torch.stack([on.col, on.col.flip(0)], 1)[:, 0]          # the same values, stride 2
