@@ -131,6 +131,50 @@ def test_translation_of_a_bipartite_graph_and_bad_arguments(monkeypatch):
     assert len(taken) == 2
 
 
+def _window_graph(counts, window, num_src, seed=0):
+    """``(rowptr, col)`` of a CSR graph whose window ``i`` holds ``counts[i]`` edges (random rows
+    within the window, random sources with repeats: duplicate edges and self loops), rows sorted."""
+    gen = torch.Generator().manual_seed(seed)
+    rows, cols = [], []
+    for w, count in enumerate(counts):
+        rows.append(w * window + torch.randint(window, (count,), generator=gen))
+        cols.append(torch.randint(num_src, (count,), generator=gen))
+    row, col = torch.cat(rows), torch.cat(cols)
+    order = torch.argsort(row * num_src + col, stable=True)
+    row, col = row[order], col[order]
+    rowptr = torch.zeros(len(counts) * window + 1, dtype=torch.int64)
+    rowptr[1:] = torch.cumsum(torch.bincount(row, minlength=len(counts) * window), 0)
+    return rowptr, row, col
+
+
+@pytest.mark.parametrize("counts,block_k,sorted_path,index_dtype", [
+    ((0, 1, 64, 65, 256, 257), 16, False, torch.int64),   # windows at and just past the shipped classes
+    ((0, 1, 64, 65, 256, 257), 16, False, torch.int32),
+    ((1024, 0, 1025, 2048, 3), 8, False, torch.int64),    # the two largest classes, one empty window
+    ((5, 2049, 64), 16, True, torch.int32),               # one window over the largest class: sorted keys
+    ((70, 300, 10), 128, True, torch.int64),              # K over the smallest class: sorted keys
+])
+def test_triton_translation_at_the_shipped_size_classes(counts, block_k, sorted_path, index_dtype, monkeypatch):
+    """``kernels.translate.condense`` with the shipped ``CAPS`` (no patched classes): windows
+    holding exactly a class's edge count and one more, the largest classes, the natural fallbacks
+    (a window over ``CAPS[-1]`` edges, ``K > CAPS[0]``) and int32 index tensors, equal to the
+    tensor-op reference element for element."""
+    from sparsegnn.formats.tiles import _condense
+    from sparsegnn.kernels.translate import CAPS, condense
+
+    assert CAPS == (64, 256, 1024, 2048)          # the classes this test's counts sit on
+    window, num_src = 16, 3000
+    rowptr, row, col = _window_graph(counts, window, num_src)
+    expected = _condense(rowptr, row, col, num_src, window, block_k)
+    taken = _sorted_key_calls(monkeypatch)
+    got = condense(rowptr.to(index_dtype).to(DEVICE), row.to(index_dtype).to(DEVICE),
+                   col.to(index_dtype).to(DEVICE), num_src, window, block_k)
+    assert bool(taken) == sorted_path
+    for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
+        assert a.dtype == torch.int64, name
+        assert torch.equal(a.cpu(), b), name
+
+
 def test_translation_builds_values_and_statistics_only_when_asked(monkeypatch):
     """Without edge values the tile array of ones is built on first read (weighted calls build
     their own); the statistics are counted on first read, once; ``translate_graph`` passes the

@@ -273,7 +273,8 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     Cost: in the reference one sort (``unique`` of the ``(window, column)`` keys, int32 where
     they fit) and about 30 small tensor ops (63-68 kernels); with the Triton ``condense`` a sort
     per window in registers, 17-19 kernels (``scripts/probe_translate.py``); two host syncs
-    (three where the Triton path falls back to sorted keys).
+    (three where the Triton path falls back to sorted keys after reading the largest window;
+    two where ``K`` or an empty graph sends it there directly).
     The statistics are counted when first read (:class:`TileStats`), the tile values come from
     one ``index_add_`` (stop 37: with two more ``unique`` calls, a ``bincount`` and a sorting
     ``index_put``, 151 kernels and 9 syncs, translation took 1.3-2.7 ms on the real graphs,

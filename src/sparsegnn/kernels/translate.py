@@ -256,8 +256,9 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         rowptr: [N + 1], row, col: [E] -> window_ptr [ceil(N / W) + 1], block_window [B],
         block_cols [B, K], edge_index [E]; all int64.
 
-    Two host syncs (the largest window, the block count; a third, ``torch.unique``'s size, on
-    the sorted-keys path).  Deterministic (no atomics on values).
+    Two host syncs (the largest window, the block count); the sorted-keys path adds
+    ``torch.unique``'s size, after the largest window where that sent it there (three), without
+    it where ``K > CAPS[0]`` or no rows did (two).  Deterministic (no atomics on values).
     """
     device = col.device
     rowptr, row, col = rowptr.contiguous(), row.contiguous(), col.contiguous()
