@@ -67,7 +67,10 @@ def _metis_order(rowptr: Tensor, col: Tensor) -> Tensor:
     sym_ptr, sym_col, _ = coo_to_csr(dst, src, n)
     xadj = sym_ptr.cpu().numpy().astype(np.int64)
     adjncy = sym_col.cpu().numpy().astype(np.int64)
-    _, membership = pymetis.part_graph(parts, xadj=xadj, adjncy=adjncy)
+    if hasattr(pymetis, "CSRAdjacency"):          # pymetis >= 2025.2; xadj/adjncy go in 2027
+        _, membership = pymetis.part_graph(parts, pymetis.CSRAdjacency(xadj, adjncy))
+    else:
+        _, membership = pymetis.part_graph(parts, xadj=xadj, adjncy=adjncy)
     part = torch.as_tensor(np.asarray(membership, dtype=np.int64), device=rowptr.device)
     order = _degree_order(rowptr)
     return order[torch.argsort(part[order], stable=True)]
