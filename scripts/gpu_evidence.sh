@@ -5,6 +5,8 @@
 #   MAIN_S=300 EXTRA_S=150 bash scripts/gpu_evidence.sh sweep   # the cost model's sweep, resumable:
 #     rows go straight to $OUT (a run cut short keeps them; --skip-done resumes)
 # tests: the GPU tests of what changed ($TESTS: pytest arguments, default below).
+# train: our eager GCN ($MODELS) epochs against PyG on the real suite, tf32; profile: profile_step.py
+#   on $PROFILE_GRAPHS (host ms of ours and PyG, then a cProfile of our replayed step).
 set -o pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1 SPARSEGNN_DATA=${SPARSEGNN_DATA:-.data} SPARSEGNN_TUNE_CACHE=/tmp/tc-evidence
 FINAL=${OUT:-/tmp/sparsegnn-out}; OUT=/tmp/evidence; rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL"
@@ -30,6 +32,13 @@ for stage in "$@"; do
                --max-seconds "$secs" --out "$FINAL/$file.jsonl" > "$FINAL/${file}_log.txt" 2>&1
              tail -2 "$FINAL/${file}_log.txt"
            done ;;
+    train) timeout ${TRAIN_S:-200} python3 scripts/bench_train.py --models ${MODELS:-gcn} --providers ours,pyg \
+             --precision tf32 --graphs real --out "$OUT/train_tf32.json" --md "$OUT/train_tf32.md" 2>&1 | tail -4
+           grep -E "geomean \(real|worst" "$OUT/train_tf32.md" ;;
+    profile) for g in ${PROFILE_GRAPHS:-cora twitch}; do
+               timeout 90 python3 scripts/profile_step.py --graph "$g" --models gcn --top 30 > "$OUT/profile_$g.txt" 2>&1
+               head -3 "$OUT/profile_$g.txt"
+             done ;;
     tiles) timeout 330 python3 scripts/time_tiles.py --capture --graphs real,paper --max-edges 20000000 \
              --dims 32,64,128,256 --sddmm-dims "" --out "$OUT" --budget-s 290 > "$OUT/tiles_log.txt" 2>&1
            grep -E "^- .*(auto|best|packed)" "$OUT/tiles_log.txt" ;;
