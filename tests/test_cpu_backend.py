@@ -3,6 +3,8 @@
 Every candidate the CPU tuner can pick is forced in turn; every dtype the backend claims
 (float32, float64 natively, bfloat16 through float32) is checked, forward and backward.
 """
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -413,3 +415,23 @@ def test_per_head_lane_kernels_match_the_float64_oracle(mixed_graph, dtype, head
     dots = cpu_kernels.sddmm(bounds, g.rowptr, g.col, x, b, "dot", heads)
     ref = (x.double().index_select(0, g.row) * b.double().index_select(0, g.col)).view(-1, heads, channels).sum(2)
     assert dots.shape == (g.num_edges, heads) and _rel(dots, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu", "triton"])
+def test_non_finite_scores_and_messages_and_empty_widths_agree_across_backends(backend):
+    """A NaN score makes its target's softmax NaN (as ``torch.softmax`` does), and so does a
+    target whose scores are all -inf; other targets are untouched.  A max over messages that are
+    all -inf is -inf; only a target without edges gets 0.  A dot product over 0 features is 0."""
+    nan, inf = float("nan"), float("inf")
+    # targets: 0 <- {1, 2} (a NaN score), 1 <- {0, 2} (finite), 2 <- {0, 1} (all -inf), 3: no edges
+    ei = torch.tensor([[1, 2, 0, 2, 0, 1], [0, 0, 1, 1, 2, 2]])
+    scores = torch.tensor([nan, 1.0, 0.0, math.log(3.0), -inf, -inf])
+    alpha = sg.edge_softmax(ei, scores, num_nodes=4, backend=backend)
+    assert alpha[:2].isnan().all() and alpha[4:].isnan().all()
+    assert torch.allclose(alpha[2:4], torch.tensor([0.25, 0.75]))
+    x = torch.tensor([[-inf, 1.0], [-inf, 2.0], [5.0, -inf], [7.0, 7.0]])
+    out = sg.spmm(Graph.from_edge_index(ei, num_nodes=4), x, reduce="max", backend=backend)
+    expected = torch.tensor([[5.0, 2.0], [5.0, 1.0], [-inf, 2.0], [0.0, 0.0]])
+    assert torch.equal(out, expected)
+    empty = torch.ones(4, 0)
+    assert torch.equal(sg.sddmm(ei, empty, empty, backend=backend), torch.zeros(6))

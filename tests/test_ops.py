@@ -1,4 +1,6 @@
 """Every op, forward and backward, against dense float64 formulas built from the raw edge list."""
+import math
+
 import pytest
 import torch
 
@@ -261,3 +263,27 @@ def test_input_gradient_follows_in_place_updates_of_the_graph_values(backend):
         a = dense_adjacency(ei, 20, values.detach().cpu()[perm_back.cpu()])
         want = a.t() @ torch.ones(20, 5, dtype=torch.float64)
         assert torch.allclose(x.grad.double().cpu(), want, rtol=1e-5, atol=1e-5), scale
+
+
+def test_torch_sparse_inputs_and_per_edge_values():
+    """Per-edge values follow a CSR tensor's or a coalesced COO tensor's entries; an uncoalesced
+    COO tensor means the matrix with its duplicates summed (torch's meaning), so it aggregates
+    as that matrix but is refused where per-edge values would not line up with its entries."""
+    index = torch.tensor([[2, 1, 1, 1], [1, 2, 0, 0]])              # A[1, 0] entered twice
+    coo = torch.sparse_coo_tensor(index, torch.tensor([1.0, 2.0, 3.0, 4.0]), (3, 3))
+    assert not coo.is_coalesced()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    dense = torch.tensor([[0.0, 0.0, 0.0], [7.0, 0.0, 2.0], [0.0, 1.0, 0.0]], dtype=torch.float64)
+    assert torch.allclose(sg.spmm(coo, x), dense @ x)
+    assert sg.Graph.from_torch_sparse(coo).num_edges == 3
+    for call in (lambda: sg.edge_softmax(coo, torch.zeros(4)), lambda: sg.sddmm(coo, x, x),
+                 lambda: sg.spmm(coo, x, edge_weight=torch.ones(4, dtype=torch.float64))):
+        with pytest.raises(ValueError, match="not coalesced"):
+            call()
+    # coalesced COO (row-major entries (1, 0), (1, 2), (2, 1)) and CSR with its own entry order
+    # ((1, 2), (1, 0), (2, 1): columns unsorted): per-edge values line up with the entries
+    alpha = sg.edge_softmax(coo.coalesce(), torch.tensor([0.0, math.log(3.0), 5.0]))
+    assert torch.allclose(alpha, torch.tensor([0.25, 0.75, 1.0]))
+    csr = torch.sparse_csr_tensor(torch.tensor([0, 0, 2, 3]), torch.tensor([2, 0, 1]), torch.ones(3), (3, 3))
+    alpha = sg.edge_softmax(csr, torch.tensor([math.log(3.0), 0.0, 5.0]))
+    assert torch.allclose(alpha, torch.tensor([0.75, 0.25, 1.0]))

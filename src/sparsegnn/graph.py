@@ -214,8 +214,12 @@ class Graph:
         """Build from a ``torch.sparse`` COO or CSR tensor ``A`` with ``A[i, j]`` = weight of ``j -> i``
         (PyG's ``adj_t``); a rectangular ``[N, M]`` tensor gives a bipartite graph.
 
+        An uncoalesced COO tensor is coalesced first (duplicate entries summed into one edge, as
+        torch defines the matrix); the edges follow the coalesced (row-major) order, a CSR
+        tensor's edges its own order.
+
         Shapes:
-            adj: [N, M] sparse -> Graph with nnz(adj) edges (explicit zeros kept).
+            adj: [N, M] sparse -> Graph with nnz(adj.coalesce()) edges (explicit zeros kept).
         """
         fn = "Graph.from_torch_sparse"
         check_tensor(adj, fn, "adj")
@@ -539,8 +543,13 @@ def attached_graph(edge_index: Tensor, num_nodes: int, num_src: int) -> Optional
     return graph if graph.num_nodes == num_nodes and graph.num_src == num_src else None
 
 
-def as_graph(obj, fn: str, num_nodes: Optional[int] = None):
+def as_graph(obj, fn: str, num_nodes: Optional[int] = None, per_edge: bool = False):
     """Coerce ``obj`` (Graph, ``edge_index`` [2, E], or torch sparse tensor) into a Graph.
+
+    ``per_edge``: the caller passes or returns per-edge tensors.  Those follow a sparse
+    tensor's own entry order, which is the Graph's for CSR and coalesced COO tensors; an
+    uncoalesced COO tensor (its duplicates summed into one edge, torch's meaning of the matrix)
+    is refused then rather than misaligned.
 
     Returns:
         ``(graph, input_order)``: ``input_order`` is True when per-edge tensors are in the
@@ -550,6 +559,10 @@ def as_graph(obj, fn: str, num_nodes: Optional[int] = None):
         check(num_nodes is None or num_nodes == obj.num_nodes, fn, f"num_nodes={num_nodes} but the Graph has {obj.num_nodes}")
         return obj, False
     if isinstance(obj, Tensor) and obj.layout in (torch.sparse_coo, torch.sparse_csr):
+        check(not per_edge or obj.layout == torch.sparse_csr or obj.is_coalesced(), fn,
+              "the sparse COO tensor is not coalesced, so its entries do not match the graph's edges "
+              "(duplicates are summed into one edge); per-edge values follow the order of adj.coalesce(): "
+              "coalesce it first")
         return Graph.from_torch_sparse(obj), False
     if isinstance(obj, Tensor):
         check(obj.dim() == 2 and obj.shape[0] == 2, fn, f"edge_index must have shape [2, E], got {tuple(obj.shape)}")

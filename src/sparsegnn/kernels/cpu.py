@@ -176,7 +176,8 @@ def _build() -> SimpleNamespace:
 
     @kernel
     def softmax_shift(bounds, rowptr, s, out, floor):
-        # out[e, h] = max(s[e, h] - (the row's max of head h), floor)
+        # out[e, h] = max(s[e, h] - (the row's max of head h), floor); NaN stays NaN (a NaN
+        # score, or -inf - -inf in a row of -inf), so the row comes out NaN as in the reference
         heads = s.shape[1]
         for c in prange(bounds.shape[0] - 1):
             m = np.empty(heads, dtype=s.dtype)
@@ -193,7 +194,7 @@ def _build() -> SimpleNamespace:
                 for e in range(start, end):
                     for h in range(heads):
                         d = s[e, h] - m[h]
-                        out[e, h] = d if d > floor else floor
+                        out[e, h] = floor if d < floor else d
 
     @kernel
     def softmax_scale(bounds, rowptr, p, tiny):
@@ -591,7 +592,9 @@ def sddmm(bounds: Tensor, rowptr: Tensor, col: Tensor, a: Tensor, b: Tensor, op:
     threads = _threads(num_edges * a.shape[1])
     if op == "dot":
         out = torch.empty(num_edges, max(heads, 1), dtype=a.dtype)
-        if num_edges:
+        if num_edges and a.shape[1] == 0:
+            out.zero_()                                 # empty dot products (no lane writes them)
+        elif num_edges:
             lanes = lanes_dividing(a.shape[1] // max(heads, 1), "sddmm_dot", a.dtype)
             fn = kernels(threads).sddmm_dot if lanes is None else _lane_kernel("sddmm_dot", lanes, threads)
             _run(fn, _np(bounds), _np(rowptr), _np(col), _np(a), _np(b), _np(out))

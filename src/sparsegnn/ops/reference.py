@@ -69,7 +69,8 @@ def spmm_max(row: Tensor, col: Tensor, num_rows: int, x: Tensor, weight: Optiona
     for start, end in _chunks(col.numel(), num_feats):
         index = row[start:end].unsqueeze(-1).expand(-1, num_feats)
         out.scatter_reduce_(0, index, _messages(col, x, weight, start, end, dtype), "amax", include_self=True)
-    out = out.masked_fill(torch.isinf(out) & (out < 0), 0.0)
+    empty = torch.ones(num_rows, dtype=torch.bool, device=x.device).index_fill_(0, row, False)
+    out = out.masked_fill(empty.unsqueeze(-1), 0.0)     # a row whose messages are all -inf stays -inf
     return out.to(x.dtype)
 
 

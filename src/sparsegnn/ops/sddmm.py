@@ -86,7 +86,7 @@ def sddmm(graph, a: Tensor, b: Tensor, op: str = "dot", backend: str = "auto", p
         if compiling():
             raise not_traceable_graph(fn, graph)
         check(a.dim() == 2, fn, f"a must be 2-D [num_nodes, features], got shape {tuple(a.shape)}")
-        graph, input_order = as_graph(graph, fn, num_nodes=a.shape[0])
+        graph, input_order = as_graph(graph, fn, num_nodes=a.shape[0], per_edge=True)
     check_node_features(a, graph.num_nodes, fn, "a")
     check_node_features(b, graph.num_src, fn, "b", sources=graph.is_bipartite)
     if a.shape[1] != b.shape[1]:

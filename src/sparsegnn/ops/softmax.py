@@ -54,7 +54,7 @@ def edge_softmax(graph, scores: Tensor, num_nodes: int | None = None, backend: s
     fn = "edge_softmax"
     if not isinstance(graph, Graph) and compiling():
         raise not_traceable_graph(fn, graph)
-    graph, input_order = as_graph(graph, fn, num_nodes=num_nodes)
+    graph, input_order = as_graph(graph, fn, num_nodes=num_nodes, per_edge=True)
     check_edge_values(scores, graph.num_edges, fn, "scores", max_dim=2)
     if compiling():  # the custom op: graph tensors stay out of the traced program (devices checked there)
         if backend not in BACKENDS:

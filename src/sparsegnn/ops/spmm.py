@@ -182,7 +182,7 @@ def _spmm_of_cbsr(graph, x: CBSR, reduce: str, edge_weight: Optional[Tensor], ba
     else:
         if compiling():
             raise not_traceable_graph(fn, graph)
-        graph, input_order = as_graph(graph, fn, num_nodes=x.shape[0])
+        graph, input_order = as_graph(graph, fn, num_nodes=x.shape[0], per_edge=edge_weight is not None)
     if x.shape[0] != graph.num_src:     # the message on failure only (a symbolic shape cannot be formatted)
         raise ValueError(f"{fn}(): x has {x.shape[0]} rows, the graph {graph.num_src} source nodes")
     edge_weight = _weight_in_graph_order(graph, edge_weight, input_order, fn, max_dim=1)
@@ -259,7 +259,7 @@ def spmm(
             raise not_traceable_graph(fn, graph)
         check(isinstance(x, Tensor) and x.dim() == 2, fn,
               f"x must be a 2-D tensor [num_nodes, features], got {getattr(x, 'shape', type(x).__name__)}")
-        graph, input_order = as_graph(graph, fn, num_nodes=x.shape[0])
+        graph, input_order = as_graph(graph, fn, num_nodes=x.shape[0], per_edge=edge_weight is not None)
     check_node_features(x, graph.num_src, fn, sources=graph.is_bipartite)
     if reduce not in REDUCES:
         raise ValueError(f"{fn}(): reduce must be one of {REDUCES}, got {reduce!r}")
