@@ -80,6 +80,11 @@ class Graph:
     Derived forms (the per-edge target ``row``, the transpose, degrees) are computed on first
     use and cached; transformations return new graphs and never modify this one.
 
+    The constructor trusts its arguments (the library's own transforms build valid CSR and call
+    it without a host sync); an out-of-range ``col`` there reads out of bounds in the kernels.
+    Build graphs from user data with :meth:`from_edge_index`, :meth:`from_csr` or
+    :meth:`from_torch_sparse`, which check indices, sizes and dtypes.
+
     Example:
         >>> ei = torch.tensor([[0, 1, 2], [1, 2, 0]])   # edges 0->1, 1->2, 2->0
         >>> g = Graph.from_edge_index(ei)
