@@ -132,7 +132,7 @@ def test_translation_of_a_bipartite_graph_and_bad_arguments(monkeypatch):
 
 
 def _window_graph(counts, window, num_src, seed=0):
-    """``(rowptr, col)`` of a CSR graph whose window ``i`` holds ``counts[i]`` edges (random rows
+    """``(rowptr, row, col)`` of a CSR graph whose window ``i`` holds ``counts[i]`` edges (random rows
     within the window, random sources with repeats: duplicate edges and self loops), rows sorted."""
     gen = torch.Generator().manual_seed(seed)
     rows, cols = [], []

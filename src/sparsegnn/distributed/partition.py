@@ -36,6 +36,7 @@ from torch import Tensor
 
 from .._checks import check, check_index, check_tensor
 from ..formats.csr import coo_to_csr, degrees, rowptr_to_row
+from ..formats.reorder import metis_parts
 from ..graph import Graph
 
 __all__ = ["METHODS", "Part", "partition_nodes", "build_parts", "partition_graph", "save_parts", "load_part",
@@ -180,11 +181,7 @@ def _metis_owner(graph: Graph, num_parts: int, seed: int) -> Tensor:
     xadj, adjncy = rowptr.cpu().numpy().astype(dtype), adj.cpu().numpy().astype(dtype)
     kwargs = dict(vweights=node_weights(graph).cpu().numpy().astype(dtype),
                   eweights=weight.cpu().numpy().astype(dtype), options=pymetis.Options(seed=int(seed)))
-    if hasattr(pymetis, "CSRAdjacency"):          # pymetis >= 2025.2
-        result = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), **kwargs)
-    else:
-        result = pymetis.part_graph(num_parts, xadj=xadj, adjncy=adjncy, **kwargs)
-    membership = result[1]
+    membership = metis_parts(num_parts, xadj, adjncy, **kwargs)
     return torch.as_tensor(np.asarray(membership, dtype=np.int64), device=graph.device)
 
 

@@ -51,10 +51,22 @@ def _rcm_order(rowptr: Tensor, col: Tensor) -> Tensor:
     return torch.from_numpy(perm.astype(np.int64)).to(rowptr.device)
 
 
+def metis_parts(parts: int, xadj, adjncy, **kwargs):
+    """``pymetis.part_graph``'s part of each node, for a symmetric CSR (``xadj``, ``adjncy``:
+    NumPy arrays); ``kwargs`` go to ``part_graph``.  The adjacency goes in as
+    ``pymetis.CSRAdjacency`` where pymetis has it (>= 2025.2; the ``xadj``/``adjncy`` keywords
+    are deprecated, to be removed in 2027)."""
+    import pymetis
+
+    if hasattr(pymetis, "CSRAdjacency"):
+        return pymetis.part_graph(parts, pymetis.CSRAdjacency(xadj, adjncy), **kwargs)[1]
+    return pymetis.part_graph(parts, xadj=xadj, adjncy=adjncy, **kwargs)[1]
+
+
 def _metis_order(rowptr: Tensor, col: Tensor) -> Tensor:
     try:
         import numpy as np
-        import pymetis
+        import pymetis  # noqa: F401 - the availability check; metis_parts uses it
     except ImportError as exc:
         raise ValueError("reorder(): method='metis' needs pymetis (pip install pymetis); or use 'rcm' / 'lpa'") from exc
     n = rowptr.numel() - 1
@@ -67,10 +79,7 @@ def _metis_order(rowptr: Tensor, col: Tensor) -> Tensor:
     sym_ptr, sym_col, _ = coo_to_csr(dst, src, n)
     xadj = sym_ptr.cpu().numpy().astype(np.int64)
     adjncy = sym_col.cpu().numpy().astype(np.int64)
-    if hasattr(pymetis, "CSRAdjacency"):          # pymetis >= 2025.2; xadj/adjncy go in 2027
-        _, membership = pymetis.part_graph(parts, pymetis.CSRAdjacency(xadj, adjncy))
-    else:
-        _, membership = pymetis.part_graph(parts, xadj=xadj, adjncy=adjncy)
+    membership = metis_parts(parts, xadj, adjncy)
     part = torch.as_tensor(np.asarray(membership, dtype=np.int64), device=rowptr.device)
     order = _degree_order(rowptr)
     return order[torch.argsort(part[order], stable=True)]
