@@ -20,6 +20,7 @@ import torch.nn.functional as F
 import sparsegnn
 from sparsegnn.capture import CapturedStep, capture_step
 from sparsegnn.datasets import NodeDataset, random_graph
+from sparsegnn.optim import LeanAdam
 from sparsegnn.training import build_model, make_optimizer, make_train_step, train_node_classifier
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,6 +175,7 @@ def test_make_optimizer_fuses_adam_for_eager_cuda_steps_only(device):
     x = torch.randn(9, 6, device=device)
     eager = make_optimizer(model, lr=0.05, weight_decay=5e-4)
     assert bool(eager.defaults["fused"]) == (device == "cuda")
+    assert isinstance(eager, LeanAdam) == (device == "cuda")
     captured = make_optimizer(model, "capture", lr=0.05)
     assert captured.defaults["capturable"] and not captured.defaults["fused"]
     twin = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2)).to(device)
@@ -332,6 +334,39 @@ def test_bench_train_quick_smoke(tmp_path, fresh_dynamo, capsys):
     text = (tmp_path / "train.md").read_text()
     assert "### GCN (2 x 16)" in text and "## Summary" in text
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("| gcn | 1 |")
+
+
+def test_train_step_backward_threads_same_updates_and_the_flag_is_restored():
+    """``backward_threads`` only picks the thread the backward runs on: both settings give the
+    same losses and parameters, and the thread-local engine flag is left as it was."""
+    data = sparsegnn.datasets.load("cora")
+    idx = data.train_mask.nonzero().flatten()
+    runs = []
+    for threads in (False, True):
+        torch.manual_seed(0)
+        model = build_model("gcn", data.x.shape[1], data.num_classes, dropout=0.0)
+        optimizer = make_optimizer(model, lr=0.05)
+        step = make_train_step(model, optimizer, data.x, data.graph, idx, data.y[idx], backward_threads=threads)
+        assert torch._C._is_multithreading_enabled()
+        losses = [float(step()) for _ in range(3)]
+        assert torch._C._is_multithreading_enabled()
+        runs.append((losses, [p.detach().clone() for p in model.parameters()]))
+    assert runs[0][0] == runs[1][0] and runs[0][0][2] < runs[0][0][0]
+    for a, b in zip(runs[0][1], runs[1][1]):
+        assert torch.equal(a, b)
+
+
+def test_bench_train_merges_rounds_into_the_median_of_round_medians():
+    bench = _bench_module()
+    rounds = [{"ms": 3.0, "ms_min": 2.5, "error": None, "first_ms": 9.0, "peak_mb": 4.0},
+              {"ms": 1.0, "ms_min": 0.9, "error": None, "first_ms": 1.0, "peak_mb": 5.0},
+              {"ms": 2.0, "ms_min": 1.8, "error": None, "first_ms": 1.0, "peak_mb": 3.0}]
+    row = bench.merge_rounds(rounds)
+    assert (row["ms"], row["ms_min"], row["ms_rounds"], row["peak_mb"], row["first_ms"]) == (2.0, 0.9, [3.0, 1.0, 2.0],
+                                                                                            5.0, 9.0)
+    failed = bench.merge_rounds(rounds[:2] + [{"ms": None, "ms_min": None, "error": "oom"}])
+    assert failed["error"] == "oom" and failed["ms"] is None
+    assert bench.merge_rounds(rounds[:1]) == rounds[0]
 
 
 def _row(graph, provider, ms, kind="real", variant="edge_index", error=None, model="gcn"):

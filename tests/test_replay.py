@@ -116,6 +116,51 @@ def test_gradients_accumulate_across_replays():
 
 
 @cuda
+@pytest.mark.parametrize("mixed", [False, True])
+def test_gradients_are_fresh_copies_that_the_next_replay_leaves_alone(mixed):
+    """Each replayed backward hands out fresh gradient tensors (also for a model whose
+    parameters differ in dtype): the same values as eager, and the gradients a user keeps from
+    one step are not overwritten by the next replay."""
+    model, ref, g, x, w = _cuda_pair("gcn")
+    if mixed:
+        for m in (model, ref):
+            m.extra = torch.nn.Parameter(torch.ones((), device="cuda", dtype=torch.float64))
+            m._forward = (lambda base, m: lambda x, g: base(x, g) * m.extra.float())(m._forward, m)
+    kept = []
+    for _ in range(5):
+        for m in (model, ref):
+            m.zero_grad(set_to_none=True)
+        _step(model, x, g, w)
+        _step(ref, x, g, w)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+        kept.append([(p.grad, p.grad.clone()) for p in model.parameters()])
+        w = w * 1.5                     # a new dY: the next step's gradients differ
+    rec = model._replay.rec
+    assert rec is not None and rec.generation == 3
+    static = {t.untyped_storage().data_ptr() for t in rec.grads}
+    assert not static & {p.grad.untyped_storage().data_ptr() for p in model.parameters()}
+    for step in kept:
+        for grad, copy_ in step:
+            assert torch.equal(grad, copy_)
+
+
+@cuda
+def test_a_call_on_a_side_stream_runs_eagerly():
+    model, _, g, x, w = _cuda_pair("gcn")
+    _steps((model,), x, g, w, 4)
+    gen = model._replay.rec.generation
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        _step(model, x, g, w)
+    torch.cuda.current_stream().wait_stream(side)
+    assert model._replay.rec.generation == gen
+    _step(model, x, g, w)
+    assert model._replay.rec.generation == gen + 1
+
+
+@cuda
 def test_dropout_draws_new_masks_on_every_replay():
     g = _graph("cuda")
     torch.manual_seed(0)

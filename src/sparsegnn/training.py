@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from . import nn as sgnn
 from .datasets import NodeDataset
+from .optim import LeanAdam
 
 
 def build_model(name: str, in_channels: int, out_channels: int, hidden: Optional[int] = None,
@@ -149,19 +150,22 @@ def make_optimizer(model: nn.Module, compile: str = "none", lr: float = 0.01,
     """Adam over ``model``'s parameters; ``capturable=True`` for ``compile="capture"``.
 
     Eager steps on CUDA use PyTorch's fused Adam (one kernel launch for all parameters instead
-    of about ten ``foreach`` launches with host work between them): an eager step of a small
-    model is host-bound, and the optimiser is a large share of it.  The baselines of
-    ``scripts/bench_train.py`` build their optimiser here too, so they get the same."""
+    of about ten ``foreach`` launches with host work between them) behind a lean step
+    (:class:`~sparsegnn.optim.LeanAdam`: the same kernels and updates without ``Adam.step``'s
+    per-step Python): an eager step of a small model is host-bound, and the optimiser is a
+    large share of it.  The baselines of ``scripts/bench_train.py`` build their optimiser here
+    too, so they get the same."""
     params = list(model.parameters())
     if compile == "capture":
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, capturable=True)
-    fused = bool(params) and all(p.is_cuda and p.is_floating_point() for p in params)
-    return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+    if params and all(p.is_cuda and p.is_floating_point() for p in params):
+        return LeanAdam(params, lr=lr, weight_decay=weight_decay)
+    return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
 
 
 def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, graph, train_idx: Tensor,
                     y_train: Tensor, compile: str = "none", compile_backend: Optional[str] = None,
-                    warmup: int = 3) -> Callable[[], Tensor]:
+                    warmup: int = 3, backward_threads: bool = False) -> Callable[[], Tensor]:
     """A zero-argument full-graph training step (forward, cross-entropy on ``train_idx``,
     backward, ``optimizer.step()``) returning the loss, run as ``compile`` says:
 
@@ -174,7 +178,12 @@ def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: Tenso
       ``sparsegnn.nn.prepare`` (one eager pass without dropout that builds what compiled code reads).
 
     The step never synchronises with the host: labels are indexed with ``train_idx`` (an index
-    tensor), not a boolean mask. ``graph`` is whatever ``model`` takes (a Graph, ``edge_index``,
+    tensor), not a boolean mask.  Its backward runs on the calling thread
+    (``torch.autograd.set_multithreading_enabled(False)``; ``backward_threads=True`` keeps the
+    autograd engine's per-device worker thread): the same kernels on the same streams, without
+    handing the backward to the worker and back, which costs a small step 100-250 us of host
+    time on the H100/H200 hosts (``notes/replay.md``; a full-graph step of a small model is
+    host-bound). ``graph`` is whatever ``model`` takes (a Graph, ``edge_index``,
     a sparse adjacency).
 
     Shapes:
@@ -193,7 +202,11 @@ def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: Tenso
             mark_step()     # a new iteration: cudagraph trees may reuse the previous one's outputs
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(x, graph, train_idx, y_train)
-        loss.backward()
+        if backward_threads:
+            loss.backward()
+        else:
+            with torch.autograd.set_multithreading_enabled(False):
+                loss.backward()
         optimizer.step()
         return loss.detach()
 

@@ -117,6 +117,10 @@ class _Replayed(torch.autograd.Function):
         return (None, *torch._foreach_mul(rec.grads, 1.0))
 
 
+#: ``_Replayed.apply`` without ``Function.apply``'s Python layer (which unwraps dead functorch
+#: wrappers in the arguments: a replay never gets any, ``_signature`` refuses tensors without storage).
+_replayed_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, _Replayed)
+
 _PLAIN = (int, float, bool, str, type(None))
 _SETTING = (int, float, bool, str)
 _MISSING = object()
@@ -220,11 +224,14 @@ class Replay:
         return self.rec is not None
 
     def _active(self, model: nn.Module, x) -> bool:
-        return (self.mode is not False and self.failed is None and model.training and torch.is_grad_enabled()
+        if not (self.mode is not False and self.failed is None and model.training and torch.is_grad_enabled()
                 and isinstance(x, Tensor) and x.is_cuda and not torch.compiler.is_compiling()
-                and not torch.is_autocast_enabled("cuda") and x.device.index == torch.cuda.current_device()
-                and not torch.cuda.is_current_stream_capturing()
-                and torch.cuda.current_stream() == torch.cuda.default_stream())
+                and not torch.is_autocast_enabled("cuda")):
+            return False
+        index = x.get_device()
+        # the current device's current stream is its default (legacy) one, id 0, and not capturing
+        return (index == torch.cuda.current_device() and torch._C._cuda_getCurrentStream(index)[0] == 0
+                and not torch.cuda.is_current_stream_capturing())
 
     def __call__(self, model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwargs: dict) -> Tensor:
         """``forward(*args, **kwargs)``, replayed where it can be (see the module doc)."""
@@ -239,7 +246,7 @@ class Replay:
             if _same(rec.sig, sig):
                 if rec.pending():
                     return forward(*args, **kwargs)
-                return _Replayed.apply(rec, *rec.used)
+                return _replayed_apply(rec, *rec.used)
             if rec.sig[1][_PTRS] != sig[1][_PTRS]:      # parameters moved (.to(), .half()): never again
                 self.rec = rec = None
         if _same(self.refused, sig):
@@ -261,7 +268,7 @@ class Replay:
             warnings.warn(f"{type(model).__name__}: recording the forward as a CUDA graph failed, replay is off "
                           f"for this model ({self.failed})", RuntimeWarning, stacklevel=3)
             return forward(*args, **kwargs)
-        return _Replayed.apply(self.rec, *self.rec.used)
+        return _replayed_apply(self.rec, *self.rec.used)
 
 
 class _OverBudget(Exception):
