@@ -59,6 +59,7 @@ import json
 import math
 import platform
 import sys
+import statistics
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -309,6 +310,22 @@ def measure(build: Callable[[], Callable[[], Tensor]], device: torch.device, war
     return result
 
 
+def merge_rounds(results: List[Dict[str, object]]) -> Dict[str, object]:
+    """One row from the rounds of one case: the first round's fields, ``ms`` the median of the
+    rounds' medians, ``ms_min`` their minimum, ``ms_rounds`` each round's median; a round that
+    failed makes the row fail (its error)."""
+    out = dict(results[0])
+    failed = [r for r in results if r.get("error")]
+    if failed:
+        out.update(error=failed[0]["error"], ms=None, ms_min=None)
+        return out
+    if len(results) > 1:
+        ms = [float(r["ms"]) for r in results]
+        out.update(ms=statistics.median(ms), ms_min=min(float(r["ms_min"]) for r in results), ms_rounds=ms,
+                   peak_mb=max(r.get("peak_mb") or 0 for r in results) or out.get("peak_mb"))
+    return out
+
+
 def pyg_variants(model: str, graph: Graph) -> List[Tuple[str, Callable[[], object]]]:
     """The graph inputs PyG gets: ``edge_index`` for all, a torch.sparse CSR ``adj_t`` for GCN/SAGE/GIN."""
     variants: List[Tuple[str, Callable[[], object]]] = [("edge_index", lambda: graph.edge_index().contiguous())]
@@ -368,6 +385,7 @@ def run_case(provider: str, variant: str, model: str, graph: Graph, inputs: Dict
         built["net"] = net
         optimizer = make_optimizer(net, mode, lr=0.01, weight_decay=5e-4)
         return make_train_step(net, optimizer, x, graph_arg, train_idx, y_train, compile=mode,
+                               backward_threads=args.backward_threads,
                                compile_backend=args.compile_backend)
 
     result = measure(build, device, args.warmup, args.epochs, uses_compile=mode == "default")
@@ -558,7 +576,11 @@ def markdown(rows: List[dict], meta: Dict[str, object]) -> str:
     versions = meta.get("versions", {})
     header = (f"# Training epoch (forward + backward + Adam) vs PyG\n\n{meta.get('device')}; torch "
               f"{versions.get('torch')}, triton {versions.get('triton')}, PyG {versions.get('torch_geometric')}; "
-              f"{meta.get('date')}. Median of {meta.get('epochs')} epochs after {meta.get('warmup')}; "
+              f"{meta.get('date')}. Median of {meta.get('epochs')} epochs after {meta.get('warmup')}"
+              + (f", median of {meta['rounds']} rounds run round-robin over the providers"
+                 if meta.get("rounds", 1) > 1 else "")
+              + ("; every backward on the autograd engine's device thread" if meta.get("backward_threads")
+                 else "; every provider's backward on the calling thread (make_train_step)") + "; "
               f"x = PyG eager ms / provider ms (PyG: the faster of edge_index and torch.sparse adj_t); "
               f"compile backend {meta.get('compile_backend')}; peak MB = torch.cuda.max_memory_allocated "
               f"(inputs included); our aggregation precision {meta.get('precision', 'ieee')} (PyG: fp32).")
@@ -633,6 +655,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--models", default=",".join(MODELS), help=f"subset of {','.join(MODELS)}")
     parser.add_argument("--providers", default=",".join(PROVIDERS), help=f"subset of {','.join(PROVIDERS)}")
     parser.add_argument("--epochs", type=int, default=20, help="timed epochs (median reported; default 20)")
+    parser.add_argument("--backward-threads", action="store_true", help="every provider's backward on the autograd "
+                        "engine's device worker thread (default: on the calling thread, make_train_step's default)")
+    parser.add_argument("--rounds", type=int, default=1, help="measure every case this many times, round-robin "
+                        "over the providers of a graph, and report the median of the rounds' medians (default 1)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed epochs first (compilation, tuning; default 5)")
     parser.add_argument("--compile-graphs", default="cora", help="graphs on which the compile providers run "
                         "(comma-separated, 'real' or 'all'; default cora: each compilation takes seconds)")
@@ -678,6 +704,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.compile_backend is None and device.type == "cpu":
             args.compile_backend = "aot_eager"
     args.compile_backend = args.compile_backend or "inductor"
+    if args.rounds < 1:
+        raise SystemExit(f"bench_train: --rounds must be >= 1, got {args.rounds}")
     if args.warmup < 0 or args.epochs < 1:
         raise SystemExit("bench_train: need --warmup >= 0 and --epochs >= 1")
     named = {"all": all_graphs(), "real": layers.suite_names()}
@@ -708,7 +736,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     meta = {"device": layers.device_name(device), "device_type": device.type, "versions": layers.versions(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "argv": sys.argv[1:],
             "python": platform.python_version(), "epochs": args.epochs, "warmup": args.warmup,
-            "compile_backend": args.compile_backend, "compile_graphs": sorted(compile_graphs),
+            "rounds": args.rounds, "backward_threads": args.backward_threads, "compile_backend": args.compile_backend, "compile_graphs": sorted(compile_graphs),
             "precision": args.precision,
             "dropout": "model defaults" if args.dropout is None else args.dropout,
             "gat": f"{args.gat_hidden} x {args.gat_heads} heads", "seed": args.seed}
@@ -728,8 +756,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                 "f_in": inputs["x"].shape[1], "features": inputs["features"], "classes": inputs["classes"],
                 "train_nodes": int(inputs["train_idx"].numel()), "train": inputs["train"],
                 "warmup": args.warmup, "epochs": args.epochs}
-        for model, (provider, variant) in todo[name]:
-            result = run_case(provider, variant, model, graph, inputs, pyg_nn, args, device)
+        results: Dict[int, List[Dict[str, object]]] = {i: [] for i in range(len(todo[name]))}
+        for _ in range(args.rounds):      # round-robin: host noise lands on every provider alike
+            for i, (model, (provider, variant)) in enumerate(todo[name]):
+                results[i].append(run_case(provider, variant, model, graph, inputs, pyg_nn, args, device))
+        for i, (model, (provider, variant)) in enumerate(todo[name]):
+            result = merge_rounds(results[i])
             row = dict(base, model=model, arch=architecture(model, args.gat_hidden, args.gat_heads),
                        provider=provider, variant=variant, **result)
             rows.append(row)

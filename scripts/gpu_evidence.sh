@@ -6,7 +6,10 @@
 #     rows go straight to $OUT (a run cut short keeps them; --skip-done resumes)
 # tests: the GPU tests of what changed ($TESTS: pytest arguments, default below).
 # train: our eager GCN ($MODELS) epochs against PyG on the real suite, tf32; profile: profile_step.py
-#   on $PROFILE_GRAPHS (host ms of ours and PyG, then a cProfile of our replayed step).
+#   on $PROFILE_GRAPHS (host ms of ours and PyG, then a cProfile of our replayed step); costs:
+#   step_costs.py on $PROFILE_GRAPHS (host us of each part of the replayed step, no profiler).
+# train runs $ROUNDS (default 3) round-robin rounds per graph and reports the median round;
+#   train_threads: the same with every backward on the autograd engine's device thread.
 set -o pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1 SPARSEGNN_DATA=${SPARSEGNN_DATA:-.data} SPARSEGNN_TUNE_CACHE=/tmp/tc-evidence
 FINAL=${OUT:-/tmp/sparsegnn-out}; OUT=/tmp/evidence; rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL"
@@ -32,13 +35,20 @@ for stage in "$@"; do
                --max-seconds "$secs" --out "$FINAL/$file.jsonl" > "$FINAL/${file}_log.txt" 2>&1
              tail -2 "$FINAL/${file}_log.txt"
            done ;;
-    train) timeout ${TRAIN_S:-200} python3 scripts/bench_train.py --models ${MODELS:-gcn} --providers ours,pyg \
-             --precision tf32 --graphs real --out "$OUT/train_tf32.json" --md "$OUT/train_tf32.md" 2>&1 | tail -4
-           grep -E "geomean \(real|worst" "$OUT/train_tf32.md" ;;
+    train|train_threads) extra=(); tag=train_tf32
+           if [ $stage = train_threads ]; then extra=(--backward-threads); tag=train_tf32_threads; fi
+           timeout ${TRAIN_S:-200} python3 scripts/bench_train.py --models ${MODELS:-gcn} --providers ours,pyg \
+             --precision tf32 --graphs real --rounds ${ROUNDS:-3} "${extra[@]}" --out "$OUT/$tag.json" \
+             --md "$OUT/$tag.md" 2>&1 | tail -4
+           grep -E "geomean \(real|worst" "$OUT/$tag.md" ;;
     profile) for g in ${PROFILE_GRAPHS:-cora twitch}; do
                timeout 90 python3 scripts/profile_step.py --graph "$g" --models gcn --top 30 > "$OUT/profile_$g.txt" 2>&1
                head -3 "$OUT/profile_$g.txt"
              done ;;
+    costs) for g in ${PROFILE_GRAPHS:-cora twitch}; do
+             timeout 120 python3 scripts/step_costs.py --graph "$g" > "$OUT/step_costs_$g.txt" 2>&1
+             tail -45 "$OUT/step_costs_$g.txt"
+           done ;;
     tiles) timeout 330 python3 scripts/time_tiles.py --capture --graphs real,paper --max-edges 20000000 \
              --dims 32,64,128,256 --sddmm-dims "" --out "$OUT" --budget-s 290 > "$OUT/tiles_log.txt" 2>&1
            grep -E "^- .*(auto|best|packed)" "$OUT/tiles_log.txt" ;;
