@@ -13,6 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[test]"
 	$(PY) -m pip install -q -e ".[chem]" || echo "make: RDKit (extra [chem]) could not be installed; the RDKit tests will skip" >&2
+	$(PY) -m pip install -q -e ".[parallel]" || echo "make: pytest-xdist (extra [parallel]) could not be installed; the tests run in one process" >&2
 	touch $@
 
 venv: $(VENV)/.installed
@@ -21,8 +22,9 @@ demo: $(VENV)/.installed
 	$(PY) -m sparsegnn info
 	$(PY) -m sparsegnn train --dataset cora --model gcn
 
+# Two test processes where pytest-xdist installed and the machine has two cores or more.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $$($(PY) -c "import os, xdist; print('-n 2' if (os.cpu_count() or 1) > 1 else '')" 2>/dev/null)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
