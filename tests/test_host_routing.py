@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from sparsegnn.formats import _host
-from sparsegnn.formats.csr import coo_to_csr, transpose_csr
+from sparsegnn.formats.csr import coo_to_csr, permute_edges, transpose_csr
 from sparsegnn.formats.plan import build_row_plan
 from sparsegnn.tune.features import graph_stats
 
@@ -31,6 +31,9 @@ def _assert_plans_equal(a, b):
             assert x.dtype == y.dtype and torch.equal(x.cpu(), y.cpu()), name
         else:
             assert x == y, name
+    for degree in (0, 3, 40, 1 << 20):            # the heavy-row lists too (host-built while cold)
+        (hx, lx), (hy, ly) = a.heavy_rows(degree), b.heavy_rows(degree)
+        assert lx == ly and hx.dtype == hy.dtype and hx.device == hy.device and torch.equal(hx, hy), degree
 
 
 def test_row_plan_to_keeps_every_field():
@@ -73,9 +76,13 @@ def test_routed_structure_work_equals_device_work(monkeypatch, chunk):
     _host.reset_counts()
     routed = (build_row_plan(rowptr, col, chunk), transpose_csr(rowptr, col, rowptr.numel() - 1))
     row = torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device="cuda"), rowptr[1:] - rowptr[:-1])
-    stats = graph_stats(rowptr, col, row)
-    assert dict(_host._CALLS) == {"row_plan": 1, "transpose": 1, "stats": 1}     # all three on the host
+    stats, stats_no_row = graph_stats(rowptr, col, row), graph_stats(rowptr, col)
+    vals = torch.randn(col.numel(), 3, device="cuda", requires_grad=True)
+    permuted = permute_edges(vals, routed[1][2])
+    assert dict(_host._CALLS) == {"row_plan": 1, "transpose": 1, "stats": 2, "permute": 1}   # all on the host
+    assert permuted.is_cuda and permuted.requires_grad
     monkeypatch.setattr(_host, "HOST_MAX_EDGES", 0)
+    assert torch.equal(permuted, permute_edges(vals, routed[1][2])) and stats_no_row == stats
     plan, parts = build_row_plan(rowptr, col, chunk), transpose_csr(rowptr, col, rowptr.numel() - 1)
     assert all(t.is_cuda for t in routed[1]) and routed[0].col32.is_cuda and routed[0].row32.is_cuda
     _assert_plans_equal(routed[0], plan)
@@ -84,3 +91,12 @@ def test_routed_structure_work_equals_device_work(monkeypatch, chunk):
     want = graph_stats(rowptr, col, row)
     for name, value in want.as_dict().items():
         assert getattr(stats, name) == pytest.approx(value, rel=1e-5, abs=1e-6), name
+
+
+def test_permute_edges_is_indexing_with_gradients():
+    vals = torch.randn(7, 2, dtype=torch.float64, requires_grad=True)
+    perm = torch.tensor([3, 0, 6, 6, 1])
+    out = permute_edges(vals, perm)
+    assert torch.equal(out, vals.detach()[perm])
+    out.sum().backward()
+    assert vals.grad[:, 0].tolist() == [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 2.0]

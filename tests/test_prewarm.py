@@ -3,6 +3,7 @@ processes (only while the files it reads are unchanged), else hashed on a backgr
 (the hashing imports nothing) and stored; the modules Triton's first launch imports, imported
 on that thread first; off where no GPU kernel will be compiled."""
 import sys
+import time
 
 import pytest
 
@@ -84,6 +85,32 @@ def test_wait_joins_a_running_prewarm(fresh_prewarm, monkeypatch):
     assert not thread.is_alive()
     monkeypatch.setattr(_prewarm, "_THREAD", None)
     _prewarm.wait()                                         # nothing started: returns at once
+
+
+def test_the_tool_versions_run_on_a_thread_once_cuda_starts(fresh_prewarm, monkeypatch):
+    """``start`` queues ``_after_cuda_init`` for CUDA's lazy init; run there, it starts the
+    thread that fills ``ptxas --version`` and ``wait`` joins it; it never raises into torch."""
+    import threading
+
+    import torch
+
+    queued, ran = [], threading.Event()
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "_lazy_call", lambda fn, **kw: queued.append(fn))
+    monkeypatch.setattr(_prewarm, "_TOOLS", None)
+    monkeypatch.setattr(_prewarm, "_tool_versions", lambda: (time.sleep(0.2), ran.set()))
+    _prewarm.start(force=True)
+    assert queued == [_prewarm._after_cuda_init] and _prewarm._TOOLS is None
+    queued[0]()                                     # what torch.cuda._lazy_init does at its end
+    assert _prewarm._TOOLS is not None and _prewarm._TOOLS.name == "sparsegnn-triton-tools"
+    _prewarm.wait()
+    assert ran.is_set() and not _prewarm._TOOLS.is_alive()
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(_prewarm.threading, "Thread", refuse)
+    _prewarm._after_cuda_init()                     # swallowed: torch would re-raise it to the user
 
 
 def test_a_hashed_key_is_stored_and_a_second_process_installs_it_without_hashing(fresh_prewarm, monkeypatch):

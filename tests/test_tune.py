@@ -32,6 +32,7 @@ def test_graph_stats_match_numpy():
     assert s.empty_frac == pytest.approx((deg == 0).mean())
     dist = np.abs(g.row.numpy() - g.col.numpy())
     assert s.local_frac == pytest.approx((dist < 64).mean(), rel=1e-5)
+    assert graph_stats(g.rowptr, g.col) == s               # row expanded from rowptr when not given
 
 
 def test_signature_groups_same_class_and_splits_others():

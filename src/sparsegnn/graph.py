@@ -354,7 +354,7 @@ class Graph:
         """The reversed graph ``A^T`` as a Graph (cached, ``M x N``), with ``edge_val`` permuted."""
         def build():
             rowptr_t, col_t, perm = self.transpose_parts()
-            vals = self.edge_val[perm] if self.edge_val is not None else None
+            vals = csr_fmt.permute_edges(self.edge_val, perm) if self.edge_val is not None else None
             g = Graph(rowptr_t, col_t, vals, self.num_src, num_src=self.num_nodes, transient=self.transient,
                       ptr=self.ptr)             # a block-diagonal batch transposes block by block
             if "batch_stats" in self._cache:     # same blocks, same sizes, same E / N: no second sync

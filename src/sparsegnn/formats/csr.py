@@ -83,6 +83,19 @@ def transpose_csr(rowptr: Tensor, col: Tensor, num_cols: int) -> Tuple[Tensor, T
     return coo_to_csr(col, row, num_cols, num_cols=rowptr.numel() - 1)
 
 
+def permute_edges(values: Tensor, perm: Tensor) -> Tensor:
+    """``values[perm]`` along the edge dimension (0), on the host for a small graph while the
+    device's kernels are cold (``formats/_host.py``: the first ``index_select`` of a process
+    loads its module, ~15 ms; the host permutes 10k edges in microseconds).  Differentiable.
+
+    Shapes:
+        values: [E, ...]; perm: [E'] -> [E', ...].
+    """
+    if small_on_gpu(perm, perm.numel(), "permute", values.shape[0]):
+        return values.cpu().index_select(0, perm.cpu()).to(values.device)
+    return values.index_select(0, perm)
+
+
 def duplicate_groups(rowptr: Tensor, col: Tensor) -> Tuple[Tensor, Tensor]:
     """Group identical ``(row, col)`` pairs of a sorted CSR.
 

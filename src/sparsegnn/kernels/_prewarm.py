@@ -7,7 +7,7 @@ compiler library (``libtriton.so``, ~400-500 MB) and sources, kept in an ``lru_c
 ~0.25 s of reads and hashing on the H100 host, in a first GCN training step of 1.17 s with
 every cache warm (``benchmarks/h100/first_step_profile_2026-11-24_before.txt``).
 
-Three parts, all started by ``import sparsegnn`` (``start``):
+Four parts, all started by ``import sparsegnn`` (``start``):
 
 - **The stored key.**  The key depends only on the bytes of those files, so it is stored under
   the cache root (``<cache root>/triton_key/<stamp>``), where the stamp is a SHA-256 over
@@ -27,6 +27,12 @@ Three parts, all started by ``import sparsegnn`` (``start``):
   step without aggregation takes 0.29 s (``benchmarks/h100/first_step_profile_2026-11-24_stored_key.txt``).
   The same thread does this first, while the script loads its data and CUDA starts (C++ that
   releases the GIL); the first launch's ``wait()`` covers it too.
+
+- **The tool versions.**  The CUDA backend's hash in every kernel's cache key runs
+  ``ptxas --version`` (twice, ~5-7 ms, cached per architecture), which needs the device's
+  architecture: ``start`` queues ``_after_cuda_init`` with ``torch.cuda._lazy_call``, so when the
+  script first initialises CUDA (moving its data to the GPU) a second daemon thread fills that
+  cache while the script goes on (a subprocess: no GIL held).  ``wait()`` joins it too.
 
 The hashing imports nothing: the packages ``triton_key`` walks are imported (and walked) on
 the calling thread first.  The launch-time imports are of Triton modules only (none of
@@ -55,6 +61,8 @@ from .._paths import cache_root
 from . import interpreting, triton_available
 
 _THREAD: Optional[threading.Thread] = None
+#: The thread that fills Triton's ``ptxas --version`` once CUDA has started (``_after_cuda_init``).
+_TOOLS: Optional[threading.Thread] = None
 #: Modules Triton imports on a process's first launch, not at its own import (absent ones are skipped).
 _LAUNCH_IMPORTS = ("triton.experimental.gluon.nvidia.hopper",)
 #: Triton's subpackages whose modules ``triton_key`` reads (besides ``runtime/cache.py`` and
@@ -233,6 +241,32 @@ def _background(store: Optional[Path], own: Optional[Callable[[], str]]) -> None
         _hash(store, own)
 
 
+def _tool_versions() -> None:
+    """Fill Triton's cached ``ptxas --version`` for the current device's architecture: the
+    CUDA backend's hash, part of every kernel's cache key, runs it (two subprocesses, ~5-7 ms
+    of a process's first compile or cache load)."""
+    try:
+        import torch
+        from triton.backends.nvidia.compiler import get_ptxas_version
+
+        major, minor = torch.cuda.get_device_capability()
+        get_ptxas_version(major * 10 + minor)
+    except Exception:  # noqa: BLE001 - another Triton or no ptxas: the first launch runs it itself
+        pass
+
+
+def _after_cuda_init() -> None:
+    """Queued with ``torch.cuda._lazy_call`` by ``start``: runs where CUDA's lazy init ends (on
+    the thread that initialised it) and starts ``_tool_versions`` on a daemon thread.  Never
+    raises: an exception here would surface as torch's ``DeferredCudaCallError``."""
+    global _TOOLS
+    try:
+        _TOOLS = threading.Thread(target=_tool_versions, name="sparsegnn-triton-tools", daemon=True)
+        _TOOLS.start()
+    except Exception:  # noqa: BLE001 - see the docstring
+        pass
+
+
 def start(force: bool = False) -> Optional[threading.Thread]:
     """Install the stored key, else hash it, and import the launch-time modules on a background
     thread, once per process (``force``: even where ``wanted()`` is False, for tests).  Returns
@@ -259,6 +293,13 @@ def start(force: bool = False) -> Optional[threading.Thread]:
         store = None
     _THREAD = threading.Thread(target=_background, args=(store, own), name="sparsegnn-triton-prewarm", daemon=True)
     _THREAD.start()
+    try:
+        import torch
+
+        if torch.version.cuda is not None:
+            torch.cuda._lazy_call(_after_cuda_init)     # the tool versions once CUDA is up
+    except Exception:  # noqa: BLE001 - a torch without the hook: the first launch runs them
+        pass
     return _THREAD
 
 
@@ -273,6 +314,6 @@ def wait(timeout: float = 30.0) -> None:
     """Block until a started prewarm has finished (at most ``timeout`` seconds); returns at once
     when none runs.  ``kernels/_launch.launch`` calls it before a kernel first takes Triton's own
     path (compile or load); the interpreter and launches under profiler hooks do not."""
-    thread = _THREAD
-    if thread is not None and thread.is_alive():
-        thread.join(timeout)
+    for thread in (_THREAD, _TOOLS):
+        if thread is not None and thread.is_alive():
+            thread.join(timeout)

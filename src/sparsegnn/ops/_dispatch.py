@@ -16,6 +16,7 @@ from torch import Tensor
 
 from .._checks import check
 from ..graph import Graph
+from ..formats.csr import permute_edges
 from ..kernels import interpreting, triton_available
 from ..kernels.cpu import numba_available
 from ..tune.store import stores_generation
@@ -332,7 +333,7 @@ def derived_values(graph: Graph, slot: tuple, values: Optional[Tensor], build):
 def _permuted_own_values(graph: Graph, values: Tensor, perm: Tensor) -> Tensor:
     """``values[perm]`` for values the graph owns (its ``edge_val``, its cached ``1/deg``),
     permuted once per tensor and version (``derived_values``, one slot per owned tensor)."""
-    return derived_values(graph, ("permuted", id(values)), values, lambda: values.detach().index_select(0, perm))
+    return derived_values(graph, ("permuted", id(values)), values, lambda: permute_edges(values.detach(), perm))
 
 
 def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor],

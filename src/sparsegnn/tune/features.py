@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from torch import Tensor
 
 from ..formats._host import small_on_gpu
+from ..formats.csr import rowptr_to_row
 
 @dataclass(frozen=True)
 class GraphStats:
@@ -51,8 +52,10 @@ class GraphStats:
         return asdict(self)
 
 
-def graph_stats(rowptr: Tensor, col: Tensor, row: Tensor) -> GraphStats:
+def graph_stats(rowptr: Tensor, col: Tensor, row: Optional[Tensor] = None) -> GraphStats:
     """Compute :class:`GraphStats` with a handful of reductions and one device-to-host copy.
+    ``row`` (the target of every edge) is expanded from ``rowptr`` where not given, on the
+    device the statistics are computed on (the host for a small graph: ``formats/_host.py``).
 
     Shapes:
         rowptr: [N + 1]; col, row: [E] (target of every edge).
@@ -60,9 +63,11 @@ def graph_stats(rowptr: Tensor, col: Tensor, row: Tensor) -> GraphStats:
     num_nodes = rowptr.numel() - 1
     num_edges = col.numel()
     if small_on_gpu(col, num_edges, "stats", num_nodes):            # on the host (formats/_host.py)
-        return graph_stats(rowptr.cpu(), col.cpu(), row.cpu())
+        return graph_stats(rowptr.cpu(), col.cpu(), None if row is None else row.cpu())
     if num_nodes == 0 or num_edges == 0:
         return GraphStats(num_nodes, num_edges, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 1.0 if num_nodes else 0.0, 0.0, 0.0, 0.0)
+    if row is None:
+        row = rowptr_to_row(rowptr, num_edges)
     deg = (rowptr[1:] - rowptr[:-1]).to(torch.float32)
     sample = deg if num_nodes <= (1 << 20) else deg[torch.randperm(num_nodes, device=deg.device)[: 1 << 20]]
     quant = torch.quantile(sample, torch.tensor([0.5, 0.9, 0.99], device=deg.device))
@@ -81,8 +86,8 @@ def graph_stats(rowptr: Tensor, col: Tensor, row: Tensor) -> GraphStats:
 def graph_stats_cached(graph) -> GraphStats:
     """``graph_stats`` of a :class:`~sparsegnn.Graph`, kept in its structure cache."""
     stats = graph.cache.get("stats")
-    if stats is None:
-        stats = graph.cache["stats"] = graph_stats(graph.rowptr, graph.col, graph.row)
+    if stats is None:      # ``row`` if the graph has it, else expanded where the statistics run
+        stats = graph.cache["stats"] = graph_stats(graph.rowptr, graph.col, graph.cache.get("row"))
     return stats
 
 
