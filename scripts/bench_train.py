@@ -312,8 +312,9 @@ def measure(build: Callable[[], Callable[[], Tensor]], device: torch.device, war
 
 def merge_rounds(results: List[Dict[str, object]]) -> Dict[str, object]:
     """One row from the rounds of one case: the first round's fields, ``ms`` the median of the
-    rounds' medians, ``ms_min`` their minimum, ``ms_rounds`` each round's median; a round that
-    failed makes the row fail (its error)."""
+    rounds' medians, ``ms_min`` their minimum, ``ms_rounds`` each round's median, the memory
+    fields of the round with the highest peak; a round that failed makes the row fail (its
+    error)."""
     out = dict(results[0])
     failed = [r for r in results if r.get("error")]
     if failed:
@@ -321,8 +322,9 @@ def merge_rounds(results: List[Dict[str, object]]) -> Dict[str, object]:
         return out
     if len(results) > 1:
         ms = [float(r["ms"]) for r in results]
-        out.update(ms=statistics.median(ms), ms_min=min(float(r["ms_min"]) for r in results), ms_rounds=ms,
-                   peak_mb=max(r.get("peak_mb") or 0 for r in results) or out.get("peak_mb"))
+        peak = max(results, key=lambda r: r.get("peak_mb") or 0)      # memory fields of one round
+        out.update({k: peak[k] for k in ("base_mb", "peak_mb", "peak_extra_mb") if k in peak})
+        out.update(ms=statistics.median(ms), ms_min=min(float(r["ms_min"]) for r in results), ms_rounds=ms)
     return out
 
 
@@ -579,8 +581,9 @@ def markdown(rows: List[dict], meta: Dict[str, object]) -> str:
               f"{meta.get('date')}. Median of {meta.get('epochs')} epochs after {meta.get('warmup')}"
               + (f", median of {meta['rounds']} rounds run round-robin over the providers"
                  if meta.get("rounds", 1) > 1 else "")
-              + ("; every backward on the autograd engine's device thread" if meta.get("backward_threads")
-                 else "; every provider's backward on the calling thread (make_train_step)") + "; "
+              + ({True: "; every backward on the autograd engine's device thread",
+                  False: "; every provider's backward on the calling thread (make_train_step)"}
+                 .get(meta.get("backward_threads"), "")) + "; "
               f"x = PyG eager ms / provider ms (PyG: the faster of edge_index and torch.sparse adj_t); "
               f"compile backend {meta.get('compile_backend')}; peak MB = torch.cuda.max_memory_allocated "
               f"(inputs included); our aggregation precision {meta.get('precision', 'ieee')} (PyG: fp32).")
@@ -694,7 +697,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             doc = json.loads(Path(path).read_text())
             rows += doc["rows"]
             metas.append(doc["meta"])
-        write_outputs(rows, dict(metas[0], merged=_split(args.report)), args)
+        meta = dict(metas[0], merged=_split(args.report))
+        for key in ("rounds", "backward_threads"):       # said in the header only when every run agrees
+            if len({json.dumps(m.get(key)) for m in metas}) > 1:
+                meta.pop(key, None)
+        write_outputs(rows, meta, args)
         return 0
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

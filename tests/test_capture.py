@@ -358,12 +358,15 @@ def test_train_step_backward_threads_same_updates_and_the_flag_is_restored():
 
 def test_bench_train_merges_rounds_into_the_median_of_round_medians():
     bench = _bench_module()
-    rounds = [{"ms": 3.0, "ms_min": 2.5, "error": None, "first_ms": 9.0, "peak_mb": 4.0},
-              {"ms": 1.0, "ms_min": 0.9, "error": None, "first_ms": 1.0, "peak_mb": 5.0},
-              {"ms": 2.0, "ms_min": 1.8, "error": None, "first_ms": 1.0, "peak_mb": 3.0}]
+    rounds = [{"ms": 3.0, "ms_min": 2.5, "error": None, "first_ms": 9.0, "peak_mb": 4.0, "base_mb": 1.0,
+               "peak_extra_mb": 3.0},
+              {"ms": 1.0, "ms_min": 0.9, "error": None, "first_ms": 1.0, "peak_mb": 5.0, "base_mb": 2.0,
+               "peak_extra_mb": 3.0},
+              {"ms": 2.0, "ms_min": 1.8, "error": None, "first_ms": 1.0, "peak_mb": 3.0, "base_mb": 1.0,
+               "peak_extra_mb": 2.0}]
     row = bench.merge_rounds(rounds)
-    assert (row["ms"], row["ms_min"], row["ms_rounds"], row["peak_mb"], row["first_ms"]) == (2.0, 0.9, [3.0, 1.0, 2.0],
-                                                                                            5.0, 9.0)
+    assert (row["ms"], row["ms_min"], row["ms_rounds"], row["first_ms"]) == (2.0, 0.9, [3.0, 1.0, 2.0], 9.0)
+    assert (row["base_mb"], row["peak_mb"], row["peak_extra_mb"]) == (2.0, 5.0, 3.0)     # one round's
     failed = bench.merge_rounds(rounds[:2] + [{"ms": None, "ms_min": None, "error": "oom"}])
     assert failed["error"] == "oom" and failed["ms"] is None
     assert bench.merge_rounds(rounds[:1]) == rounds[0]

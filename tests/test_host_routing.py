@@ -100,3 +100,17 @@ def test_permute_edges_is_indexing_with_gradients():
     assert torch.equal(out, vals.detach()[perm])
     out.sum().backward()
     assert vals.grad[:, 0].tolist() == [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 2.0]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the routing serves graphs on a GPU")
+def test_no_host_routing_under_sync_debug_mode():
+    """A synchronisation debug mode (a replay's recording warm-up sets "error") keeps the work
+    on the device: the host path would synchronise."""
+    _host.reset_counts()
+    vals, perm = torch.randn(50, device="cuda"), torch.randperm(50, device="cuda")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = permute_edges(vals, perm)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert "permute" not in _host._CALLS and torch.equal(out, vals[perm])

@@ -138,3 +138,12 @@ def test_zero_grad_sets_none_or_zeroes():
     a(torch.randn(4, 7)).sum().backward()
     opt.zero_grad()
     assert all(p.grad is None for p in a.parameters())
+
+
+def test_positional_arguments_as_adam():
+    a, b = _models(seed=4)
+    x = torch.randn(5, 7)
+    got = _run(a, LeanAdam(a.parameters(), 0.02, (0.8, 0.9), 1e-6, 1e-3), 3, x)
+    want = _run(b, torch.optim.Adam(b.parameters(), 0.02, (0.8, 0.9), 1e-6, 1e-3, fused=True), 3, x)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)

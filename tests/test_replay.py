@@ -146,6 +146,20 @@ def test_gradients_are_fresh_copies_that_the_next_replay_leaves_alone(mixed):
 
 
 @cuda
+def test_no_replay_under_functorch_transforms():
+    """A call inside ``torch.func.grad`` never takes the replay (its tensors are functorch's)."""
+    model, _, g, x, w = _cuda_pair("gcn")
+    seen = []
+
+    def f(xx):
+        seen.append(model._replay._active(model, x))
+        return xx.sum()
+
+    torch.func.grad(f)(x)
+    assert seen == [False] and model._replay._active(model, x)
+
+
+@cuda
 def test_a_call_on_a_side_stream_runs_eagerly():
     model, _, g, x, w = _cuda_pair("gcn")
     _steps((model,), x, g, w, 4)

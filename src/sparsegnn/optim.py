@@ -45,9 +45,9 @@ class LeanAdam(torch.optim.Adam):
     Same arguments as ``torch.optim.Adam``; ``fused=False`` gives plain Adam (every step
     through ``Adam.step``)."""
 
-    def __init__(self, params, lr: float = 1e-3, **kwargs) -> None:
-        kwargs.setdefault("fused", True)
-        super().__init__(params, lr=lr, **kwargs)
+    def __init__(self, params, *args, **kwargs) -> None:
+        kwargs.setdefault("fused", True)           # keyword-only in Adam: never among ``args``
+        super().__init__(params, *args, **kwargs)
 
     def _lean_lists(self, group: dict) -> Optional[tuple]:
         """``(params, grads, exp_avgs, exp_avg_sqs, steps)`` of ``group``'s parameters that

@@ -8,8 +8,10 @@ quantile 0.14 s, work plan 0.20 s, transpose 0.02 s; profiles in ``benchmarks/h1
 ``first_step_profile_2026-11-24_before.txt`` and, with this module, ``..._2026-11-24.txt``).
 For a graph of a few tens of thousands of edges the host does the same work in a few
 milliseconds, so such work runs on host copies and its results are copied to the graph's
-device.  Each routed function already synchronises with the host (it reads sizes back), so
-the copies add no new synchronisation.
+device.  Most routed functions synchronise with the host anyway (they read sizes back); the
+edge permutations (``csr.permute_edges``) and heavy-row lists do not on the device, so their
+first ``HOST_CALLS`` calls in a process add one synchronisation each (a learnable graph-owned
+edge weight re-permuted after each optimiser step: its first 8 backward passes).
 
 Only while the device's kernels are cold: once loaded, the device does the same work faster
 (steady state on the H100, ``benchmarks/h100/host_routing.json``: a GCN layer's graph from a
@@ -19,8 +21,9 @@ calls in a process: a full-graph script builds its graphs once and never loads t
 a loop that builds a graph every step (sampled or molecule batches) loads them a few steps in.
 
 The rule: on a CUDA device, at most ``HOST_MAX_EDGES`` edges and nodes, no CUDA graph being
-captured (copies to the host are not allowed there), and fewer than ``HOST_CALLS`` earlier
-calls of the same kind.  ``SPARSEGNN_HOST_BUILD_MAX_EDGES`` relocates the bound; 0 keeps everything on
+captured (copies to the host are not allowed there), no synchronisation debug mode set
+(``torch.cuda.set_sync_debug_mode``: a replay's recording warm-up forbids syncs), and fewer
+than ``HOST_CALLS`` earlier calls of the same kind.  ``SPARSEGNN_HOST_BUILD_MAX_EDGES`` relocates the bound; 0 keeps everything on
 the device.
 """
 from __future__ import annotations
@@ -58,7 +61,8 @@ def small_on_gpu(tensor: Tensor, num_edges: int, work: str, num_nodes: int = 0) 
     bipartite one) runs on the host, by the rule of the module doc.  A True answer counts as
     one of the kind's host calls."""
     if not (tensor.is_cuda and 0 < num_edges <= HOST_MAX_EDGES and num_nodes <= HOST_MAX_EDGES
-            and _CALLS[work] < HOST_CALLS and not torch.cuda.is_current_stream_capturing()):
+            and _CALLS[work] < HOST_CALLS and not torch.cuda.is_current_stream_capturing()
+            and not (torch.cuda.is_available() and torch.cuda.get_sync_debug_mode() != 0)):
         return False
     _CALLS[work] += 1
     return True

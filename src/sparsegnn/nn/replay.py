@@ -226,7 +226,7 @@ class Replay:
     def _active(self, model: nn.Module, x) -> bool:
         if not (self.mode is not False and self.failed is None and model.training and torch.is_grad_enabled()
                 and isinstance(x, Tensor) and x.is_cuda and not torch.compiler.is_compiling()
-                and not torch.is_autocast_enabled("cuda")):
+                and not torch.is_autocast_enabled("cuda") and not torch._C._are_functorch_transforms_active()):
             return False
         index = x.get_device()
         # the current device's current stream is its default (legacy) one, id 0, and not capturing
