@@ -313,8 +313,8 @@ def measure(build: Callable[[], Callable[[], Tensor]], device: torch.device, war
 def merge_rounds(results: List[Dict[str, object]]) -> Dict[str, object]:
     """One row from the rounds of one case: the first round's fields, ``ms`` the median of the
     rounds' medians, ``ms_min`` their minimum, ``ms_rounds`` each round's median, the memory
-    fields of the round with the highest peak; a round that failed makes the row fail (its
-    error)."""
+    fields of the round with the highest peak (``base_mb_rounds``: every round's base); a round
+    that failed makes the row fail (its error)."""
     out = dict(results[0])
     failed = [r for r in results if r.get("error")]
     if failed:
@@ -324,7 +324,8 @@ def merge_rounds(results: List[Dict[str, object]]) -> Dict[str, object]:
         ms = [float(r["ms"]) for r in results]
         peak = max(results, key=lambda r: r.get("peak_mb") or 0)      # memory fields of one round
         out.update({k: peak[k] for k in ("base_mb", "peak_mb", "peak_extra_mb") if k in peak})
-        out.update(ms=statistics.median(ms), ms_min=min(float(r["ms_min"]) for r in results), ms_rounds=ms)
+        out.update(ms=statistics.median(ms), ms_min=min(float(r["ms_min"]) for r in results), ms_rounds=ms,
+                   base_mb_rounds=[r.get("base_mb") for r in results])
     return out
 
 
