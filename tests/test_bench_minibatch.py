@@ -25,7 +25,9 @@ def test_quick_run_rows_and_phase_split(tmp_path):
     for row in rows.values():
         assert row["error"] is None, row["error"]
         assert row["graph"] == "cora" and row["batches"] == 2 and row["ms"] > 0
-        assert abs(sum(row["shares"].values()) - 1.0) < 0.05          # the phases cover the epoch
+        # the phases cover the epoch: the rest is loop overhead, a few % (more on a loaded machine,
+        # e.g. under pytest-xdist: 6.8 % seen); a phase left out would take a quarter or more
+        assert 0.8 < sum(row["shares"].values()) <= 1.0 + 1e-9
     text = (tmp_path / "mb.md").read_text()
     assert "## Acceptance (issue 15, mini-batch)" in text and "cora (10,556 edges)" in text
 
