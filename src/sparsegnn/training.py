@@ -181,7 +181,7 @@ def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: Tenso
     tensor), not a boolean mask.  Its backward runs on the calling thread
     (``torch.autograd.set_multithreading_enabled(False)``; ``backward_threads=True`` keeps the
     autograd engine's per-device worker thread): the same kernels on the same streams, without
-    handing the backward to the worker and back, which costs a small step 100-250 us of host
+    handing the backward to the worker and back, which costs a small step 100-400 us of host
     time on the H100/H200 hosts (``notes/replay.md``; a full-graph step of a small model is
     host-bound). ``graph`` is whatever ``model`` takes (a Graph, ``edge_index``,
     a sparse adjacency).

@@ -118,12 +118,10 @@ class RowPlan:
         light_max = (1 << (last + 1)) - 2 if last >= 0 else -1
         cached = self._heavy.get(count)
         if cached is None:
-            short, long = self.short_rows[count:], self.long_rows.to(torch.int32)
-            if small_on_gpu(short, self.col32.numel(), "heavy_rows", self.rowptr.numel() - 1):
-                cached = torch.cat([short.cpu(), long.cpu()]).to(short.device)     # formats/_host.py
-            else:
-                cached = torch.cat([short, long])
-            self._heavy[count] = cached
+            parts, device = [self.short_rows[count:], self.long_rows.to(torch.int32)], self.short_rows.device
+            if small_on_gpu(parts[0], self.col32.numel(), "heavy_rows", self.rowptr.numel() - 1):
+                parts = [t.cpu() for t in parts]                                     # formats/_host.py
+            cached = self._heavy[count] = torch.cat(parts).to(device)
         return cached, light_max
 
     @property
