@@ -27,7 +27,7 @@ for stage in "$@"; do
     adam) timeout ${ADAM_TIMEOUT:-400} python3 scripts/time_adam.py --models ${ADAM_MODELS:-gcn,agnn} --graphs ${ADAM_GRAPHS:-real} \
             --out "$OUT/adam.json" 2>&1 | tail -16 ;;
     probe) timeout 300 python3 scripts/probe_translate.py ${PROBE_GRAPHS:-citeseer,DD,com-amazon,amazon0601} \
-             ${PROBE_PROFILE:-citeseer,DD} 2>&1 | tee "$OUT/probe.txt" | tail -60 ;;
+             --trace "$OUT/traces" 2>&1 | tee "$OUT/probe.txt" | tail -60 ;;
     tiles) timeout 300 python3 scripts/time_tiles.py --graphs ${GRAPHS:-cora,citeseer,wikipedia,deezer,twitch,reddit-threads-10k} \
              --dims ${DIMS:-32,64,128,256} 2>&1 | tee "$OUT/tiles.md" | tail -30 ;;
   esac

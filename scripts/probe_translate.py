@@ -1,39 +1,80 @@
 """Translation cost on the GPU (issue 9's bar: at most one GCN epoch): median ``stats.ms`` of
-``formats.tiles.translate`` over 10 calls, the index work by tensor ops and by the Triton
-``kernels.translate.condense``, with the CUDA kernels and host syncs of one call and,
-for the graphs named second, the profiler's table of host time per op.  The graphs come without
-edge values, so no tile values are built (``scripts/time_tiles.py`` builds them: its times are
-the ones to hold against an epoch)::
+``formats.tiles.translate`` over 10 calls with the graph's edge values and cached edge rows (as
+``scripts/time_tiles.py`` and the library translate), by index-work variant:
 
-    PYTHONPATH=src SPARSEGNN_DATA=.data python scripts/probe_translate.py cora,deezer,yelp [cora]
+- ``tensor ops``: the reference (``formats.tiles._condense``);
+- ``triton``: ``kernels.translate.condense`` as shipped;
+- ``sorted``: the same with the big windows' bit sets disallowed (graphs with a window over
+  ``CAPS[-1]`` edges then take the sorted keys, as before stop 41).
+
+The edge values are random (as ``time_tiles.py`` gives them), unless ``--no-values``.
+
+Per variant the CUDA kernels and host syncs of one call; with ``--trace DIR`` a Chrome trace of
+one profiled call per graph and variant (host launches, syncs and kernels on one time line)::
+
+    PYTHONPATH=src SPARSEGNN_DATA=.data python scripts/probe_translate.py cora,wikipedia [--trace DIR]
 """
+import argparse
 import statistics
 import sys
+from pathlib import Path
 
 import torch
 
-sys.path[:0] = ["src"]
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "src")]
+import sparsegnn.kernels.translate as kt  # noqa: E402
 from sparsegnn.bench.harness import bench_graph  # noqa: E402
 from sparsegnn.datasets.suite import REAL_SUITE  # noqa: E402
 from sparsegnn.formats.tiles import translate  # noqa: E402
-from sparsegnn.kernels.translate import condense  # noqa: E402
 
-names = sys.argv[1].split(",") if len(sys.argv) > 1 else list(REAL_SUITE)
-profile = sys.argv[2].split(",") if len(sys.argv) > 2 else []
-for name in names:
-    g = bench_graph(name, device="cuda", real=name in REAL_SUITE)
-    line = [f"{name:22s} E={g.num_edges:>9d}"]
-    for tag, index_work in (("tensor ops", None), ("triton", condense)):
-        run = lambda: translate(g.rowptr, g.col, g.num_src, g.edge_val, condense=index_work)  # noqa: E731
-        for _ in range(2):
-            run()
-        ms = statistics.median(run().stats.ms for _ in range(10))
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
-            run()
-        kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-        syncs = sum(1 for e in prof.events() if "Synchronize" in e.name)
-        line.append(f"{tag} {ms:6.2f} ms ({kernels} kernels, {syncs} syncs)")
-        if name in profile and index_work is not None:
-            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14), flush=True)
-    print("  ".join(line), flush=True)
+
+def _patched(**names):
+    """``kt.condense`` with module constants of ``kernels.translate`` set for the call."""
+    def run(*args, **kwargs):
+        saved = {n: getattr(kt, n) for n in names}
+        for n, v in names.items():
+            setattr(kt, n, v)
+        try:
+            return kt.condense(*args, **kwargs)
+        finally:
+            for n, v in saved.items():
+                setattr(kt, n, v)
+    return run
+
+
+VARIANTS = {"tensor ops": None, "triton": kt.condense, "sorted": _patched(BIG_WORDS=0, BIG_WORDS_PER_EDGE=0)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("graphs", help="comma-separated suite names")
+    parser.add_argument("--variants", default="tensor ops,triton,sorted")
+    parser.add_argument("--trace", default="", help="directory for Chrome traces of one call each")
+    parser.add_argument("--no-values", action="store_true", help="translate the structure only")
+    args = parser.parse_args()
+    for name in args.graphs.split(","):
+        g = bench_graph(name, device="cuda", real=name in REAL_SUITE)
+        if not args.no_values:
+            g = g.with_values(torch.rand(g.num_edges, device="cuda") + 0.5)
+        line = [f"{name:20s} E={g.num_edges:>9d}"]
+        for tag in args.variants.split(","):
+            index_work = VARIANTS[tag]
+            run = lambda: translate(g.rowptr, g.col, g.num_src, g.edge_val, row=g.row,  # noqa: E731
+                                    condense=index_work)
+            for _ in range(2):
+                run()
+            ms = statistics.median(run().stats.ms for _ in range(10))
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                    torch.profiler.ProfilerActivity.CUDA]) as prof:
+                run()
+            kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+            syncs = sum(1 for e in prof.events() if "Synchronize" in e.name)
+            line.append(f"{tag} {ms:6.3f} ms ({kernels} kernels, {syncs} syncs)")
+            if args.trace:
+                Path(args.trace).mkdir(parents=True, exist_ok=True)
+                prof.export_chrome_trace(str(Path(args.trace) / f"{name}_{tag.replace(' ', '_')}.json"))
+        print("  ".join(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -41,10 +41,34 @@ def _sorted_key_calls(monkeypatch) -> list:
     return calls
 
 
+def _big_window_launches(monkeypatch) -> list:
+    """A list that grows by one at each launch of the Triton translation's per-window kernel with
+    its big-window branch (``BIG``) compiled in."""
+    import sparsegnn.kernels.translate as kt
+
+    calls, real = [], kt.launch
+
+    def counted(kernel, grid, args, constexprs, *rest):
+        if kernel is kt._window_rank_kernel and constexprs["BIG"]:
+            calls.append(1)
+        return real(kernel, grid, args, constexprs, *rest)
+
+    monkeypatch.setattr(kt, "launch", counted)
+    return calls
+
+
+def _largest_window(rowptr, window: int) -> int:
+    """The most edges any window of ``window`` rows holds (0 without rows)."""
+    num_rows = rowptr.numel() - 1
+    ends = rowptr[torch.arange(0, num_rows + window, window).clamp(max=num_rows)]
+    return int(ends.diff().max()) if ends.numel() > 1 else 0
+
+
 #: ``kernels.translate.CAPS`` per Triton variant: the shipped size classes; small classes, so
-#: that the windows of one graph spread over several launches; a first class below ``K``, which
-#: sends every graph down the sorted-keys path.
-TRITON_CAPS = {"triton": None, "triton-classes": (16, 32, 64, 128, 1024), "triton-sorted": (1,)}
+#: that the windows of one graph spread over several launches; one class of 16 edges, so that
+#: every larger window takes the big-window bit sets; a first class below ``K``, which sends
+#: every graph down the sorted-keys path.
+TRITON_CAPS = {"triton": None, "triton-classes": (16, 32, 64, 128, 1024), "triton-big": (16,), "triton-sorted": (1,)}
 
 
 @pytest.mark.parametrize("window,block_k", [(4, 4), (16, 16), (2, 8)])
@@ -61,12 +85,14 @@ def test_translation_rebuilds_the_graph_and_condenses_each_window(graph_case, wi
 
         if TRITON_CAPS[index_work] is not None:
             monkeypatch.setattr(kt, "CAPS", TRITON_CAPS[index_work])
-        sorted_calls = _sorted_key_calls(monkeypatch)
+        sorted_calls, big_calls = _sorted_key_calls(monkeypatch), _big_window_launches(monkeypatch)
         on = g.to(DEVICE)
         tiles = _on_host(translate(on.rowptr, on.col, n, on.edge_val, window=window, block_k=block_k,
                                    condense=condense))
         # the path the variant names was the one taken (a graph without rows has no windows to sort)
         assert bool(sorted_calls) == (index_work == "triton-sorted" or tiles.stats.windows == 0)
+        caps = TRITON_CAPS[index_work] or kt.CAPS
+        assert bool(big_calls) == (not sorted_calls and _largest_window(g.rowptr, window) > caps[-1])
     else:
         tiles = translate(g.rowptr, g.col, n, g.edge_val, window=window, block_k=block_k)
     dense = dense_adjacency(ei, n, w)
@@ -103,32 +129,41 @@ def test_translation_of_a_bipartite_graph_and_bad_arguments(monkeypatch):
         with pytest.raises(ValueError, match=r"translate\(\): window must be a positive power of two"):
             translate(g.rowptr, g.col, 10, window=bad)
     # the caller's cached row of every edge gives the same tiles, so do the Triton index work
-    # (per window; by sorted keys where a window outgrows the largest size class: window 0 holds
-    # three edges), non-contiguous index tensors and keys wider than 32 bits (M = 2^31: int64
+    # (per window; where a window outgrows the largest size class (window 0 holds three edges)
+    # by its bit set, or by sorted keys where bit sets are not allowed or M = 2^31 makes them
+    # too large), non-contiguous index tensors and keys wider than 32 bits (M = 2^31: int64
     # keys; the tiles do not depend on M); the statistics read lazily
     import sparsegnn.kernels.translate as kt
     from sparsegnn.kernels.translate import condense
 
-    taken = _sorted_key_calls(monkeypatch)
+    taken, big = _sorted_key_calls(monkeypatch), _big_window_launches(monkeypatch)
 
-    def sorted_keys(*args):
+    def big_windows(*args, **kwargs):
         with monkeypatch.context() as m:
             m.setattr(kt, "CAPS", (2,))
-            return condense(*args)
+            return condense(*args, **kwargs)
+
+    def sorted_keys(*args, **kwargs):
+        with monkeypatch.context() as m:
+            m.setattr(kt, "CAPS", (2,))
+            m.setattr(kt, "BIG_WORDS", 0)
+            m.setattr(kt, "BIG_WORDS_PER_EDGE", 0)
+            return condense(*args, **kwargs)
 
     on = g.to(DEVICE)
     strided = torch.stack([on.col, on.col.flip(0)], 1)[:, 0]          # the same values, stride 2
     assert not strided.is_contiguous()
     for num_src, row, col, fast in ((10, on.row, on.col, None), (10, None, on.col, condense),
                                     (10, None, strided, condense), (10, None, strided, None),
-                                    (10, None, strided, sorted_keys), (2 ** 31, None, on.col, None),
-                                    (2 ** 31, None, on.col, condense), (2 ** 31, None, on.col, sorted_keys)):
+                                    (10, None, strided, big_windows), (10, None, strided, sorted_keys),
+                                    (2 ** 31, None, on.col, None), (2 ** 31, None, on.col, condense),
+                                    (2 ** 31, None, on.col, big_windows), (2 ** 31, None, on.col, sorted_keys)):
         again = _on_host(translate(on.rowptr, col, num_src, window=2, block_k=2, row=row, condense=fast))
         for name in ("window_ptr", "block_window", "block_cols", "edge_index", "block_vals"):
             assert torch.equal(getattr(again, name), getattr(tiles, name)), (num_src, fast, name)
         assert (again.stats.blocks_plain, again.stats.fill) == (tiles.stats.blocks_plain, tiles.stats.fill)
     assert again.stats.as_dict().keys() == {"windows", "blocks_plain", "blocks", "fill", "ms"}
-    assert len(taken) == 2
+    assert (len(taken), len(big)) == (3, 1)
 
 
 def _window_graph(counts, window, num_src, seed=0):
@@ -147,32 +182,62 @@ def _window_graph(counts, window, num_src, seed=0):
     return rowptr, row, col
 
 
-@pytest.mark.parametrize("counts,block_k,sorted_path,index_dtype", [
-    ((0, 1, 64, 65, 256, 257), 16, False, torch.int64),   # windows at and just past the shipped classes
-    ((0, 1, 64, 65, 256, 257), 16, False, torch.int32),
-    ((1024, 0, 1025, 2048, 3), 8, False, torch.int64),    # the two largest classes, one empty window
-    ((5, 2049, 64), 16, True, torch.int32),               # one window over the largest class: sorted keys
-    ((70, 300, 10), 128, True, torch.int64),              # K over the smallest class: sorted keys
+@pytest.mark.parametrize("counts,block_k,num_src,path,index_dtype", [
+    ((0, 1, 64, 65, 256, 257), 16, 3000, "classes", torch.int64),   # windows at and just past the shipped classes
+    ((0, 1, 64, 65, 256, 257), 16, 3000, "classes", torch.int32),
+    ((1024, 0, 1025, 2048, 3), 8, 3000, "classes", torch.int64),    # the two largest classes, one empty window
+    ((5, 2049, 64), 16, 3000, "big", torch.int32),                  # one window over the largest class: bit set
+    ((6000, 3, 2100, 0, 70, 2049), 16, 4000, "big", torch.int64),   # three of them, one of 6000 edges
+    ((5, 2049, 64), 16, 3 * 2 ** 20, "sorted", torch.int64),        # bit sets over the scratch bound: sorted keys
+    ((70, 300, 10), 128, 3000, "sorted", torch.int64),              # K over the smallest class: sorted keys
 ])
-def test_triton_translation_at_the_shipped_size_classes(counts, block_k, sorted_path, index_dtype, monkeypatch):
+def test_triton_translation_at_the_shipped_size_classes(counts, block_k, num_src, path, index_dtype, monkeypatch):
     """``kernels.translate.condense`` with the shipped ``CAPS`` (no patched classes): windows
-    holding exactly a class's edge count and one more, the largest classes, the natural fallbacks
-    (a window over ``CAPS[-1]`` edges, ``K > CAPS[0]``) and int32 index tensors, equal to the
-    tensor-op reference element for element."""
+    holding exactly a class's edge count and one more, the largest classes, windows over
+    ``CAPS[-1]`` edges (their bit sets, or sorted keys where the bit sets would outgrow
+    ``BIG_WORDS``), ``K > CAPS[0]``, and int32 index tensors, equal to the tensor-op reference
+    element for element."""
     from sparsegnn.formats.tiles import _condense
+    import sparsegnn.kernels.translate as kt
     from sparsegnn.kernels.translate import CAPS, condense
 
     assert CAPS == (64, 256, 1024, 2048)          # the classes this test's counts sit on
-    window, num_src = 16, 3000
+    monkeypatch.setattr(kt, "BIG_WORDS", 2 ** 16)   # 2^16 words: M = 3 * 2^20 needs 98k for one window
+    window = 16
     rowptr, row, col = _window_graph(counts, window, num_src)
     expected = _condense(rowptr, row, col, num_src, window, block_k)
-    taken = _sorted_key_calls(monkeypatch)
+    taken, big = _sorted_key_calls(monkeypatch), _big_window_launches(monkeypatch)
     got = condense(rowptr.to(index_dtype).to(DEVICE), row.to(index_dtype).to(DEVICE),
                    col.to(index_dtype).to(DEVICE), num_src, window, block_k)
-    assert bool(taken) == sorted_path
+    assert (bool(taken), bool(big)) == (path == "sorted", path == "big")
     for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
         assert a.dtype == torch.int64, name
         assert torch.equal(a.cpu(), b), name
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_triton_translation_builds_the_tile_values(deterministic, monkeypatch):
+    """The Triton index work builds the tiles of the edge values in its slot pass (atomics), or
+    after it by ``index_add_`` where deterministic algorithms are asked for; both equal the
+    reference's tiles; the block counts summed by ``torch.cumsum`` as on graphs of many windows."""
+    from sparsegnn.formats.tiles import _condense
+    import sparsegnn.kernels.translate as kt
+
+    monkeypatch.setattr(kt, "SCAN_WINDOWS", 0)
+    rowptr, row, col = _window_graph((5, 300, 2100, 0, 70), 16, 500)
+    values = torch.rand(row.numel(), dtype=torch.float64) + 0.5
+    expected = _condense(rowptr, row, col, 500, 16, 16, values=values)
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 500, 16, 16, values=values.to(DEVICE))
+    finally:
+        torch.use_deterministic_algorithms(was)
+    for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
+        assert torch.equal(a.cpu(), b), name
+    assert got[4].dtype == torch.float32 and got[4].shape == expected[4].shape
+    assert torch.allclose(got[4].cpu(), expected[4], rtol=1e-6, atol=1e-6)
+    assert kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 500, 16, 16)[4] is None
 
 
 def test_translation_builds_values_and_statistics_only_when_asked(monkeypatch):
@@ -186,7 +251,7 @@ def test_translation_builds_values_and_statistics_only_when_asked(monkeypatch):
     g = Graph.from_edge_index(ei, num_nodes=5, num_src=10).to(DEVICE)
     calls = []
     real = kt.condense
-    monkeypatch.setattr(kt, "condense", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(kt, "condense", lambda *a, **k: calls.append(a) or real(*a, **k))
     tiles = translate_graph(g, window=2, block_k=2)
     assert len(calls) == 1
     assert tiles._block_vals is None and "not counted" in repr(tiles.stats)

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from .csr import rowptr_to_row
 
-__all__ = ["TileGraph", "TileSchedule", "TileStats", "translate", "tile_memory_bytes"]
+__all__ = ["TileGraph", "TileSchedule", "TileStats", "translate", "tile_memory_bytes", "tile_values"]
 
 
 class TileStats:
@@ -148,14 +148,26 @@ class TileGraph:
         0.9 GB, 0.6 ms).  It adds with atomics, so three or more duplicates of one edge may
         sum in a different order from call to call (bit-reproducible under
         ``torch.use_deterministic_algorithms``, where PyTorch makes it deterministic)."""
-        device = self.edge_index.device
-        if values is None:
-            values = torch.ones((), dtype=dtype, device=device).expand(self.edge_index.numel())
-        elif values.dtype != dtype:
-            values = values.to(dtype)
-        flat = torch.zeros((self.num_blocks, self.window, self.block_k), dtype=dtype, device=device)
-        flat.view(-1).index_add_(0, self.edge_index, values)     # in place: no copy of the tiles
-        return flat
+        return tile_values(self.edge_index, self.num_blocks, self.window, self.block_k, values, dtype)
+
+
+def tile_values(edge_index: Tensor, num_blocks: int, window: int, block_k: int, values: Optional[Tensor],
+                dtype: torch.dtype = torch.float32) -> Tensor:
+    """``[num_blocks, W, K]`` tiles of ``dtype`` holding per-edge ``values`` (None: 1 per edge) at
+    the flat slots ``edge_index`` (``TileGraph.tiles_of``'s work; duplicates summed by one in-place
+    ``index_add_`` into fresh zeros).
+
+    Shapes:
+        edge_index: [E] -> [num_blocks, window, block_k].
+    """
+    device = edge_index.device
+    if values is None:
+        values = torch.ones((), dtype=dtype, device=device).expand(edge_index.numel())
+    elif values.dtype != dtype:
+        values = values.to(dtype)
+    flat = torch.zeros((num_blocks, window, block_k), dtype=dtype, device=device)
+    flat.view(-1).index_add_(0, edge_index, values)     # in place: no copy of the tiles
+    return flat
 
 
 @dataclass
@@ -201,9 +213,11 @@ def _schedule(tiles: "TileGraph", chunk: int) -> TileSchedule:
     return TileSchedule(chunk, item_window, item_start, item_end, item_split, rows[rows < tiles.num_rows])
 
 
-def _condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int, block_k: int):
-    """``(window_ptr, block_window, block_cols, edge_index)`` with tensor ops (the reference;
-    ``kernels.translate.condense`` computes the same with one sort per window)."""
+def _condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int, block_k: int,
+              values: Optional[Tensor] = None):
+    """``(window_ptr, block_window, block_cols, edge_index, block_vals)`` with tensor ops (the
+    reference; ``kernels.translate.condense`` computes the same with one sort per window);
+    ``block_vals``: the tiles of ``values`` (:func:`tile_values`), None without them."""
     device = row.device
     num_windows = -(-(rowptr.numel() - 1) // window)
     span = max(int(num_src), 1)
@@ -232,7 +246,8 @@ def _condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: in
     # within the window
     key_base = key_pos + (key_pos >> shift_k) * ((window - 1) * block_k)
     edge_index = key_base[inverse] + ((row & (window - 1)) << shift_k)
-    return window_ptr, block_window, block_cols.view(num_blocks, block_k), edge_index
+    block_vals = None if values is None else tile_values(edge_index, num_blocks, window, block_k, values)
+    return window_ptr, block_window, block_cols.view(num_blocks, block_k), edge_index, block_vals
 
 
 def _count_stats(rowptr: Tensor, col: Tensor, edge_index: Tensor, num_src: int, num_blocks: int, window: int,
@@ -260,9 +275,10 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
         window: ``W`` rows per window (16: the MMA's M side).
         block_k: ``K`` condensed columns per block (16 for fp32/tf32 and bf16 ``tl.dot``).
         row: ``[E]`` target of every edge, if the caller has it (else expanded from ``rowptr``).
-        condense: ``condense(rowptr, row, col, num_src, window, block_k)`` ->
-            ``(window_ptr, block_window, block_cols, edge_index)``, the index work; default the
-            tensor-op reference (``ops/tiles.py`` passes ``kernels.translate.condense`` on CUDA).
+        condense: ``condense(rowptr, row, col, num_src, window, block_k, values=edge_val)`` ->
+            ``(window_ptr, block_window, block_cols, edge_index, block_vals)``, the index work
+            and the tiles of ``edge_val`` (None without them); default the tensor-op reference
+            (``ops/tiles.py`` passes ``kernels.translate.condense`` on CUDA).
 
     Returns:
         :class:`TileGraph` with its :class:`TileStats`.
@@ -271,14 +287,16 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
         ValueError: ``window`` or ``block_k`` not a positive power of two.
 
     Cost: in the reference one sort (``unique`` of the ``(window, column)`` keys, int32 where
-    they fit) and about 30 small tensor ops (63-68 kernels); with the Triton ``condense`` a sort
-    per window in registers, 17-19 kernels (``scripts/probe_translate.py``); two host syncs
-    (three where the Triton path falls back to sorted keys after reading the largest window;
-    two where ``K`` or an empty graph sends it there directly).
-    The statistics are counted when first read (:class:`TileStats`), the tile values come from
-    one ``index_add_`` (stop 37: with two more ``unique`` calls, a ``bincount`` and a sorting
-    ``index_put``, 151 kernels and 9 syncs, translation took 1.3-2.7 ms on the real graphs,
-    more than our GCN epoch; stop 38, per-window sorts: 0.2-0.9 ms).
+    they fit) and about 30 small tensor ops (57-62 kernels); with the Triton ``condense`` a sort
+    per window in registers (a bit set per window of more than 2048 edges), 9-12 kernels with
+    the tile values (``scripts/probe_translate.py``); two host syncs (three with windows of
+    more than 2048 edges, or where the Triton path falls back to sorted keys).
+    The statistics are counted when first read (:class:`TileStats`), the tile values are added
+    by the Triton slot pass or one ``index_add_`` (stop 37: with two more ``unique`` calls, a
+    ``bincount`` and a sorting ``index_put``, 151 kernels and 9 syncs, translation took
+    1.3-2.7 ms on the real graphs, more than our GCN epoch; stop 38, per-window sorts:
+    0.2-0.9 ms, 3 ms on yelp; stop 41, bit sets for hub windows and fewer launches: see
+    ``notes/tensor-cores.md``).
     """
     for name, value in (("window", window), ("block_k", block_k)):
         if not (isinstance(value, int) and value > 0 and value & (value - 1) == 0):
@@ -290,15 +308,13 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     num_rows, num_edges = rowptr.numel() - 1, col.numel()
     num_windows = -(-num_rows // window)
     row = rowptr_to_row(rowptr, num_edges) if row is None else row.to(torch.int64)
-    window_ptr, block_window, block_cols, edge_index = (condense or _condense)(
-        rowptr, row, col, num_src, window, block_k)
+    window_ptr, block_window, block_cols, edge_index, block_vals = (condense or _condense)(
+        rowptr, row, col, num_src, window, block_k, values=edge_val)
     num_blocks = block_cols.shape[0]
     count = functools.partial(_count_stats, rowptr, col, edge_index, num_src, num_blocks, window, block_k)
     stats = TileStats(num_windows, num_blocks, 0.0, count, window * block_k)
     tiles = TileGraph(window, block_k, num_rows, int(num_src), window_ptr, block_window,
-                      block_cols, None, edge_index, stats)
-    if edge_val is not None:
-        tiles.block_vals = tiles.tiles_of(edge_val)
+                      block_cols, block_vals, edge_index, stats)
     sync()
     stats.ms = 1000.0 * (time.perf_counter() - start)
     return tiles

@@ -12,11 +12,28 @@ neighbour) and numbers the runs (``rank``, ``tl.cumsum`` of the marks); per edge
     edge_index_e = (window_ptr[w] + rank / K) W K + (row_e mod W) K + rank mod K
     block_cols[window_ptr[w] K + rank] = col_e  (first edges of a run; 0 past c_w)
 
-The sorting pass is launched once per size class of windows (``CAPS``: a window of 40 edges
-sorts 64 lanes, not 1024), every program of other classes returning at once.  Two host syncs:
-the largest window (which classes to launch) and the block count.
+and the same pass adds each edge's value into its tile slot (atomics; ``index_add_`` after it
+where deterministic algorithms are asked for).
 
-**Sorted keys** (a window over ``CAPS[-1]`` edges, or ``K > CAPS[0]``): keys
+The sorting pass is launched once per size class of windows (``CAPS``: a window of 40 edges
+sorts 64 lanes, not 1024), all classes in one launch.  Two host syncs: the largest window (and,
+where it is over ``CAPS[-1]``, the number of such windows), and the block count.
+
+**Big windows** (over ``CAPS[-1]`` edges: a hub's window; wikipedia has 12 of 727, artist 28 of
+3158, yelp 13 of 44803).  One program per big window marks its columns in a bit set of ``M``
+bits (``atomic_or`` into ``ceil(M / 32)`` int32 words, zeroed scratch of its own), scans the
+words' population counts (``prefix[j]`` = set bits in words ``< j``, over the words between
+its smallest and largest column) and gives each edge
+
+    rank_e = prefix[col_e >> 5] + popcount(word[col_e >> 5] & (2^(col_e & 31) - 1))
+
+(the number of the window's distinct columns below ``col_e``: the same rank as the sort's);
+``code = 2 rank + 1`` (every edge of a column writes the same block column, so each may act as
+the run's first).  No sort, so no size limit; the scratch is ``2 ceil(M / 32)`` words a big
+window, and where that outgrows ``max(2^24, 2 E)`` words (``BIG_WORDS``) the graph takes the
+sorted keys.
+
+**Sorted keys** (big windows whose bit sets would not fit, or ``K > CAPS[0]``): keys
 ``key_e = (row_e >> log2 W) * M + col_e`` made unique and sorted by ``torch.unique`` (keys
 only); then, with ``u`` the sorted distinct keys, window ``w`` owning keys
 ``bounds[w] .. bounds[w+1]`` (``bounds[w]`` = first key ``>= w M``, found by binary search):
@@ -34,13 +51,14 @@ work is ~0.2 ms.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
+from ..formats.tiles import tile_values
 from ._launch import launch
 
 BLOCK = 1024
@@ -53,6 +71,12 @@ CAPS = (64, 256, 1024, 2048)
 #: Windows per program of the binary searches: one per thread (4 warps), so that the ~2 log2(keys)
 #: dependent loads of each run side by side (1024 per program: 0.08 ms on amazon0505's 26k windows).
 WINDOW_BLOCK = 128
+#: Up to this many windows the block counts are summed by one Triton program, beyond by ``torch.cumsum``.
+SCAN_WINDOWS = 8 * BLOCK
+#: Bit-set scratch of the big windows, in int32 words: at most
+#: ``max(BIG_WORDS, BIG_WORDS_PER_EDGE E)`` for the bit sets (as many again for their prefix
+#: counts); beyond it the sorted keys run.
+BIG_WORDS, BIG_WORDS_PER_EDGE = 2 ** 24, 2
 
 
 @triton.jit
@@ -138,47 +162,151 @@ def _window_range(rowptr_ptr, w, num_rows, WINDOW: tl.constexpr):
 
 
 @triton.jit
-def _window_max_kernel(rowptr_ptr, out_ptr, num_rows, num_windows, WINDOW: tl.constexpr, BLOCK: tl.constexpr):
+def _window_max_kernel(rowptr_ptr, out_ptr, num_rows, num_windows, big, WINDOW: tl.constexpr, BLOCK: tl.constexpr):
+    """``out[0]``: the most edges of any window; ``out[1]``: windows of more than ``big`` edges."""
     w = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = w < num_windows
     e0 = tl.load(rowptr_ptr + w * WINDOW, mask=mask, other=0)
     e1 = tl.load(rowptr_ptr + tl.minimum(w * WINDOW + WINDOW, num_rows), mask=mask, other=0)
-    tl.atomic_max(out_ptr, tl.max(e1 - e0, 0))
+    n = (e1 - e0).to(tl.int64)
+    tl.atomic_max(out_ptr, tl.max(n, 0))
+    tl.atomic_add(out_ptr + 1, tl.sum((n > big).to(tl.int64), 0))
 
 
 @triton.jit
-def _window_rank_kernel(rowptr_ptr, col_ptr, code_ptr, blocks_ptr, num_rows, big, low,
-                        WINDOW: tl.constexpr, BLOCK_K: tl.constexpr, CAP: tl.constexpr, KEY64: tl.constexpr):
-    """For the windows of ``low < edges <= CAP``: sort the edges by column in registers
-    (``col * CAP + local edge``), mark each column run's first edge, and store per edge
-    ``code = 2 rank + first`` (``rank``: the run's index among the window's distinct columns)
-    and per window ``blocks[w + 1] = ceil(distinct / K)``."""
+def _popcount(x):
+    """Set bits of each int32 lane (SWAR on uint32: no libdevice, so the interpreter runs it)."""
+    x = x.to(tl.uint32, bitcast=True)
+    x = x - ((x >> 1) & 0x55555555)
+    x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
+    x = (x + (x >> 4)) & 0x0F0F0F0F
+    return ((x * 0x01010101) >> 24).to(tl.int32)
+
+
+@triton.jit
+def _rank_by_bits(col_ptr, code_ptr, blocks_ptr, scratch_ptr, w, e0, n, num_words,
+                  BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
+    """One big window (module doc): per edge ``code = 2 rank + 1``, ``blocks[w + 1] = ceil(distinct / K)``.
+    ``scratch``: a slot counter (int32, zero) then zeroed words, two rows of ``num_words`` per big
+    window (its bit set, its prefix counts); the window takes the next slot.  Three phases over
+    its edges and words, ``tl.debug_barrier`` between them (the CTA's threads read each other's
+    global writes)."""
+    slot = tl.atomic_add(scratch_ptr, 1).to(tl.int64)
+    bits_ptr = scratch_ptr + 1 + slot * 2 * num_words
+    prefix_ptr = bits_ptr + num_words
+    lane = tl.arange(0, BLOCK)
+    one = tl.full([BLOCK], 1, tl.uint32)
+    lo = tl.full([BLOCK], 2 ** 31 - 1, tl.int32)
+    hi = tl.zeros([BLOCK], dtype=tl.int32)
+    for start in range(0, n, BLOCK):
+        live = start + lane < n
+        c = tl.load(col_ptr + e0 + start + lane, mask=live, other=0).to(tl.int32)
+        bit = (one << (c & 31).to(tl.uint32)).to(tl.int32, bitcast=True)
+        tl.atomic_or(bits_ptr + (c >> 5), bit, mask=live)
+        lo = tl.where(live, tl.minimum(lo, c), lo)
+        hi = tl.where(live, tl.maximum(hi, c), hi)
+    tl.debug_barrier()
+    first_word = tl.min(lo, 0) >> 5
+    last_word = tl.max(hi, 0) >> 5
+    count = 0
+    for start in range(first_word, last_word + 1, BLOCK):
+        word = start + lane
+        inside = word <= last_word
+        pop = _popcount(tl.load(bits_ptr + word, mask=inside, other=0))
+        tl.store(prefix_ptr + word, count + tl.cumsum(pop, 0) - pop, mask=inside)
+        count += tl.sum(pop, 0)
+    tl.debug_barrier()
+    for start in range(0, n, BLOCK):
+        live = start + lane < n
+        c = tl.load(col_ptr + e0 + start + lane, mask=live, other=0).to(tl.int32)
+        word = tl.load(bits_ptr + (c >> 5), mask=live, other=0).to(tl.uint32, bitcast=True)
+        below = word & ((one << (c & 31).to(tl.uint32)) - 1)
+        rank = tl.load(prefix_ptr + (c >> 5), mask=live, other=0) + _popcount(below.to(tl.int32, bitcast=True))
+        tl.store(code_ptr + e0 + start + lane, rank * 2 + 1, mask=live)
+    tl.store(blocks_ptr + w + 1, (count + BLOCK_K - 1) // BLOCK_K)
+
+
+@triton.jit
+def _rank_by_sort(col_ptr, code_ptr, blocks_ptr, w, e0, n, big, BLOCK_K: tl.constexpr, CAP: tl.constexpr,
+                  KEY64: tl.constexpr):
+    """One window of at most ``CAP`` edges: sort them by column in registers (``col * CAP + local
+    edge``), mark each column run's first edge, and store per edge ``code = 2 rank + first``
+    (``rank``: the run's index among the window's distinct columns) and
+    ``blocks[w + 1] = ceil(distinct / K)``."""
+    lane = tl.arange(0, CAP)
+    live = lane < n
+    c = tl.load(col_ptr + e0 + lane, mask=live, other=0)
+    c = tl.where(live, c, big)                                   # padding sorts last
+    if KEY64:
+        s = tl.sort(c.to(tl.int64) * CAP + lane)
+    else:
+        s = tl.sort(c.to(tl.int32) * CAP + lane)
+    col = s // CAP
+    prev = tl.gather(col, tl.maximum(lane - 1, 0), 0)
+    first = live & ((lane == 0) | (col != prev))                # sorted position < n: a live edge
+    rank = tl.cumsum(first.to(tl.int32), 0) - 1
+    tl.store(code_ptr + e0 + (s % CAP), rank * 2 + first.to(tl.int32), mask=live)
+    count = tl.sum(first.to(tl.int32), 0)
+    tl.store(blocks_ptr + w + 1, (count + BLOCK_K - 1) // BLOCK_K)
+
+
+@triton.jit
+def _window_rank_kernel(rowptr_ptr, col_ptr, code_ptr, blocks_ptr, scratch_ptr, num_rows, big, num_words,
+                        WINDOW: tl.constexpr, BLOCK_K: tl.constexpr, CAP0: tl.constexpr, CAP1: tl.constexpr,
+                        CAP2: tl.constexpr, CAP3: tl.constexpr, CAP4: tl.constexpr, CLASSES: tl.constexpr,
+                        KEY64: tl.constexpr, BIG: tl.constexpr, BLOCK: tl.constexpr):
+    """Every window in one launch: a window of ``n`` edges is sorted by the smallest of the
+    ``CLASSES`` size classes ``CAP0 < CAP1 < ...`` holding it (``_rank_by_sort``; int64 keys for
+    class ``i`` where bit ``i`` of ``KEY64`` is set); with ``BIG``, a window over the last of
+    them (``CAP4``, padded on the host) takes its bit set (``_rank_by_bits``).  Classes past
+    ``CLASSES`` are not compiled, so a graph of small windows never compiles the large sorts.
+    One launch at the largest class's warps beat one launch per warp count (H100, GPU us:
+    yelp 1068 against 68 + 949 + 247, artist 162 against 8 + 143 + 65, amazon0505 287 against
+    306; com-amazon 106 against 95): the launches run one after another, each with a tail."""
     w = tl.program_id(0).to(tl.int64)
     e0, n = _window_range(rowptr_ptr, w, num_rows, WINDOW)
-    if (n > low) & (n <= CAP):
-        lane = tl.arange(0, CAP)
-        live = lane < n
-        c = tl.load(col_ptr + e0 + lane, mask=live, other=0)
-        c = tl.where(live, c, big)                                   # padding sorts last
-        if KEY64:
-            s = tl.sort(c.to(tl.int64) * CAP + lane)
-        else:
-            s = tl.sort(c.to(tl.int32) * CAP + lane)
-        col = s // CAP
-        prev = tl.gather(col, tl.maximum(lane - 1, 0), 0)
-        first = live & ((lane == 0) | (col != prev))                # sorted position < n: a live edge
-        rank = tl.cumsum(first.to(tl.int32), 0) - 1
-        tl.store(code_ptr + e0 + (s % CAP), rank * 2 + first.to(tl.int32), mask=live)
-        count = tl.sum(first.to(tl.int32), 0)
-        tl.store(blocks_ptr + w + 1, (count + BLOCK_K - 1) // BLOCK_K)
+    if w == 0:
+        tl.store(blocks_ptr, 0)
+    if n <= CAP0:
+        _rank_by_sort(col_ptr, code_ptr, blocks_ptr, w, e0, n, big, BLOCK_K, CAP0, KEY64 & 1)
+    if CLASSES > 1:
+        if (n > CAP0) & (n <= CAP1):
+            _rank_by_sort(col_ptr, code_ptr, blocks_ptr, w, e0, n, big, BLOCK_K, CAP1, (KEY64 >> 1) & 1)
+    if CLASSES > 2:
+        if (n > CAP1) & (n <= CAP2):
+            _rank_by_sort(col_ptr, code_ptr, blocks_ptr, w, e0, n, big, BLOCK_K, CAP2, (KEY64 >> 2) & 1)
+    if CLASSES > 3:
+        if (n > CAP2) & (n <= CAP3):
+            _rank_by_sort(col_ptr, code_ptr, blocks_ptr, w, e0, n, big, BLOCK_K, CAP3, (KEY64 >> 3) & 1)
+    if CLASSES > 4:
+        if (n > CAP3) & (n <= CAP4):
+            _rank_by_sort(col_ptr, code_ptr, blocks_ptr, w, e0, n, big, BLOCK_K, CAP4, (KEY64 >> 4) & 1)
+    if BIG:
+        if n > CAP4:
+            _rank_by_bits(col_ptr, code_ptr, blocks_ptr, scratch_ptr, w, e0, n, num_words, BLOCK_K, BLOCK)
+
+
+@triton.jit
+def _scan_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """``out = cumsum(x)`` in one program (a short array: the blocks of a few thousand windows;
+    ``torch.cumsum``'s scan costs three launches and an occupancy query on the host)."""
+    lane = tl.arange(0, BLOCK)
+    total = tl.zeros([], dtype=tl.int64)
+    for start in range(0, n, BLOCK):
+        live = start + lane < n
+        x = tl.load(x_ptr + start + lane, mask=live, other=0)
+        tl.store(out_ptr + start + lane, total + tl.cumsum(x, 0), mask=live)
+        total += tl.sum(x, 0)
 
 
 @triton.jit
 def _edge_slot_kernel(row_ptr, col_ptr, code_ptr, window_ptr_ptr, block_cols_ptr, block_window_ptr, edge_index_ptr,
-                      num_edges, SHIFT_W: tl.constexpr, WINDOW: tl.constexpr, BLOCK_K: tl.constexpr,
-                      BLOCK: tl.constexpr):
+                      vals_ptr, tiles_ptr, num_edges, SHIFT_W: tl.constexpr, WINDOW: tl.constexpr,
+                      BLOCK_K: tl.constexpr, VALUES: tl.constexpr, BLOCK: tl.constexpr):
     """Per edge: its tile slot; the first edge of each column run writes the block's column (and
-    the block's window, for a block's first column)."""
+    the block's window, for a block's first column); with ``VALUES``, the edge's value is added
+    into its slot of the zeroed tiles (``formats.tiles.tile_values`` without a second pass over
+    the slots)."""
     e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = e < num_edges
     row = tl.load(row_ptr + e, mask=mask, other=0).to(tl.int64)
@@ -188,10 +316,13 @@ def _edge_slot_kernel(row_ptr, col_ptr, code_ptr, window_ptr_ptr, block_cols_ptr
     first = mask & ((code & 1) == 1)
     blk = tl.load(window_ptr_ptr + w, mask=mask, other=0) + rank // BLOCK_K
     kk = rank % BLOCK_K
-    tl.store(edge_index_ptr + e, blk * (WINDOW * BLOCK_K) + (row % WINDOW) * BLOCK_K + kk, mask=mask)
+    slot = blk * (WINDOW * BLOCK_K) + (row % WINDOW) * BLOCK_K + kk
+    tl.store(edge_index_ptr + e, slot, mask=mask)
     col = tl.load(col_ptr + e, mask=first, other=0).to(tl.int64)
     tl.store(block_cols_ptr + blk * BLOCK_K + kk, col, mask=first)
     tl.store(block_window_ptr + blk, w, mask=first & (kk == 0))
+    if VALUES:
+        tl.atomic_add(tiles_ptr + slot, tl.load(vals_ptr + e, mask=mask, other=0.0), mask=mask, sem="relaxed")
 
 
 def _condense_sorted(row: Tensor, col: Tensor, num_src: int, num_windows: int, window: int,
@@ -241,55 +372,97 @@ def _condense_sorted(row: Tensor, col: Tensor, num_src: int, num_windows: int, w
     return window_ptr, block_window, block_cols, edge_index
 
 
-def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int,
-             block_k: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(window_ptr, block_window, block_cols, edge_index)`` of the condensed tiles of a CSR
-    graph (the definitions of ``formats.tiles.translate``; module doc): per window in registers
-    where every window holds at most ``CAPS[-1]`` edges and ``K <= CAPS[0]``, else by sorted keys.
+def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int, block_k: int,
+             values: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """``(window_ptr, block_window, block_cols, edge_index, block_vals)`` of the condensed tiles
+    of a CSR graph (the definitions of ``formats.tiles.translate``; module doc): per window in
+    one launch where ``K <= CAPS[0]`` (windows over ``CAPS[-1]`` edges by their bit sets, where
+    those fit), else by sorted keys; ``block_vals``: the tiles of ``values``
+    (``formats.tiles.tile_values``), None without them.
 
     Args:
         rowptr: ``[N + 1]`` row offsets; row, col: ``[E]`` target and source of every edge in
             CSR order (CUDA, or CPU under ``TRITON_INTERPRET=1``).
         num_src: ``M``; window, block_k: ``W``, ``K`` (powers of two).
+        values: ``[E]`` edge values in CSR order, or None.
 
     Shapes:
         rowptr: [N + 1], row, col: [E] -> window_ptr [ceil(N / W) + 1], block_window [B],
-        block_cols [B, K], edge_index [E]; all int64.
+        block_cols [B, K], edge_index [E] (all int64), block_vals [B, W, K] float32.
 
-    Two host syncs (the largest window, the block count); the sorted-keys path adds
-    ``torch.unique``'s size, after the largest window where that sent it there (three), without
-    it where ``K > CAPS[0]`` or no rows did (two).  Deterministic (no atomics on values).
+    Two host syncs: the largest window (at the start, the queue empty; a graph with windows
+    over ``CAPS[-1]`` edges reads their count too, a third), and the block count, read last: the block arrays (and the tile values) are
+    allocated for the bound ``B <= (E + windows (K - 1)) / K`` and returned as views of their
+    first ``B`` blocks, so every kernel is queued before the host waits.  The sorted-keys path
+    adds ``torch.unique``'s size (three syncs; two where ``K > CAPS[0]`` or no rows sent it
+    there).  Deterministic: the big windows' scratch slots are taken by atomics, but the ranks
+    do not depend on the slot.
     """
     device = col.device
     rowptr, row, col = rowptr.contiguous(), row.contiguous(), col.contiguous()
     num_rows, num_edges = rowptr.numel() - 1, col.numel()
     num_windows = -(-num_rows // window)
     if num_windows == 0 or block_k > CAPS[0]:
-        return _condense_sorted(row, col, num_src, num_windows, window, block_k)
-    largest = torch.zeros(1, dtype=torch.int64, device=device)
-    launch(_window_max_kernel, (triton.cdiv(num_windows, BLOCK),), (rowptr, largest, num_rows, num_windows),
-           dict(WINDOW=window, BLOCK=BLOCK), 4)
-    largest = int(largest)
-    if largest > CAPS[-1]:
-        return _condense_sorted(row, col, num_src, num_windows, window, block_k)
+        return _with_values(_condense_sorted(row, col, num_src, num_windows, window, block_k), window, block_k,
+                            values)
+    if len(CAPS) > 5:
+        raise ValueError(f"condense(): at most 5 size classes, CAPS = {CAPS}")
+    sizes = torch.zeros(2, dtype=torch.int64, device=device)
+    launch(_window_max_kernel, (triton.cdiv(num_windows, BLOCK),),
+           (rowptr, sizes, num_rows, num_windows, CAPS[-1]), dict(WINDOW=window, BLOCK=BLOCK), 4)
+    largest = int(sizes[0])
+    num_big = int(sizes[1]) if largest > CAPS[-1] else 0
+    num_words = -(-max(int(num_src), 1) // 32)
+    if num_big * num_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges):
+        return _with_values(_condense_sorted(row, col, num_src, num_windows, window, block_k), window, block_k,
+                            values)
     big = max(int(num_src), 1)                      # sorts after every column
-    blocks = torch.zeros(num_windows + 1, dtype=torch.int64, device=device)
     code = torch.empty(num_edges, dtype=torch.int32, device=device)
-    low = -1
-    for cap in CAPS:
-        launch(_window_rank_kernel, (num_windows,), (rowptr, col, code, blocks, num_rows, big, low),
-               dict(WINDOW=window, BLOCK_K=block_k, CAP=cap, KEY64=(big + 1) * cap >= 2 ** 31),
-               max(1, min(8, cap // 256)))
-        if largest <= cap:
-            break
-        low = cap
-    window_ptr = torch.cumsum(blocks, 0)
-    num_blocks = int(window_ptr[-1])
-    block_cols = torch.zeros((num_blocks, block_k), dtype=torch.int64, device=device)
-    block_window = torch.empty(num_blocks, dtype=torch.int64, device=device)
+    blocks = torch.empty(num_windows + 1, dtype=torch.int64, device=device)
+    scratch = torch.zeros(1 + 2 * num_big * num_words, dtype=torch.int32, device=device) if num_big else code
+    caps = tuple(c for c in CAPS if c < largest) + tuple(c for c in CAPS if c >= largest)[:1]
+    padded = caps + (caps[-1],) * (5 - len(caps))
+    launch(_window_rank_kernel, (num_windows,), (rowptr, col, code, blocks, scratch, num_rows, big, num_words),
+           dict(WINDOW=window, BLOCK_K=block_k, CAP0=padded[0], CAP1=padded[1], CAP2=padded[2], CAP3=padded[3],
+                CAP4=padded[4], CLASSES=len(caps), BIG=bool(num_big), BLOCK=BLOCK,
+                KEY64=sum(1 << i for i, cap in enumerate(caps) if (big + 1) * cap >= 2 ** 31)),
+           max(4 if num_big else 1, _warps(caps[-1])))
+    window_ptr = torch.empty_like(blocks)
+    if num_windows < SCAN_WINDOWS:
+        launch(_scan_kernel, (1,), (blocks, window_ptr, num_windows + 1), dict(BLOCK=BLOCK), 4)
+    else:
+        torch.cumsum(blocks, 0, out=window_ptr)
+    bound = (num_edges + num_windows * (block_k - 1)) // block_k
+    block_cols = torch.zeros((bound, block_k), dtype=torch.int64, device=device)
+    block_window = torch.empty(bound, dtype=torch.int64, device=device)
     edge_index = torch.empty(num_edges, dtype=torch.int64, device=device)
+    # the tile values added by the slot pass (atomics, as index_add_'s), unless deterministic
+    # algorithms are asked for: then index_add_'s deterministic version, after it
+    fused = values is not None and not torch.are_deterministic_algorithms_enabled()
+    block_vals = None
+    if fused:
+        block_vals = torch.zeros((bound, window, block_k), dtype=torch.float32, device=device)
+        values = values.to(torch.float32).contiguous()
     if num_edges:
         launch(_edge_slot_kernel, (triton.cdiv(num_edges, BLOCK),),
-               (row, col, code, window_ptr, block_cols, block_window, edge_index, num_edges),
-               dict(SHIFT_W=window.bit_length() - 1, WINDOW=window, BLOCK_K=block_k, BLOCK=BLOCK), 4)
-    return window_ptr, block_window, block_cols, edge_index
+               (row, col, code, window_ptr, block_cols, block_window, edge_index,
+                values if fused else code, block_vals if fused else code, num_edges),
+               dict(SHIFT_W=window.bit_length() - 1, WINDOW=window, BLOCK_K=block_k, VALUES=fused, BLOCK=BLOCK), 4)
+    if values is not None and not fused:
+        block_vals = tile_values(edge_index, bound, window, block_k, values)
+    num_blocks = int(window_ptr[-1])
+    return (window_ptr, block_window[:num_blocks], block_cols[:num_blocks], edge_index,
+            None if block_vals is None else block_vals[:num_blocks])
+
+
+def _warps(cap: int) -> int:
+    """Warps of a size class's sort: at most 8 lanes a thread (stop 38)."""
+    return max(1, min(8, cap // 256))
+
+
+def _with_values(index_work: Tuple[Tensor, Tensor, Tensor, Tensor], window: int, block_k: int,
+                 values: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """The sorted-keys path's index work with the tiles of ``values`` (None without them)."""
+    window_ptr, block_window, block_cols, edge_index = index_work
+    block_vals = None if values is None else tile_values(edge_index, block_cols.shape[0], window, block_k, values)
+    return window_ptr, block_window, block_cols, edge_index, block_vals
