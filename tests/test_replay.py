@@ -555,3 +555,45 @@ def test_enable_replay_does_not_stack_and_restores_an_override():
     assert isinstance(wrapper, ReplayedForward) and wrapper.forward is custom and wrapper.state.mode is True
     enable_replay(model, False)
     assert model.__dict__["forward"] is custom
+
+
+@cuda
+def test_recordings_and_captured_steps_keep_no_memory_per_model():
+    """Replay recordings and captured steps run their side work on the library's one side stream
+    per device: a new stream per recording kept a cuBLAS workspace (32 MB on the H100) until the
+    process ended, so CUDA memory grew with every recorded model (64 MB a benchmark case)."""
+    import gc
+
+    from sparsegnn._streams import side_stream
+    from sparsegnn.capture import CapturedStep
+
+    assert side_stream() is side_stream()
+
+    def record_and_capture():
+        model, _, g, x, w = _cuda_pair("gcn")
+        _steps([model], x, g, w, 4)
+        assert model._replay.recorded
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+        def step():
+            opt.zero_grad(set_to_none=False)
+            loss = (model(x, g) * w).sum()
+            loss.backward()
+            opt.step()
+            return loss
+
+        captured = CapturedStep(step, warmup=2, optimizer=opt)
+        for _ in range(3):
+            captured()
+        assert captured.captured
+
+    def allocated():
+        gc.collect()
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated()
+
+    record_and_capture()                  # the first: workspaces and streams made once
+    before = allocated()
+    for _ in range(3):
+        record_and_capture()
+    assert allocated() - before < 8 * 2 ** 20

@@ -54,6 +54,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check
+from ._streams import side_stream
 from .nn.norm import padded_nodes
 
 __all__ = ["CapturedStep", "capture_step", "CapturedGraphSteps", "use_capture"]
@@ -148,7 +149,7 @@ class CapturedStep:
     def _eager_step(self) -> Tensor:
         """One eager step on the side stream (the recipe's warm-up), ordered with the current stream."""
         if self._stream is None:
-            self._stream = torch.cuda.Stream()
+            self._stream = side_stream()    # shared: each new stream keeps a cuBLAS workspace
         current = torch.cuda.current_stream()
         self._stream.wait_stream(current)
         with torch.cuda.stream(self._stream):

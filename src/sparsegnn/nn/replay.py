@@ -55,6 +55,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.stateless import _reparametrize_module
 
+from .._streams import side_stream
 from ..graph import Graph
 from . import _graph_input
 
@@ -304,7 +305,7 @@ def _record(model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwarg
     torch.cuda.synchronize()
     buffers = [b for b in model.buffers() if b.is_cuda]
     saved = [b.clone() for b in buffers]
-    side = torch.cuda.Stream()
+    side = side_stream()      # one per device: each new stream keeps a cuBLAS workspace
     side.wait_stream(torch.cuda.current_stream())
     mode = torch.cuda.get_sync_debug_mode()
     try:

@@ -38,6 +38,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from .._streams import side_stream
 from ..kernels import interpreting
 from .features import graph_stats_cached, signature
 from .model import load_model
@@ -335,22 +336,16 @@ def _host(run: Callable[[Dict[str, int]], object], config: Dict[str, int], flush
     return min(times)
 
 
-_SIDE_STREAMS: Dict[int, torch.cuda.Stream] = {}
-
-
 def _captured(run: Callable[[Dict[str, int]], object], config: Dict[str, int]):
     """``run(config)`` captured into a CUDA graph, or None where the call cannot be captured
     (it synchronises, or allocates in a way capture forbids).
 
-    Captured on a side stream (one per device) with ``capture_begin``/``capture_end`` directly:
-    ``torch.cuda.graph`` would also run the garbage collector and empty the allocator's cache,
+    Captured on the library's side stream (``_streams.side_stream``) with
+    ``capture_begin``/``capture_end`` directly: ``torch.cuda.graph`` would also run the garbage collector and empty the allocator's cache,
     each time.  The memory pool is this capture's own; when the capture fails, ``capture_end``
     raises before telling the allocator the capture is over, so that is done here and the
     pool released (else the allocator would defer frees as if a capture ran for good)."""
-    device = torch.cuda.current_device()
-    stream = _SIDE_STREAMS.get(device)
-    if stream is None:
-        stream = _SIDE_STREAMS[device] = torch.cuda.Stream()
+    stream = side_stream()
     graph, pool = torch.cuda.CUDAGraph(), torch.cuda.graph_pool_handle()
     stream.wait_stream(torch.cuda.current_stream())
     ok = ended = False

@@ -1,0 +1,31 @@
+"""One side CUDA stream per device for the library's captures and warm-ups (no sparsegnn
+imports: every layer may use it).
+
+Why one: PyTorch keeps a cuBLAS workspace (32 MB on the H100) for every (handle, stream) pair a
+matrix product ran on, until the process ends.  A new ``torch.cuda.Stream()`` per replay
+recording or captured step (streams come from a pool of 32 per priority) made CUDA memory grow
+by 32 MB per recording, up to 1 GB: 288 MB held after a three-case benchmark, every byte of it
+released by ``torch._C._cuda_clearCublasWorkspaces()`` (H100, stop 41).  Users of one side
+stream order their work with ``wait_stream`` both ways, so sharing it only serialises them.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Dict, Optional
+
+import torch
+
+_SIDE: Dict[int, "torch.cuda.Stream"] = {}
+_LOCK = threading.Lock()
+
+
+def side_stream(device: Optional[int] = None) -> "torch.cuda.Stream":
+    """The side stream of ``device`` (default: the current CUDA device), created on first use."""
+    index = torch.cuda.current_device() if device is None else int(device)
+    stream = _SIDE.get(index)
+    if stream is None:
+        with _LOCK:
+            stream = _SIDE.get(index)
+            if stream is None:
+                stream = _SIDE[index] = torch.cuda.Stream(device=index)
+    return stream
