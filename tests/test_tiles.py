@@ -188,6 +188,7 @@ def _window_graph(counts, window, num_src, seed=0):
     ((1024, 0, 1025, 2048, 3), 8, 3000, "classes", torch.int64),    # the two largest classes, one empty window
     ((5, 2049, 64), 16, 3000, "big", torch.int32),                  # one window over the largest class: bit set
     ((6000, 3, 2100, 0, 70, 2049), 16, 4000, "big", torch.int64),   # three of them, one of 6000 edges
+    ((2049, 3, 5000), 16, 200_000, "big", torch.int32),             # columns over 6250 words: scans carried
     ((5, 2049, 64), 16, 3 * 2 ** 20, "sorted", torch.int64),        # bit sets over the scratch bound: sorted keys
     ((70, 300, 10), 128, 3000, "sorted", torch.int64),              # K over the smallest class: sorted keys
 ])
@@ -224,6 +225,9 @@ def test_triton_translation_builds_the_tile_values(deterministic, monkeypatch):
     import sparsegnn.kernels.translate as kt
 
     monkeypatch.setattr(kt, "SCAN_WINDOWS", 0)
+    after = []                               # tile values built after the slot pass (index_add_)
+    real = kt.tile_values
+    monkeypatch.setattr(kt, "tile_values", lambda *a, **k: after.append(1) or real(*a, **k))
     rowptr, row, col = _window_graph((5, 300, 2100, 0, 70), 16, 500)
     values = torch.rand(row.numel(), dtype=torch.float64) + 0.5
     expected = _condense(rowptr, row, col, 500, 16, 16, values=values)
@@ -233,11 +237,37 @@ def test_triton_translation_builds_the_tile_values(deterministic, monkeypatch):
         got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 500, 16, 16, values=values.to(DEVICE))
     finally:
         torch.use_deterministic_algorithms(was)
+    assert len(after) == int(deterministic)
     for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
         assert torch.equal(a.cpu(), b), name
     assert got[4].dtype == torch.float32 and got[4].shape == expected[4].shape
     assert torch.allclose(got[4].cpu(), expected[4], rtol=1e-6, atol=1e-6)
     assert kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 500, 16, 16)[4] is None
+
+
+def test_translation_values_are_checked_differentiable_and_not_over_allocated():
+    """Edge values must be one per edge (both index works, ``translate`` and ``condense``); values
+    that need a gradient keep it through the Triton translation (``index_add_``, not the slot
+    pass's atomics); where the windows' rows share their columns, the blocks returned own their
+    memory (not views of the bound's larger allocation)."""
+    import sparsegnn.kernels.translate as kt
+
+    rowptr, row, col = _window_graph((300, 40, 700, 3), 16, 24)      # 24 sources: columns shared
+    dev = [t.to(DEVICE) for t in (rowptr, row, col)]
+    for index_work in (None, kt.condense):
+        with pytest.raises(ValueError, match=r"translate\(\): edge_val must have shape"):
+            translate(dev[0], dev[2], 24, torch.ones(row.numel() - 1, device=DEVICE), condense=index_work)
+    with pytest.raises(ValueError, match=r"condense\(\): values must have shape"):
+        kt.condense(*dev, 24, 16, 16, values=torch.ones(row.numel() + 1, device=DEVICE))
+    values = (torch.rand(row.numel(), dtype=torch.float64) + 0.5).to(DEVICE).requires_grad_()
+    tiles = translate(dev[0], dev[2], 24, values, row=dev[1], condense=kt.condense)
+    up = torch.rand_like(tiles.block_vals)
+    (tiles.block_vals * up).sum().backward()
+    assert torch.allclose(values.grad.float(), up.flatten()[tiles.edge_index], rtol=1e-6)
+    bound = (row.numel() + 4 * 15) // 16
+    assert 2 * tiles.num_blocks < bound                                # the case the copy is for
+    for t in (tiles.block_cols, tiles.block_window, tiles.block_vals):
+        assert t.untyped_storage().nbytes() == t.numel() * t.element_size()
 
 
 def test_translation_builds_values_and_statistics_only_when_asked(monkeypatch):

@@ -1,5 +1,5 @@
-"""One side CUDA stream per device for the library's captures and warm-ups (no sparsegnn
-imports: every layer may use it).
+"""One side CUDA stream per device and thread for the library's captures and warm-ups (no
+sparsegnn imports: every layer may use it).
 
 Why one: PyTorch keeps a cuBLAS workspace (32 MB on the H100) for every (handle, stream) pair a
 matrix product ran on, until the process ends.  A new ``torch.cuda.Stream()`` per replay
@@ -11,21 +11,23 @@ stream order their work with ``wait_stream`` both ways, so sharing it only seria
 from __future__ import annotations
 
 import threading
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
-_SIDE: Dict[int, "torch.cuda.Stream"] = {}
+_SIDE: Dict[Tuple[int, int], "torch.cuda.Stream"] = {}
 _LOCK = threading.Lock()
 
 
 def side_stream(device: Optional[int] = None) -> "torch.cuda.Stream":
-    """The side stream of ``device`` (default: the current CUDA device), created on first use."""
+    """The calling thread's side stream on ``device`` (default: the current CUDA device), created
+    on first use."""
     index = torch.cuda.current_device() if device is None else int(device)
-    stream = _SIDE.get(index)
+    key = (index, threading.get_ident())
+    stream = _SIDE.get(key)
     if stream is None:
         with _LOCK:
-            stream = _SIDE.get(index)
+            stream = _SIDE.get(key)
             if stream is None:
-                stream = _SIDE[index] = torch.cuda.Stream(device=index)
+                stream = _SIDE[key] = torch.cuda.Stream(device=index)
     return stream

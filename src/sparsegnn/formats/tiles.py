@@ -13,7 +13,8 @@ it touches (TC-GNN's Fig. 7a compares the two counts; ``TileStats``).
 The reference here is tensor ops on the graph's device (sort / unique / scan, no Python loop
 over windows; two host syncs: the sizes of ``unique`` and of the block count);
 ``kernels.translate.condense`` does the same index work in Triton, one program per window
-sorting its edges in registers, and is passed in by ``ops.tiles.translate_graph``.
+sorting its edges in registers (a bit set of its columns where it holds over 2048 edges),
+and is passed in by ``ops.tiles.translate_graph``.
 """
 from __future__ import annotations
 
@@ -216,7 +217,7 @@ def _schedule(tiles: "TileGraph", chunk: int) -> TileSchedule:
 def _condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int, block_k: int,
               values: Optional[Tensor] = None):
     """``(window_ptr, block_window, block_cols, edge_index, block_vals)`` with tensor ops (the
-    reference; ``kernels.translate.condense`` computes the same with one sort per window);
+    reference; ``kernels.translate.condense`` computes the same per window, by a sort or a bit set);
     ``block_vals``: the tiles of ``values`` (:func:`tile_values`), None without them."""
     device = row.device
     num_windows = -(-(rowptr.numel() - 1) // window)
@@ -284,7 +285,8 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
         :class:`TileGraph` with its :class:`TileStats`.
 
     Raises:
-        ValueError: ``window`` or ``block_k`` not a positive power of two.
+        ValueError: ``window`` or ``block_k`` not a positive power of two; ``edge_val`` not one
+            value per edge.
 
     Cost: in the reference one sort (``unique`` of the ``(window, column)`` keys, int32 where
     they fit) and about 30 small tensor ops (57-62 kernels); with the Triton ``condense`` a sort
@@ -301,6 +303,9 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     for name, value in (("window", window), ("block_k", block_k)):
         if not (isinstance(value, int) and value > 0 and value & (value - 1) == 0):
             raise ValueError(f"translate(): {name} must be a positive power of two, got {value!r}")
+    if edge_val is not None and edge_val.shape != (col.numel(),):
+        raise ValueError(f"translate(): edge_val must have shape ({col.numel()},), one value per edge, "
+                         f"got {tuple(edge_val.shape)}")
     device = rowptr.device
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()

@@ -13,10 +13,10 @@ neighbour) and numbers the runs (``rank``, ``tl.cumsum`` of the marks); per edge
     block_cols[window_ptr[w] K + rank] = col_e  (first edges of a run; 0 past c_w)
 
 and the same pass adds each edge's value into its tile slot (atomics; ``index_add_`` after it
-where deterministic algorithms are asked for).
+where deterministic algorithms are asked for or the values need a gradient).
 
-The sorting pass is launched once per size class of windows (``CAPS``: a window of 40 edges
-sorts 64 lanes, not 1024), all classes in one launch.  Two host syncs: the largest window (and,
+The sorting pass sorts each window at its size class (``CAPS``: a window of 40 edges
+sorts 64 lanes, not 1024), all classes in one launch.  Host syncs: the largest window (and,
 where it is over ``CAPS[-1]``, the number of such windows), and the block count.
 
 **Big windows** (over ``CAPS[-1]`` edges: a hub's window; wikipedia has 12 of 727, artist 28 of
@@ -30,8 +30,8 @@ its smallest and largest column) and gives each edge
 (the number of the window's distinct columns below ``col_e``: the same rank as the sort's);
 ``code = 2 rank + 1`` (every edge of a column writes the same block column, so each may act as
 the run's first).  No sort, so no size limit; the scratch is ``2 ceil(M / 32)`` words a big
-window, and where that outgrows ``max(2^24, 2 E)`` words (``BIG_WORDS``) the graph takes the
-sorted keys.
+window, and where the bit sets' half of it outgrows ``max(2^24, 2 E)`` words (``BIG_WORDS``),
+or ``M >= 2^31``, the graph takes the sorted keys.
 
 **Sorted keys** (big windows whose bit sets would not fit, or ``K > CAPS[0]``): keys
 ``key_e = (row_e >> log2 W) * M + col_e`` made unique and sorted by ``torch.unique`` (keys
@@ -62,8 +62,8 @@ from ..formats.tiles import tile_values
 from ._launch import launch
 
 BLOCK = 1024
-#: Size classes of the per-window path: a window of ``n`` edges is sorted by the launch of the
-#: smallest class ``>= n`` (padding lanes cost sort steps); larger windows take the sorted keys.
+#: Size classes of the per-window path: a window of ``n`` edges is sorted at the smallest class
+#: ``>= n`` (padding lanes cost sort steps); larger windows take their bit sets.
 #: Few and small: every class is one more compile on a cold Triton cache, and large sorts
 #: compile slowly (H100: classes 64..8192 in powers of two took 4.9 s for Cora and 19.8 s more
 #: for wikipedia, a 4096 class ~5 s alone, against 2.2 s for the sorted keys' kernels).
@@ -391,16 +391,25 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         block_cols [B, K], edge_index [E] (all int64), block_vals [B, W, K] float32.
 
     Two host syncs: the largest window (at the start, the queue empty; a graph with windows
-    over ``CAPS[-1]`` edges reads their count too, a third), and the block count, read last: the block arrays (and the tile values) are
+    over ``CAPS[-1]`` edges reads their count too, a third), and the block count, read last
+    (a fourth sync, ``torch.unique``'s, where the sorted keys run after the count): the block arrays (and the tile values) are
     allocated for the bound ``B <= (E + windows (K - 1)) / K`` and returned as views of their
-    first ``B`` blocks, so every kernel is queued before the host waits.  The sorted-keys path
-    adds ``torch.unique``'s size (three syncs; two where ``K > CAPS[0]`` or no rows sent it
-    there).  Deterministic: the big windows' scratch slots are taken by atomics, but the ranks
-    do not depend on the slot.
+    first ``B`` blocks, so every kernel is queued before the host waits (copied out where the
+    bound is over twice ``B``: windows whose rows share their columns).  The sorted-keys path
+    adds ``torch.unique``'s size (two syncs where ``K > CAPS[0]`` or no rows sent it there).
+    The index arrays are deterministic (the big windows' scratch slots are taken by atomics,
+    but the ranks do not depend on the slot); the tile values are added by float atomics, so
+    three or more duplicates of an edge may sum in a different order from call to call (as
+    ``index_add_``, which runs instead under deterministic algorithms).
+
+    Raises:
+        ValueError: ``values`` not one per edge.
     """
     device = col.device
     rowptr, row, col = rowptr.contiguous(), row.contiguous(), col.contiguous()
     num_rows, num_edges = rowptr.numel() - 1, col.numel()
+    if values is not None and values.shape != (num_edges,):
+        raise ValueError(f"condense(): values must have shape ({num_edges},), one per edge, got {tuple(values.shape)}")
     num_windows = -(-num_rows // window)
     if num_windows == 0 or block_k > CAPS[0]:
         return _with_values(_condense_sorted(row, col, num_src, num_windows, window, block_k), window, block_k,
@@ -413,7 +422,7 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     largest = int(sizes[0])
     num_big = int(sizes[1]) if largest > CAPS[-1] else 0
     num_words = -(-max(int(num_src), 1) // 32)
-    if num_big * num_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges):
+    if num_big * num_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges) or (num_big and num_src >= 2 ** 31):
         return _with_values(_condense_sorted(row, col, num_src, num_windows, window, block_k), window, block_k,
                             values)
     big = max(int(num_src), 1)                      # sorts after every column
@@ -437,8 +446,8 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     block_window = torch.empty(bound, dtype=torch.int64, device=device)
     edge_index = torch.empty(num_edges, dtype=torch.int64, device=device)
     # the tile values added by the slot pass (atomics, as index_add_'s), unless deterministic
-    # algorithms are asked for: then index_add_'s deterministic version, after it
-    fused = values is not None and not torch.are_deterministic_algorithms_enabled()
+    # algorithms are asked for or the values need a gradient: then index_add_, after it
+    fused = values is not None and not values.requires_grad and not torch.are_deterministic_algorithms_enabled()
     block_vals = None
     if fused:
         block_vals = torch.zeros((bound, window, block_k), dtype=torch.float32, device=device)
@@ -451,8 +460,10 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     if values is not None and not fused:
         block_vals = tile_values(edge_index, bound, window, block_k, values)
     num_blocks = int(window_ptr[-1])
-    return (window_ptr, block_window[:num_blocks], block_cols[:num_blocks], edge_index,
-            None if block_vals is None else block_vals[:num_blocks])
+    kept = [block_window[:num_blocks], block_cols[:num_blocks], None if block_vals is None else block_vals[:num_blocks]]
+    if 2 * num_blocks < bound:      # rows sharing columns: the bound's tail would double the memory
+        kept = [None if t is None else t.clone() for t in kept]
+    return window_ptr, kept[0], kept[1], edge_index, kept[2]
 
 
 def _warps(cap: int) -> int:

@@ -341,11 +341,12 @@ def _captured(run: Callable[[Dict[str, int]], object], config: Dict[str, int]):
     (it synchronises, or allocates in a way capture forbids).
 
     Captured on the library's side stream (``_streams.side_stream``) with
-    ``capture_begin``/``capture_end`` directly: ``torch.cuda.graph`` would also run the garbage collector and empty the allocator's cache,
-    each time.  The memory pool is this capture's own; when the capture fails, ``capture_end``
+    ``capture_begin``/``capture_end`` directly: ``torch.cuda.graph`` would also run the garbage
+    collector and empty the allocator's cache, each time.  The memory pool is this capture's own; when the capture fails, ``capture_end``
     raises before telling the allocator the capture is over, so that is done here and the
     pool released (else the allocator would defer frees as if a capture ran for good)."""
-    stream = side_stream()
+    device = torch.cuda.current_device()
+    stream = side_stream(device)
     graph, pool = torch.cuda.CUDAGraph(), torch.cuda.graph_pool_handle()
     stream.wait_stream(torch.cuda.current_stream())
     ok = ended = False
