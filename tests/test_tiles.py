@@ -218,31 +218,35 @@ def test_triton_translation_at_the_shipped_size_classes(counts, block_k, num_src
 
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_triton_translation_builds_the_tile_values(deterministic, monkeypatch):
-    """The Triton index work builds the tiles of the edge values in its slot pass (atomics), or
-    after it by ``index_add_`` where deterministic algorithms are asked for; both equal the
-    reference's tiles; the block counts summed by ``torch.cumsum`` as on graphs of many windows."""
-    from sparsegnn.formats.tiles import _condense
+    """The Triton index work adds the edge values into their tiles in its slot pass (atomics),
+    except under deterministic algorithms, where it leaves them to ``translate``'s
+    ``index_add_``; either way the tiles equal the reference's; the block counts summed by
+    ``torch.cumsum`` as on graphs of many windows."""
+    from sparsegnn.formats.tiles import _condense, tile_values
     import sparsegnn.kernels.translate as kt
 
     monkeypatch.setattr(kt, "SCAN_WINDOWS", 0)
-    after = []                               # tile values built after the slot pass (index_add_)
-    real = kt.tile_values
-    monkeypatch.setattr(kt, "tile_values", lambda *a, **k: after.append(1) or real(*a, **k))
     rowptr, row, col = _window_graph((5, 300, 2100, 0, 70), 16, 500)
     values = torch.rand(row.numel(), dtype=torch.float64) + 0.5
     expected = _condense(rowptr, row, col, 500, 16, 16, values=values)
+    assert expected[4] is None                               # the reference leaves them to translate
+    expected_vals = tile_values(expected[3], expected[2].shape[0], 16, 16, values)
+    dev = [t.to(DEVICE) for t in (rowptr, row, col)]
     was = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(deterministic)
     try:
-        got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 500, 16, 16, values=values.to(DEVICE))
+        got = kt.condense(*dev, 500, 16, 16, values=values.to(DEVICE))
+        tiles = translate(dev[0], dev[2], 500, values.to(DEVICE), row=dev[1], condense=kt.condense)
     finally:
         torch.use_deterministic_algorithms(was)
-    assert len(after) == int(deterministic)
     for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
         assert torch.equal(a.cpu(), b), name
-    assert got[4].dtype == torch.float32 and got[4].shape == expected[4].shape
-    assert torch.allclose(got[4].cpu(), expected[4], rtol=1e-6, atol=1e-6)
-    assert kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 500, 16, 16)[4] is None
+    assert (got[4] is None) == deterministic
+    built = [tiles.block_vals] + ([] if deterministic else [got[4]])
+    for vals in built:
+        assert vals.dtype == torch.float32 and vals.shape == expected_vals.shape
+        assert torch.allclose(vals.cpu(), expected_vals, rtol=1e-6, atol=1e-6)
+    assert kt.condense(*dev, 500, 16, 16)[4] is None
 
 
 def test_translation_values_are_checked_differentiable_and_not_over_allocated():

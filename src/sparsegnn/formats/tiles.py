@@ -216,9 +216,10 @@ def _schedule(tiles: "TileGraph", chunk: int) -> TileSchedule:
 
 def _condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int, block_k: int,
               values: Optional[Tensor] = None):
-    """``(window_ptr, block_window, block_cols, edge_index, block_vals)`` with tensor ops (the
-    reference; ``kernels.translate.condense`` computes the same per window, by a sort or a bit set);
-    ``block_vals``: the tiles of ``values`` (:func:`tile_values`), None without them."""
+    """``(window_ptr, block_window, block_cols, edge_index, None)`` with tensor ops (the
+    reference; ``kernels.translate.condense`` computes the same per window, by a sort or a bit set).
+    ``values`` is taken for the protocol of ``translate``'s ``condense``; the tile values are left
+    to :func:`tile_values`."""
     device = row.device
     num_windows = -(-(rowptr.numel() - 1) // window)
     span = max(int(num_src), 1)
@@ -247,8 +248,7 @@ def _condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: in
     # within the window
     key_base = key_pos + (key_pos >> shift_k) * ((window - 1) * block_k)
     edge_index = key_base[inverse] + ((row & (window - 1)) << shift_k)
-    block_vals = None if values is None else tile_values(edge_index, num_blocks, window, block_k, values)
-    return window_ptr, block_window, block_cols.view(num_blocks, block_k), edge_index, block_vals
+    return window_ptr, block_window, block_cols.view(num_blocks, block_k), edge_index, None
 
 
 def _count_stats(rowptr: Tensor, col: Tensor, edge_index: Tensor, num_src: int, num_blocks: int, window: int,
@@ -278,8 +278,9 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
         row: ``[E]`` target of every edge, if the caller has it (else expanded from ``rowptr``).
         condense: ``condense(rowptr, row, col, num_src, window, block_k, values=edge_val)`` ->
             ``(window_ptr, block_window, block_cols, edge_index, block_vals)``, the index work
-            and the tiles of ``edge_val`` (None without them); default the tensor-op reference
-            (``ops/tiles.py`` passes ``kernels.translate.condense`` on CUDA).
+            and, where it builds them, the tiles of ``edge_val`` (else None: built here by
+            :func:`tile_values`); default the tensor-op reference (``ops/tiles.py`` passes
+            ``kernels.translate.condense`` on CUDA).
 
     Returns:
         :class:`TileGraph` with its :class:`TileStats`.
@@ -316,6 +317,8 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     window_ptr, block_window, block_cols, edge_index, block_vals = (condense or _condense)(
         rowptr, row, col, num_src, window, block_k, values=edge_val)
     num_blocks = block_cols.shape[0]
+    if edge_val is not None and block_vals is None:
+        block_vals = tile_values(edge_index, num_blocks, window, block_k, edge_val)
     count = functools.partial(_count_stats, rowptr, col, edge_index, num_src, num_blocks, window, block_k)
     stats = TileStats(num_windows, num_blocks, 0.0, count, window * block_k)
     tiles = TileGraph(window, block_k, num_rows, int(num_src), window_ptr, block_window,

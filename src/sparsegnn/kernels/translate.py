@@ -58,7 +58,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..formats.tiles import tile_values
 from ._launch import launch
 
 BLOCK = 1024
@@ -305,7 +304,7 @@ def _edge_slot_kernel(row_ptr, col_ptr, code_ptr, window_ptr_ptr, block_cols_ptr
                       BLOCK_K: tl.constexpr, VALUES: tl.constexpr, BLOCK: tl.constexpr):
     """Per edge: its tile slot; the first edge of each column run writes the block's column (and
     the block's window, for a block's first column); with ``VALUES``, the edge's value is added
-    into its slot of the zeroed tiles (``formats.tiles.tile_values`` without a second pass over
+    into its slot of the zeroed tiles (``formats.tiles.tile_values``'s sum without a second pass over
     the slots)."""
     e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = e < num_edges
@@ -377,8 +376,10 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     """``(window_ptr, block_window, block_cols, edge_index, block_vals)`` of the condensed tiles
     of a CSR graph (the definitions of ``formats.tiles.translate``; module doc): per window in
     one launch where ``K <= CAPS[0]`` (windows over ``CAPS[-1]`` edges by their bit sets, where
-    those fit), else by sorted keys; ``block_vals``: the tiles of ``values``
-    (``formats.tiles.tile_values``), None without them.
+    those fit), else by sorted keys; ``block_vals``: the tiles of ``values`` (their sums per
+    slot, as ``formats.tiles.tile_values``) where the slot pass adds them, else None (no values;
+    values that need a gradient; deterministic algorithms; the sorted keys): ``translate`` then
+    builds them with ``index_add_``.
 
     Args:
         rowptr: ``[N + 1]`` row offsets; row, col: ``[E]`` target and source of every edge in
@@ -392,15 +393,15 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
 
     Two host syncs: the largest window (at the start, the queue empty; a graph with windows
     over ``CAPS[-1]`` edges reads their count too, a third), and the block count, read last
-    (a fourth sync, ``torch.unique``'s, where the sorted keys run after the count): the block arrays (and the tile values) are
-    allocated for the bound ``B <= (E + windows (K - 1)) / K`` and returned as views of their
+    (a fourth sync, ``torch.unique``'s, where the sorted keys run after the count): the block
+    arrays (and the tile values) are allocated for the bound ``B <= (E + windows (K - 1)) / K`` and returned as views of their
     first ``B`` blocks, so every kernel is queued before the host waits (copied out where the
     bound is over twice ``B``: windows whose rows share their columns).  The sorted-keys path
     adds ``torch.unique``'s size (two syncs where ``K > CAPS[0]`` or no rows sent it there).
     The index arrays are deterministic (the big windows' scratch slots are taken by atomics,
     but the ranks do not depend on the slot); the tile values are added by float atomics, so
     three or more duplicates of an edge may sum in a different order from call to call (as
-    ``index_add_``, which runs instead under deterministic algorithms).
+    ``index_add_``'s, which ``translate`` runs instead under deterministic algorithms).
 
     Raises:
         ValueError: ``values`` not one per edge.
@@ -412,8 +413,7 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         raise ValueError(f"condense(): values must have shape ({num_edges},), one per edge, got {tuple(values.shape)}")
     num_windows = -(-num_rows // window)
     if num_windows == 0 or block_k > CAPS[0]:
-        return _with_values(_condense_sorted(row, col, num_src, num_windows, window, block_k), window, block_k,
-                            values)
+        return (*_condense_sorted(row, col, num_src, num_windows, window, block_k), None)
     if len(CAPS) > 5:
         raise ValueError(f"condense(): at most 5 size classes, CAPS = {CAPS}")
     sizes = torch.zeros(2, dtype=torch.int64, device=device)
@@ -423,8 +423,7 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     num_big = int(sizes[1]) if largest > CAPS[-1] else 0
     num_words = -(-max(int(num_src), 1) // 32)
     if num_big * num_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges) or (num_big and num_src >= 2 ** 31):
-        return _with_values(_condense_sorted(row, col, num_src, num_windows, window, block_k), window, block_k,
-                            values)
+        return (*_condense_sorted(row, col, num_src, num_windows, window, block_k), None)
     big = max(int(num_src), 1)                      # sorts after every column
     code = torch.empty(num_edges, dtype=torch.int32, device=device)
     blocks = torch.empty(num_windows + 1, dtype=torch.int64, device=device)
@@ -446,7 +445,7 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     block_window = torch.empty(bound, dtype=torch.int64, device=device)
     edge_index = torch.empty(num_edges, dtype=torch.int64, device=device)
     # the tile values added by the slot pass (atomics, as index_add_'s), unless deterministic
-    # algorithms are asked for or the values need a gradient: then index_add_, after it
+    # algorithms are asked for or the values need a gradient: then left to the caller (index_add_)
     fused = values is not None and not values.requires_grad and not torch.are_deterministic_algorithms_enabled()
     block_vals = None
     if fused:
@@ -457,8 +456,6 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
                (row, col, code, window_ptr, block_cols, block_window, edge_index,
                 values if fused else code, block_vals if fused else code, num_edges),
                dict(SHIFT_W=window.bit_length() - 1, WINDOW=window, BLOCK_K=block_k, VALUES=fused, BLOCK=BLOCK), 4)
-    if values is not None and not fused:
-        block_vals = tile_values(edge_index, bound, window, block_k, values)
     num_blocks = int(window_ptr[-1])
     kept = [block_window[:num_blocks], block_cols[:num_blocks], None if block_vals is None else block_vals[:num_blocks]]
     if 2 * num_blocks < bound:      # rows sharing columns: the bound's tail would double the memory
@@ -469,11 +466,3 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
 def _warps(cap: int) -> int:
     """Warps of a size class's sort: at most 8 lanes a thread (stop 38)."""
     return max(1, min(8, cap // 256))
-
-
-def _with_values(index_work: Tuple[Tensor, Tensor, Tensor, Tensor], window: int, block_k: int,
-                 values: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor, Optional[Tensor]]:
-    """The sorted-keys path's index work with the tiles of ``values`` (None without them)."""
-    window_ptr, block_window, block_cols, edge_index = index_work
-    block_vals = None if values is None else tile_values(edge_index, block_cols.shape[0], window, block_k, values)
-    return window_ptr, block_window, block_cols, edge_index, block_vals
