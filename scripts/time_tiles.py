@@ -17,7 +17,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
@@ -97,11 +97,11 @@ def _graphs(spec: str, max_edges: int) -> List[tuple]:
     return out
 
 
-def _translate_timed(g: Graph, calls: int = 11):
+def _translate_timed(g: Graph, calls: int = 11) -> Tuple[object, Tuple[float, float]]:
     """The graph's tiles with its edge values, as the library translates (``translate_graph``:
     the graph's cached rows of the edges, ``kernels.translate.condense``); ``stats.ms`` the
     median of ``calls`` translations after a warm one (allocator, kernels, the cached rows),
-    ``stats.ms_quartiles`` the 25th and 75th percentiles: one call's time swings by +-50 %
+    returned with the 25th and 75th percentiles: one call's time swings by +-50 %
     with the host's jitter, and a slow spell of the H100 host covered 3 of 5 calls once
     (stop 41: PROTEINS_full 0.98 ms, 0.24-0.36 ms in the runs before and beside it)."""
     run = lambda: translate(g.rowptr, g.col, g.num_src, g.edge_val, row=g.row, condense=condense)  # noqa: E731
@@ -110,8 +110,7 @@ def _translate_timed(g: Graph, calls: int = 11):
     tiles = run()
     times = sorted(times + [tiles.stats.ms])
     tiles.stats.ms = times[calls // 2]
-    tiles.stats.ms_quartiles = (times[calls // 4], times[(3 * calls) // 4])
-    return tiles
+    return tiles, (times[calls // 4], times[(3 * calls) // 4])
 
 
 def _spmm_rows(g: Graph, tiles, dims, base: Dict, emit, configs) -> None:
@@ -370,11 +369,11 @@ def main() -> int:
                 torch.cuda.synchronize()
                 orders.append((method, g, 1e3 * (time.perf_counter() - r0)))
         for order, g, reorder_ms in orders:
-            tiles = _translate_timed(g)
+            tiles, quartiles = _translate_timed(g)
             s = tiles.stats
             base = dict(suite=suite, graph=name, order=order, nodes=g.num_nodes, nnz=g.num_edges,
                         reorder_ms=reorder_ms, windows=s.windows, blocks_plain=s.blocks_plain, blocks=s.blocks,
-                        fill=s.fill, translate_ms=s.ms, translate_ms_quartiles=s.ms_quartiles)
+                        fill=s.fill, translate_ms=s.ms, translate_ms_quartiles=quartiles)
             emit(dict(base, op="translate", ms=s.ms))
             print(f"{suite}/{order} {name}: N={g.num_nodes} E={g.num_edges} blocks {s.blocks_plain}->{s.blocks} "
                   f"fill {s.fill:.3f} translate {s.ms:.1f} ms reorder {reorder_ms:.0f} ms", flush=True)

@@ -394,9 +394,10 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     Two host syncs: the largest window (at the start, the queue empty; a graph with windows
     over ``CAPS[-1]`` edges reads their count too, a third), and the block count, read last
     (a fourth sync, ``torch.unique``'s, where the sorted keys run after the count): the block
-    arrays (and the tile values) are allocated for the bound ``B <= (E + windows (K - 1)) / K`` and returned as views of their
-    first ``B`` blocks, so every kernel is queued before the host waits (copied out where the
-    bound is over twice ``B``: windows whose rows share their columns).  The sorted-keys path
+    arrays (and the tile values) are allocated for the bound ``B <= (E + windows (K - 1)) / K``
+    and returned as views of their first ``B`` blocks, so every kernel is queued before the host
+    waits (copied out where the bound is over twice ``B``: windows whose rows share their
+    columns).  The sorted-keys path
     adds ``torch.unique``'s size (two syncs where ``K > CAPS[0]`` or no rows sent it there).
     The index arrays are deterministic (the big windows' scratch slots are taken by atomics,
     but the ranks do not depend on the slot); the tile values are added by float atomics, so
@@ -427,6 +428,7 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     big = max(int(num_src), 1)                      # sorts after every column
     code = torch.empty(num_edges, dtype=torch.int32, device=device)
     blocks = torch.empty(num_windows + 1, dtype=torch.int64, device=device)
+    # the big windows' bit sets (any tensor where there are none: that branch is not compiled)
     scratch = torch.zeros(1 + 2 * num_big * num_words, dtype=torch.int32, device=device) if num_big else code
     caps = tuple(c for c in CAPS if c < largest) + tuple(c for c in CAPS if c >= largest)[:1]
     padded = caps + (caps[-1],) * (5 - len(caps))
@@ -434,7 +436,7 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
            dict(WINDOW=window, BLOCK_K=block_k, CAP0=padded[0], CAP1=padded[1], CAP2=padded[2], CAP3=padded[3],
                 CAP4=padded[4], CLASSES=len(caps), BIG=bool(num_big), BLOCK=BLOCK,
                 KEY64=sum(1 << i for i, cap in enumerate(caps) if (big + 1) * cap >= 2 ** 31)),
-           max(4 if num_big else 1, _warps(caps[-1])))
+           max(4 if num_big else 1, min(8, caps[-1] // 256)))      # at most 8 lanes a thread (stop 38)
     window_ptr = torch.empty_like(blocks)
     if num_windows < SCAN_WINDOWS:
         launch(_scan_kernel, (1,), (blocks, window_ptr, num_windows + 1), dict(BLOCK=BLOCK), 4)
@@ -445,7 +447,8 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     block_window = torch.empty(bound, dtype=torch.int64, device=device)
     edge_index = torch.empty(num_edges, dtype=torch.int64, device=device)
     # the tile values added by the slot pass (atomics, as index_add_'s), unless deterministic
-    # algorithms are asked for or the values need a gradient: then left to the caller (index_add_)
+    # algorithms are asked for or the values need a gradient: then left to the caller (index_add_);
+    # without them the kernel's value pointers are any tensor (VALUES off: never read)
     fused = values is not None and not values.requires_grad and not torch.are_deterministic_algorithms_enabled()
     block_vals = None
     if fused:
@@ -461,8 +464,3 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     if 2 * num_blocks < bound:      # rows sharing columns: the bound's tail would double the memory
         kept = [None if t is None else t.clone() for t in kept]
     return window_ptr, kept[0], kept[1], edge_index, kept[2]
-
-
-def _warps(cap: int) -> int:
-    """Warps of a size class's sort: at most 8 lanes a thread (stop 38)."""
-    return max(1, min(8, cap // 256))
