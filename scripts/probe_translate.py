@@ -5,7 +5,9 @@
 - ``tensor ops``: the reference (``formats.tiles._condense``);
 - ``triton``: ``kernels.translate.condense`` as shipped;
 - ``sorted``: the same with the big windows' bit sets disallowed (graphs with a window over
-  ``CAPS[-1]`` edges then take the sorted keys, as before stop 41).
+  ``CAPS[-1]`` edges then take the sorted keys, as before stop 41);
+- ``bits8``: bit sets allowed up to 8 words an edge (ogbn-products would take them: slower,
+  16.7 ms of ranking against 16.0 ms of sorted keys, stop 42).
 
 The edge values are random (as ``time_tiles.py`` gives them), unless ``--no-values``.
 
@@ -42,7 +44,8 @@ def _patched(**names):
     return run
 
 
-VARIANTS = {"tensor ops": None, "triton": kt.condense, "sorted": _patched(BIG_WORDS=0, BIG_WORDS_PER_EDGE=0)}
+VARIANTS = {"tensor ops": None, "triton": kt.condense, "sorted": _patched(BIG_WORDS=0, BIG_WORDS_PER_EDGE=0),
+            "bits8": _patched(BIG_WORDS_PER_EDGE=8)}
 
 
 def main() -> None:
@@ -51,6 +54,7 @@ def main() -> None:
     parser.add_argument("--variants", default="tensor ops,triton,sorted")
     parser.add_argument("--trace", default="", help="directory for Chrome traces of one call each")
     parser.add_argument("--no-values", action="store_true", help="translate the structure only")
+    parser.add_argument("--top", type=int, default=0, help="print the N costliest kernels of each profiled call")
     args = parser.parse_args()
     for name in args.graphs.split(","):
         g = bench_graph(name, device="cuda", real=name in REAL_SUITE)
@@ -70,6 +74,13 @@ def main() -> None:
             kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
             syncs = sum(1 for e in prof.events() if "Synchronize" in e.name)
             line.append(f"{tag} {ms:6.3f} ms ({kernels} kernels, {syncs} syncs)")
+            if args.top:
+                gpu = {}
+                for e in prof.events():
+                    if e.device_type == torch.autograd.DeviceType.CUDA:
+                        gpu[e.name[:60]] = gpu.get(e.name[:60], 0.0) + e.device_time / 1000.0
+                for kname, kms in sorted(gpu.items(), key=lambda kv: -kv[1])[:args.top]:
+                    print(f"    {name} {tag}: {kms:7.3f} ms  {kname}", flush=True)
             if args.trace:
                 Path(args.trace).mkdir(parents=True, exist_ok=True)
                 prof.export_chrome_trace(str(Path(args.trace) / f"{name}_{tag.replace(' ', '_')}.json"))

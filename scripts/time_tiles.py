@@ -29,7 +29,7 @@ from sparsegnn.datasets.synthetic import SUITES  # noqa: E402
 from sparsegnn.formats.tiles import translate  # noqa: E402
 from sparsegnn.kernels.spmm_tiles import sddmm_tiles, spmm_tiles  # noqa: E402
 from sparsegnn.kernels.translate import condense  # noqa: E402
-from sparsegnn.ops.tiles import TC_FAMILY, _run_sum  # noqa: E402
+from sparsegnn.ops.tiles import TC_FAMILY, _run_sum, tile_encoding  # noqa: E402
 from sparsegnn.tune import lookup  # noqa: E402
 
 #: (swap, block_f, num_warps, chunk) launch configs of the tile SpMM
@@ -98,13 +98,23 @@ def _graphs(spec: str, max_edges: int) -> List[tuple]:
 
 
 def _translate_timed(g: Graph, calls: int = 11) -> Tuple[object, Tuple[float, float]]:
-    """The graph's tiles with its edge values, as the library translates (``translate_graph``:
-    the graph's cached rows of the edges, ``kernels.translate.condense``); ``stats.ms`` the
-    median of ``calls`` translations after a warm one (allocator, kernels, the cached rows),
-    returned with the 25th and 75th percentiles: one call's time swings by +-50 %
-    with the host's jitter, and a slow spell of the H100 host covered 3 of 5 calls once
-    (stop 41: PROTEINS_full 0.98 ms, 0.24-0.36 ms in the runs before and beside it)."""
-    run = lambda: translate(g.rowptr, g.col, g.num_src, g.edge_val, row=g.row, condense=condense)  # noqa: E731
+    """The graph's tiles as the library builds them before its first tile SpMM
+    (``translate_graph``: the graph's cached rows of the edges, ``kernels.translate.condense``;
+    the dense tiles of the edge values, ``tiles_of``, where ``ops.tiles.tile_encoding`` picks
+    them; with runs the values are read per edge); ``stats.ms`` the median of ``calls`` translations after a warm one
+    (allocator, kernels, the cached rows), returned with the 25th and 75th percentiles: one
+    call's time swings by +-50 % with the host's jitter, and a slow spell of the H100 host
+    covered 3 of 5 calls once (stop 41: PROTEINS_full 0.98 ms, 0.24-0.36 ms in the runs before
+    and beside it)."""
+    def run():
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        tiles = translate(g.rowptr, g.col, g.num_src, row=g.row, condense=condense)
+        if tile_encoding(tiles) == "dense" and g.edge_val is not None:
+            tiles.block_vals = tiles.tiles_of(g.edge_val)
+        torch.cuda.synchronize()
+        tiles.stats.ms = 1e3 * (time.perf_counter() - t0)
+        return tiles
     run()
     times = [run().stats.ms for _ in range(calls - 1)]   # each TileGraph freed before the next
     tiles = run()
@@ -117,6 +127,9 @@ def _spmm_rows(g: Graph, tiles, dims, base: Dict, emit, configs) -> None:
     csr = g.to_torch_sparse_csr()
     csr16 = torch.sparse_csr_tensor(csr.crow_indices(), csr.col_indices(), csr.values().bfloat16(), csr.shape)
     vals16 = tiles.tiles_of(g.edge_val, torch.bfloat16)
+    vals32 = tiles.tiles_of(g.edge_val)
+    ordered = tiles.ordered
+    ev16 = None if g.edge_val is None else g.edge_val.bfloat16()
     for f in dims:
         if g.num_src * f * 8 * 3 > 0.6 * torch.cuda.mem_get_info()[0]:
             emit(dict(base, F=f, provider="skipped", note="float64 reference does not fit"))
@@ -140,9 +153,15 @@ def _spmm_rows(g: Graph, tiles, dims, base: Dict, emit, configs) -> None:
                 continue
             cfg = f"{'swap' if swap else 'rows'}-bf{bf}-w{warps}-c{chunk}"
             cases[("tiles", "tf32", cfg)] = (lambda s=swap, b=bf, w=warps, c=chunk: spmm_tiles(
-                tiles, x, precision="tf32", block_f=b, swap=s, num_warps=w, chunk=c), ref)
+                tiles, x, vals32, precision="tf32", block_f=b, swap=s, num_warps=w, chunk=c), ref)
             cases[("tiles", "bf16", cfg)] = (lambda s=swap, b=bf, w=warps, c=chunk: spmm_tiles(
                 tiles, x16, vals16, block_f=b, swap=s, num_warps=w, chunk=c), ref16)
+            if ordered:     # the runs encoding: the edge values in CSR order, no tile values
+                cases[("tiles-runs", "tf32", cfg)] = (lambda s=swap, b=bf, w=warps, c=chunk: spmm_tiles(
+                    tiles, x, g.edge_val, precision="tf32", block_f=b, swap=s, num_warps=w, chunk=c,
+                    encoding="runs"), ref)
+                cases[("tiles-runs", "bf16", cfg)] = (lambda s=swap, b=bf, w=warps, c=chunk: spmm_tiles(
+                    tiles, x16, ev16, block_f=b, swap=s, num_warps=w, chunk=c, encoding="runs"), ref16)
         timed = []
         for (provider, prec, cfg), (fn, want) in cases.items():
             row = dict(base, op="spmm", F=f, provider=provider, precision=prec, config=cfg)
@@ -373,7 +392,8 @@ def main() -> int:
             s = tiles.stats
             base = dict(suite=suite, graph=name, order=order, nodes=g.num_nodes, nnz=g.num_edges,
                         reorder_ms=reorder_ms, windows=s.windows, blocks_plain=s.blocks_plain, blocks=s.blocks,
-                        fill=s.fill, translate_ms=s.ms, translate_ms_quartiles=quartiles)
+                        fill=s.fill, translate_ms=s.ms, translate_ms_quartiles=quartiles, ordered=tiles.ordered,
+                        encoding=tile_encoding(tiles))
             emit(dict(base, op="translate", ms=s.ms))
             print(f"{suite}/{order} {name}: N={g.num_nodes} E={g.num_edges} blocks {s.blocks_plain}->{s.blocks} "
                   f"fill {s.fill:.3f} translate {s.ms:.1f} ms reorder {reorder_ms:.0f} ms", flush=True)

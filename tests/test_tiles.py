@@ -198,7 +198,7 @@ def test_triton_translation_at_the_shipped_size_classes(counts, block_k, num_src
     ``CAPS[-1]`` edges (their bit sets, or sorted keys where the bit sets would outgrow
     ``BIG_WORDS``), ``K > CAPS[0]``, and int32 index tensors, equal to the tensor-op reference
     element for element."""
-    from sparsegnn.formats.tiles import _condense
+    from sparsegnn.formats.tiles import _condense, rows_ordered
     import sparsegnn.kernels.translate as kt
     from sparsegnn.kernels.translate import CAPS, condense
 
@@ -214,6 +214,15 @@ def test_triton_translation_at_the_shipped_size_classes(counts, block_k, num_src
     for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
         assert a.dtype == torch.int64, name
         assert torch.equal(a.cpu(), b), name
+    # the order flag (random sources repeat: duplicate edges where they meet; then the same
+    # graph with its duplicates dropped)
+    assert bool(got.ordered) is bool(rows_ordered(expected[3], row))
+    keep = torch.ones_like(row, dtype=torch.bool)
+    keep[1:] = (row[1:] != row[:-1]) | (col[1:] != col[:-1])
+    rowptr_u = torch.zeros_like(rowptr)
+    rowptr_u[1:] = torch.cumsum(torch.bincount(row[keep], minlength=rowptr.numel() - 1), 0)
+    unique = condense(rowptr_u.to(DEVICE), row[keep].to(DEVICE), col[keep].to(DEVICE), num_src, window, block_k)
+    assert bool(unique.ordered)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -350,6 +359,92 @@ def test_tile_spmm_every_kernel_config(graph_case, swap, block_f, chunk, dtype, 
     assert float((out.double().cpu() - want).norm()) <= tol * max(float(want.norm()), 1.0)
 
 
+def _hub_graph(seed=0, duplicates=False):
+    """A graph whose windows span several blocks (a hub row of 150 sources, rows of 1-40), empty
+    rows and an isolated node, self loops; with ``duplicates`` its repeated edges kept and 40
+    copies of one edge (more than ``K`` edges in one block row), else merged; every row's
+    columns sorted: ``(Graph, dense [N, N] float64)``."""
+    gen = torch.Generator().manual_seed(seed)
+    n = 70
+    rows = [torch.full((150,), 3), torch.randint(0, 60, (400,), generator=gen), torch.arange(0, 60, 7)]
+    cols = [torch.randint(0, n - 1, (150,), generator=gen), torch.randint(0, n - 1, (400,), generator=gen),
+            torch.arange(0, 60, 7)]
+    if duplicates:
+        rows.append(torch.full((40,), 17))
+        cols.append(torch.full((40,), 33))
+    row, col = torch.cat(rows), torch.cat(cols)
+    keep = (row % 9) != 5                                          # empty rows
+    ei = torch.stack([col[keep], row[keep]])
+    w = torch.rand(ei.shape[1], generator=gen, dtype=torch.float64) + 0.5
+    g = Graph.from_edge_index(ei, w.float(), num_nodes=n)
+    return (g if duplicates else g.remove_duplicates()), dense_adjacency(ei, n, w)
+
+
+@pytest.mark.parametrize("index_work", ["reference", "triton", "big windows", "sorted keys"])
+def test_translation_order_flag(index_work, monkeypatch):
+    """``ordered`` from either index work (the Triton slot pass, its big windows, the sorted
+    keys' edge pass): True for sorted columns, duplicate edges or not; False with a row's
+    columns out of order (``Graph.from_csr`` keeps them as given)."""
+    import sparsegnn.kernels.translate as kt
+    from sparsegnn.formats.tiles import rows_ordered
+
+    fast = None
+    if index_work != "reference":
+        fast = kt.condense
+        if index_work != "triton":
+            monkeypatch.setattr(kt, "CAPS", (2,))
+        if index_work == "sorted keys":
+            monkeypatch.setattr(kt, "BIG_WORDS", 0)
+            monkeypatch.setattr(kt, "BIG_WORDS_PER_EDGE", 0)
+    g, _ = _hub_graph()
+    dup = Graph.from_edge_index(torch.stack([g.col, g.row]).cpu()[:, [0, 0, 1, 2, 3]], num_nodes=g.num_nodes)
+    col = g.col.clone()
+    row0 = slice(int(g.rowptr[3]), int(g.rowptr[4]))                # the hub row: reverse its columns
+    col[row0] = col[row0].flip(0)
+    shuffled = Graph.from_csr(g.rowptr, col, num_nodes=g.num_nodes)
+    for graph, ordered in ((g, True), (dup, True), (_hub_graph(duplicates=True)[0], True), (shuffled, False)):
+        on = graph.to(DEVICE)
+        tiles = translate(on.rowptr, on.col, on.num_src, row=on.row, condense=fast)
+        assert tiles.ordered is ordered and bool(rows_ordered(tiles.edge_index.cpu(), on.row.cpu())) is ordered
+
+
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("block_f,chunk", [(16, 16), (32, 1), (16, 3)])
+@pytest.mark.parametrize("dtype,vals_half,precision,tol", [
+    (torch.float32, False, "ieee", 1e-5), (torch.float32, False, "tf32", 5e-3),
+    (torch.bfloat16, True, "ieee", 1e-2), (torch.float16, True, "ieee", 5e-3), (torch.float16, False, "ieee", 5e-3)])
+@pytest.mark.parametrize("duplicates", [False, True])
+def test_tile_spmm_on_runs_every_config(swap, block_f, chunk, dtype, vals_half, precision, tol, duplicates):
+    """The runs encoding (tiles built from the slots and per-edge values in CSR order) against float64: both
+    orientations, feature blocks narrower than F, windows whole, one block an item or items
+    starting mid-window (``chunk=3``: each row's first edge found by binary search), duplicate
+    edges summed (40 copies of one edge: a block row of more than ``K`` edges),
+    fp32 and native half values, values or none (ones); and its refusals."""
+    from sparsegnn.kernels.spmm_tiles import spmm_tiles
+
+    g, dense = _hub_graph(1, duplicates)
+    g = g.to(DEVICE)
+    n = g.num_nodes
+    tiles = translate(g.rowptr, g.col, n, row=g.row)
+    assert (g.num_edges > int((dense != 0).sum())) is duplicates
+    assert tiles.ordered and tiles.num_blocks > tiles.stats.windows
+    x = torch.randn(n, 40, generator=torch.Generator().manual_seed(3)).to(dtype).to(DEVICE)
+    vals = g.edge_val.to(dtype if vals_half else torch.float32)
+    ones = dense_adjacency(torch.stack([g.col, g.row]).cpu(), n)       # each edge 1, duplicates counted
+    for values, want in ((vals, dense @ x.double().cpu()), (None, ones @ x.double().cpu())):
+        out = spmm_tiles(tiles, x, values, precision=precision, block_f=block_f, swap=swap, chunk=chunk,
+                         encoding="runs")
+        assert out.dtype == dtype and out.shape == (n, 40)
+        assert float((out.double().cpu() - want).norm()) <= tol * float(want.norm())
+    with pytest.raises(ValueError, match="one per edge"):
+        spmm_tiles(tiles, x, vals[1:], encoding="runs")
+    with pytest.raises(ValueError, match="encoding must be"):
+        spmm_tiles(tiles, x, encoding="sparse")
+    unsorted = Graph.from_csr(torch.tensor([0, 2, 2]), torch.tensor([1, 0]), num_nodes=2).to(DEVICE)
+    with pytest.raises(ValueError, match="sorted columns"):
+        spmm_tiles(translate(unsorted.rowptr, unsorted.col, 2), x[:2], encoding="runs")
+
+
 @pytest.mark.parametrize("chunk", [1, 2, 16])
 def test_tile_schedule_covers_every_block_once(graph_case, chunk):
     _, n, ei, _ = graph_case
@@ -406,6 +501,43 @@ def test_spmm_tc_forward_and_backward_against_float64(graph_case, precision, tol
     assert float((out.double().cpu() - ref.detach()).norm()) <= tol * scale(ref)
     assert float((gx.double().cpu() - rx).norm()) <= tol * scale(rx)
     assert float((g.to_input_order(gw).double().cpu() - rw).norm()) <= max(tol, 1e-5) * scale(rw)
+
+
+@pytest.mark.parametrize("precision,tol", [("ieee", 1e-5), ("tf32", 5e-3)])
+def test_spmm_tc_and_every_tile_config_on_runs(precision, tol, monkeypatch):
+    """Where the library takes the runs encoding (``RUNS_MIN_BYTES`` set to 0 here: every
+    ordered graph), ``spmm_tc``'s forward, its backward on the transpose's tiles and the weight
+    gradient, and every tile config the tuner can pick, against float64 (duplicate edges
+    summed); a graph whose rows are not sorted keeps the dense tiles."""
+    import sparsegnn.ops.tiles as tile_ops
+
+    monkeypatch.setattr(tile_ops, "RUNS_MIN_BYTES", 0)
+    g, dense = _hub_graph(2, duplicates=True)
+    g = g.to(DEVICE)
+    n = g.num_nodes
+    assert tile_ops.tile_encoding(tile_ops.tiles_of_graph(g)) == "runs"
+    assert tile_ops.tile_encoding(tile_ops.tiles_of_graph(g.t())) == "runs"
+    gen = torch.Generator().manual_seed(4)
+    x64 = torch.randn(n, 20, generator=gen, dtype=torch.float64)
+    weight = g.edge_val.clone().requires_grad_()
+    x = x64.float().to(DEVICE).requires_grad_()
+    out = tile_ops.spmm_tc(g, x, weight, precision=precision)
+    grad = torch.randn(n, 20, generator=gen, dtype=torch.float64)
+    gx, gw = torch.autograd.grad(out, (x, weight), grad.float().to(DEVICE))
+    ref = dense @ x64
+    rows, cols = g.row.cpu(), g.col.cpu()
+    assert float((out.detach().double().cpu() - ref).norm()) <= tol * float(ref.norm())
+    assert float((gx.double().cpu() - dense.T @ grad).norm()) <= tol * float((dense.T @ grad).norm())
+    want_gw = (grad[rows] * x64[cols]).sum(1)
+    assert float((gw.double().cpu() - want_gw).norm()) <= max(tol, 1e-5) * float(want_gw.norm())
+    for half in (False, True):
+        xs = x.detach().to(torch.float16 if half else torch.float32)
+        want = dense @ xs.double().cpu()
+        for config in [c for c in tile_ops.tc_candidates(20, half) if c["path"] == 1]:
+            got = tile_ops._run_sum(g, xs, g.edge_val, precision, config)
+            assert float((got.double().cpu() - want).norm()) <= max(tol, 5e-3 if half else 0) * float(want.norm())
+    unsorted = Graph.from_csr(torch.tensor([0, 2, 2]), torch.tensor([1, 0]), num_nodes=2).to(DEVICE)
+    assert tile_ops.tile_encoding(tile_ops.tiles_of_graph(unsorted)) == "dense"
 
 
 def test_spmm_tc_on_a_bipartite_graph_and_its_errors():

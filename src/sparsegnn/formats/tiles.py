@@ -28,7 +28,8 @@ from torch import Tensor
 
 from .csr import rowptr_to_row
 
-__all__ = ["TileGraph", "TileSchedule", "TileStats", "translate", "tile_memory_bytes", "tile_values"]
+__all__ = ["TileGraph", "TileSchedule", "TileStats", "translate", "tile_memory_bytes", "tile_values",
+           "rows_ordered"]
 
 
 class TileStats:
@@ -95,9 +96,18 @@ class TileGraph:
         edge_index: ``[E]`` int64 flat position of every CSR edge in ``block_vals`` (``b W K + r K + k``):
             new edge values (attention weights) become tiles with one ``index_add_`` (``tiles_of``).
         stats: :class:`TileStats`.
+        rowptr: ``[N + 1]`` the translated graph's row offsets (the caller's tensor, not a copy).
 
     Shapes:
         B blocks: block_cols [B, K], block_vals [B, W, K].
+
+    **Runs** (the encoding without tile values).  Where the rows are :attr:`ordered`, slots never
+    fall along a row, so row ``r``'s edges in block ``b`` are one run of its CSR edges, in column
+    order (duplicates side by side, summed by the kernel): the edges ``e`` after those of the window's earlier blocks with
+    ``edge_index[e] / (W K) = b``, at tile column ``edge_index[e] mod K``.  A kernel then builds
+    each tile in registers from ``edge_index`` and per-edge values in CSR order
+    (``kernels.spmm_tiles``, ``encoding="runs"``): no ``[B, W, K]`` values are written (reddit:
+    7.3 GB of fp32 tiles, more time than a training epoch to zero and fill).
     """
 
     window: int
@@ -110,7 +120,18 @@ class TileGraph:
     _block_vals: Optional[Tensor]
     edge_index: Tensor
     stats: TileStats
+    _ordered: object = None
+    rowptr: Optional[Tensor] = None
     _schedules: Dict[int, "TileSchedule"] = field(default_factory=dict, repr=False)
+
+    @property
+    def ordered(self) -> bool:
+        """True where no row's slots fall along its edges (:func:`rows_ordered`: columns sorted
+        within each row; duplicate edges allowed): the runs encoding holds.  A device flag
+        from the translation, read once (one sync) on first access."""
+        if not isinstance(self._ordered, bool):
+            self._ordered = bool(self._ordered)
+        return self._ordered
 
     @property
     def block_vals(self) -> Tensor:
@@ -152,6 +173,18 @@ class TileGraph:
         return tile_values(self.edge_index, self.num_blocks, self.window, self.block_k, values, dtype)
 
 
+def rows_ordered(edge_index: Tensor, row: Tensor) -> Tensor:
+    """0-d bool: no edge's slot below its predecessor's in the same row (CSR order).  Slots rise
+    with the condensed column, so this holds where each row's columns are sorted (duplicate
+    edges allowed); the runs encoding (``TileGraph``) needs it.
+
+    Shapes:
+        edge_index, row: [E] -> [].
+    """
+    same = row[1:] == row[:-1]
+    return ~(same & (edge_index[1:] < edge_index[:-1])).any()
+
+
 def tile_values(edge_index: Tensor, num_blocks: int, window: int, block_k: int, values: Optional[Tensor],
                 dtype: torch.dtype = torch.float32) -> Tensor:
     """``[num_blocks, W, K]`` tiles of ``dtype`` holding per-edge ``values`` (None: 1 per edge) at
@@ -181,6 +214,8 @@ class TileSchedule:
         item_split: ``[I]`` int32, 1 where the item's window is spread over several items (its
             rows are accumulated with atomics into a zeroed output).
         split_rows: ``[R]`` int64 rows (``< N``) of the windows spread over several items.
+        max_row: the most edges of any row (the runs encoding's binary searches take
+            ``max_row.bit_length()`` steps).
     """
 
     chunk: int
@@ -189,6 +224,7 @@ class TileSchedule:
     item_end: Tensor
     item_split: Tensor
     split_rows: Tensor
+    max_row: int = 0
 
     @property
     def num_items(self) -> int:
@@ -200,7 +236,10 @@ def _schedule(tiles: "TileGraph", chunk: int) -> TileSchedule:
     num_windows = tiles.window_ptr.numel() - 1
     per_window = tiles.window_ptr[1:] - tiles.window_ptr[:-1]
     items = torch.div(per_window + chunk - 1, chunk, rounding_mode="floor").clamp(min=1)
-    num_items = int(items.sum()) if num_windows else 0
+    rowptr = tiles.rowptr
+    longest = (rowptr[1:] - rowptr[:-1]).max().to(items.dtype) if rowptr is not None and rowptr.numel() > 1 \
+        else items.new_zeros(())
+    num_items, max_row = torch.stack([items.sum(), longest]).tolist()     # one sync
     windows = torch.arange(num_windows, device=device)
     item_window = torch.repeat_interleave(windows, items, output_size=num_items)
     first = torch.cumsum(items, 0) - items
@@ -211,7 +250,7 @@ def _schedule(tiles: "TileGraph", chunk: int) -> TileSchedule:
     item_split = split[item_window].to(torch.int32)
     split_windows = windows[split]
     rows = (split_windows[:, None] * tiles.window + torch.arange(tiles.window, device=device)).flatten()
-    return TileSchedule(chunk, item_window, item_start, item_end, item_split, rows[rows < tiles.num_rows])
+    return TileSchedule(chunk, item_window, item_start, item_end, item_split, rows[rows < tiles.num_rows], max_row)
 
 
 def _condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int, block_k: int,
@@ -277,9 +316,9 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
         block_k: ``K`` condensed columns per block (16 for fp32/tf32 and bf16 ``tl.dot``).
         row: ``[E]`` target of every edge, if the caller has it (else expanded from ``rowptr``).
         condense: ``condense(rowptr, row, col, num_src, window, block_k, values=edge_val)`` ->
-            ``(window_ptr, block_window, block_cols, edge_index, block_vals)``, the index work
-            and, where it builds them, the tiles of ``edge_val`` (else None: built here by
-            :func:`tile_values`); default the tensor-op reference (``ops/tiles.py`` passes
+            ``(window_ptr, block_window, block_cols, edge_index[, block_vals[, ordered]])``,
+            the index work and, where it builds them, the tiles of ``edge_val`` and the rows'
+            order flag (missing or None: built here by :func:`tile_values`, :func:`rows_ordered`); default the tensor-op reference (``ops/tiles.py`` passes
             ``kernels.translate.condense`` on CUDA).
 
     Returns:
@@ -314,15 +353,17 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     num_rows, num_edges = rowptr.numel() - 1, col.numel()
     num_windows = -(-num_rows // window)
     row = rowptr_to_row(rowptr, num_edges) if row is None else row.to(torch.int64)
-    window_ptr, block_window, block_cols, edge_index, block_vals = (condense or _condense)(
-        rowptr, row, col, num_src, window, block_k, values=edge_val)
+    parts = tuple((condense or _condense)(rowptr, row, col, num_src, window, block_k, values=edge_val))
+    window_ptr, block_window, block_cols, edge_index, block_vals, ordered = parts + (None,) * (6 - len(parts))
     num_blocks = block_cols.shape[0]
     if edge_val is not None and block_vals is None:
         block_vals = tile_values(edge_index, num_blocks, window, block_k, edge_val)
+    if ordered is None:
+        ordered = rows_ordered(edge_index, row)
     count = functools.partial(_count_stats, rowptr, col, edge_index, num_src, num_blocks, window, block_k)
     stats = TileStats(num_windows, num_blocks, 0.0, count, window * block_k)
     tiles = TileGraph(window, block_k, num_rows, int(num_src), window_ptr, block_window,
-                      block_cols, block_vals, edge_index, stats)
+                      block_cols, block_vals, edge_index, stats, ordered, rowptr)
     sync()
     stats.ms = 1000.0 * (time.perf_counter() - start)
     return tiles

@@ -10,20 +10,24 @@ neighbour) and numbers the runs (``rank``, ``tl.cumsum`` of the marks); per edge
 
     blocks_w   = ceil(c_w / K);  window_ptr = [0, cumsum(blocks_w)]
     edge_index_e = (window_ptr[w] + rank / K) W K + (row_e mod W) K + rank mod K
-    block_cols[window_ptr[w] K + rank] = col_e  (first edges of a run; 0 past c_w)
+    block_cols[window_ptr[w] K + rank] = col_e  (first edges of a run)
 
-and the same pass adds each edge's value into its tile slot (atomics; ``index_add_`` after it
-where deterministic algorithms are asked for or the values need a gradient).
+(the columns past ``c_w`` in a window's last block: zeros, a small pass over the windows);
+the same pass sets the order flag where an edge's rank is below its predecessor's in the
+row (``formats.tiles.rows_ordered``) and adds each edge's value into its tile slot (atomics;
+``index_add_`` after it where deterministic algorithms are asked for or the values need a
+gradient).
 
 The sorting pass sorts each window at its size class (``CAPS``: a window of 40 edges
 sorts 64 lanes, not 1024), all classes in one launch.  Host syncs: the largest window (and,
 where it is over ``CAPS[-1]``, the number of such windows), and the block count.
 
 **Big windows** (over ``CAPS[-1]`` edges: a hub's window; wikipedia has 12 of 727, artist 28 of
-3158, yelp 13 of 44803).  One program per big window marks its columns in a bit set of ``M``
-bits (``atomic_or`` into ``ceil(M / 32)`` int32 words, zeroed scratch of its own), scans the
-words' population counts (``prefix[j]`` = set bits in words ``< j``, over the words between
-its smallest and largest column) and gives each edge
+3158, yelp 13 of 44803, reddit all of its 14.6k).  One program per big window marks its
+columns in a bit set of ``M`` bits (``atomic_or`` into ``ceil(M / 32)`` int32 words, zeroed
+scratch of its own), scans the words' population counts (``prefix[j]`` = set bits in words
+``< j``, over the words between its smallest and largest column; word and prefix side by
+side, one 8-byte load) and gives each edge
 
     rank_e = prefix[col_e >> 5] + popcount(word[col_e >> 5] & (2^(col_e & 31) - 1))
 
@@ -51,7 +55,7 @@ work is ~0.2 ms.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 import triton
@@ -70,12 +74,28 @@ CAPS = (64, 256, 1024, 2048)
 #: Windows per program of the binary searches: one per thread (4 warps), so that the ~2 log2(keys)
 #: dependent loads of each run side by side (1024 per program: 0.08 ms on amazon0505's 26k windows).
 WINDOW_BLOCK = 128
+#: Windows a step of the one-program scan (which also writes ``[SCAN_BLOCK, K]`` padding zeros).
+SCAN_BLOCK = 256
 #: Up to this many windows the block counts are summed by one Triton program, beyond by ``torch.cumsum``.
 SCAN_WINDOWS = 8 * BLOCK
 #: Bit-set scratch of the big windows, in int32 words: at most
 #: ``max(BIG_WORDS, BIG_WORDS_PER_EDGE E)`` for the bit sets (as many again for their prefix
 #: counts); beyond it the sorted keys run.
 BIG_WORDS, BIG_WORDS_PER_EDGE = 2 ** 24, 2
+
+
+class Condensed(NamedTuple):
+    """What :func:`condense` returns (the definitions: ``formats.tiles.TileGraph``).  The last two
+    are None where this index work does not build them (``translate`` then does, by tensor ops):
+    ``block_vals`` the tiles of the edge values, ``ordered`` a 0-d bool tensor, True where no
+    row's slots fall (``formats.tiles.rows_ordered``; kept on the device: read when first needed)."""
+
+    window_ptr: Tensor
+    block_window: Tensor
+    block_cols: Tensor
+    edge_index: Tensor
+    block_vals: Optional[Tensor] = None
+    ordered: Optional[Tensor] = None
 
 
 @triton.jit
@@ -129,11 +149,27 @@ def _slot_kernel(keys_ptr, bounds_ptr, window_ptr_ptr, block_cols_ptr, block_win
 
 
 @triton.jit
-def _edge_kernel(key_ptr, keys_ptr, bounds_ptr, row_ptr, base_ptr, edge_index_ptr, num_edges, steps,
-                 SHIFT_W: tl.constexpr, WINDOW: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
+def _check_order(flag_ptr, row_ptr, order_ptr, e, row, order, mask, ORDER_SHIFT: tl.constexpr):
+    """Set ``flag`` where an edge's ``order`` (``order_ptr[e] >> ORDER_SHIFT``: anything that rises
+    with the column within a window) is below its predecessor's in the same row: columns
+    unsorted within a row (``formats.tiles.rows_ordered``; duplicates are allowed).  Costs
+    0.35 ms of reddit's 114M edges (stop 42)."""
+    before = mask & (e > 0)
+    prev_row = tl.load(row_ptr + e - 1, mask=before, other=-1).to(tl.int64)
+    prev = tl.load(order_ptr + e - 1, mask=before, other=0).to(tl.int64) >> ORDER_SHIFT
+    bad = tl.max((before & (prev_row == row) & (prev > order)).to(tl.int32), 0)
+    if bad != 0:
+        tl.atomic_or(flag_ptr, 1)
+
+
+@triton.jit
+def _edge_kernel(key_ptr, keys_ptr, bounds_ptr, row_ptr, base_ptr, edge_index_ptr, flag_ptr,
+                 num_edges, steps, SHIFT_W: tl.constexpr, WINDOW: tl.constexpr, BLOCK_K: tl.constexpr,
+                 BLOCK: tl.constexpr):
     """Each edge finds its key among its window's keys (``bounds[w] .. bounds[w+1]``: a short,
-    contiguous range) by binary search: no inverse from the sort.  ``steps`` covers the whole key
-    list (log2 of it); a lane stops loading once its window's range is searched."""
+    contiguous range) by binary search: no inverse from the sort.  ``steps`` covers the longest
+    window's range (log2 of its edge count, or of the whole key list); a lane stops loading
+    once its window's range is searched.  Then the order flag (``_check_order``)."""
     e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = e < num_edges
     key = tl.load(key_ptr + e, mask=mask, other=0).to(tl.int64)
@@ -148,7 +184,9 @@ def _edge_kernel(key_ptr, keys_ptr, bounds_ptr, row_ptr, base_ptr, edge_index_pt
         lo = tl.where(open_ & (v < key), mid + 1, lo)
         hi = tl.where(open_ & (v >= key), mid, hi)
     base = tl.load(base_ptr + lo, mask=mask, other=0)
-    tl.store(edge_index_ptr + e, base + (row % WINDOW) * BLOCK_K, mask=mask)
+    slot = base + (row % WINDOW) * BLOCK_K
+    tl.store(edge_index_ptr + e, slot, mask=mask)
+    _check_order(flag_ptr, row_ptr, key_ptr, e, row, key, mask, 0)
 
 
 @triton.jit
@@ -183,16 +221,23 @@ def _popcount(x):
 
 
 @triton.jit
-def _rank_by_bits(col_ptr, code_ptr, blocks_ptr, scratch_ptr, w, e0, n, num_words,
+def _rank_by_bits(col_ptr, code_ptr, blocks_ptr, count_ptr, scratch_ptr, w, e0, n, num_words,
                   BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
-    """One big window (module doc): per edge ``code = 2 rank + 1``, ``blocks[w + 1] = ceil(distinct / K)``.
-    ``scratch``: a slot counter (int32, zero) then zeroed words, two rows of ``num_words`` per big
-    window (its bit set, its prefix counts); the window takes the next slot.  Three phases over
-    its edges and words, ``tl.debug_barrier`` between them (the CTA's threads read each other's
-    global writes)."""
+    """One big window (module doc): per edge ``code = 2 rank + 1``, ``blocks[w + 1] = ceil(distinct / K)``,
+    ``count[w] = distinct``.
+    ``scratch``: a slot counter (int32, zero) then zeroed int32 pairs ``(word j, prefix j)``,
+    ``num_words`` a big window (one 8-byte load per edge in the third phase); the window takes
+    the next slot.  Three phases over its edges and words, ``tl.debug_barrier`` between them
+    (the CTA's threads read each other's global writes, bypassing L1: ``.cg``).
+    (Stop 42, measured slower: zeroing the bit set in the program and taking ``first`` from
+    ``atomic_or``'s old value, reddit 3.54 against 2.88 ms, the returning atomics wait; a
+    second launch ranking and writing the slots per window, 5.9 ms against 2.9 + 2.1: one
+    program per window walks its edges with dependent loads, the per-edge pass has 8x the
+    programs in flight; the order check here, by counting each window's column descents
+    against those at its row starts, 3.66 against 2.88 ms: one more load an edge in this
+    latency-bound pass, where the slot pass pays 0.35 ms for it.)"""
     slot = tl.atomic_add(scratch_ptr, 1).to(tl.int64)
-    bits_ptr = scratch_ptr + 1 + slot * 2 * num_words
-    prefix_ptr = bits_ptr + num_words
+    pairs_ptr = scratch_ptr + 2 + slot * 2 * num_words          # (8-byte aligned: the counter's pair skipped)
     lane = tl.arange(0, BLOCK)
     one = tl.full([BLOCK], 1, tl.uint32)
     lo = tl.full([BLOCK], 2 ** 31 - 1, tl.int32)
@@ -201,7 +246,7 @@ def _rank_by_bits(col_ptr, code_ptr, blocks_ptr, scratch_ptr, w, e0, n, num_word
         live = start + lane < n
         c = tl.load(col_ptr + e0 + start + lane, mask=live, other=0).to(tl.int32)
         bit = (one << (c & 31).to(tl.uint32)).to(tl.int32, bitcast=True)
-        tl.atomic_or(bits_ptr + (c >> 5), bit, mask=live)
+        tl.atomic_or(pairs_ptr + 2 * (c >> 5), bit, mask=live)
         lo = tl.where(live, tl.minimum(lo, c), lo)
         hi = tl.where(live, tl.maximum(hi, c), hi)
     tl.debug_barrier()
@@ -211,27 +256,30 @@ def _rank_by_bits(col_ptr, code_ptr, blocks_ptr, scratch_ptr, w, e0, n, num_word
     for start in range(first_word, last_word + 1, BLOCK):
         word = start + lane
         inside = word <= last_word
-        pop = _popcount(tl.load(bits_ptr + word, mask=inside, other=0))
-        tl.store(prefix_ptr + word, count + tl.cumsum(pop, 0) - pop, mask=inside)
+        pop = _popcount(tl.load(pairs_ptr + 2 * word, mask=inside, other=0, cache_modifier=".cg"))
+        tl.store(pairs_ptr + 2 * word + 1, count + tl.cumsum(pop, 0) - pop, mask=inside)
         count += tl.sum(pop, 0)
     tl.debug_barrier()
+    pairs64 = pairs_ptr.to(tl.pointer_type(tl.int64), bitcast=True)
     for start in range(0, n, BLOCK):
         live = start + lane < n
-        c = tl.load(col_ptr + e0 + start + lane, mask=live, other=0).to(tl.int32)
-        word = tl.load(bits_ptr + (c >> 5), mask=live, other=0).to(tl.uint32, bitcast=True)
-        below = word & ((one << (c & 31).to(tl.uint32)) - 1)
-        rank = tl.load(prefix_ptr + (c >> 5), mask=live, other=0) + _popcount(below.to(tl.int32, bitcast=True))
-        tl.store(code_ptr + e0 + start + lane, rank * 2 + 1, mask=live)
+        e = e0 + start + lane
+        c = tl.load(col_ptr + e, mask=live, other=0)
+        pair = tl.load(pairs64 + (c >> 5), mask=live, other=0, cache_modifier=".cg")
+        below = pair.to(tl.uint32) & ((one << (c & 31).to(tl.uint32)) - 1)
+        rank = (pair >> 32).to(tl.int32) + _popcount(below.to(tl.int32, bitcast=True))
+        tl.store(code_ptr + e, rank * 2 + 1, mask=live)
     tl.store(blocks_ptr + w + 1, (count + BLOCK_K - 1) // BLOCK_K)
+    tl.store(count_ptr + w, count)
 
 
 @triton.jit
-def _rank_by_sort(col_ptr, code_ptr, blocks_ptr, w, e0, n, big, BLOCK_K: tl.constexpr, CAP: tl.constexpr,
+def _rank_by_sort(col_ptr, code_ptr, blocks_ptr, count_ptr, w, e0, n, big, BLOCK_K: tl.constexpr, CAP: tl.constexpr,
                   KEY64: tl.constexpr):
     """One window of at most ``CAP`` edges: sort them by column in registers (``col * CAP + local
     edge``), mark each column run's first edge, and store per edge ``code = 2 rank + first``
-    (``rank``: the run's index among the window's distinct columns) and
-    ``blocks[w + 1] = ceil(distinct / K)``."""
+    (``rank``: the run's index among the window's distinct columns),
+    ``blocks[w + 1] = ceil(distinct / K)`` and ``count[w] = distinct``."""
     lane = tl.arange(0, CAP)
     live = lane < n
     c = tl.load(col_ptr + e0 + lane, mask=live, other=0)
@@ -247,10 +295,11 @@ def _rank_by_sort(col_ptr, code_ptr, blocks_ptr, w, e0, n, big, BLOCK_K: tl.cons
     tl.store(code_ptr + e0 + (s % CAP), rank * 2 + first.to(tl.int32), mask=live)
     count = tl.sum(first.to(tl.int32), 0)
     tl.store(blocks_ptr + w + 1, (count + BLOCK_K - 1) // BLOCK_K)
+    tl.store(count_ptr + w, count)
 
 
 @triton.jit
-def _window_rank_kernel(rowptr_ptr, col_ptr, code_ptr, blocks_ptr, scratch_ptr, num_rows, big, num_words,
+def _window_rank_kernel(rowptr_ptr, col_ptr, code_ptr, blocks_ptr, count_ptr, scratch_ptr, num_rows, big, num_words,
                         WINDOW: tl.constexpr, BLOCK_K: tl.constexpr, CAP0: tl.constexpr, CAP1: tl.constexpr,
                         CAP2: tl.constexpr, CAP3: tl.constexpr, CAP4: tl.constexpr, CLASSES: tl.constexpr,
                         KEY64: tl.constexpr, BIG: tl.constexpr, BLOCK: tl.constexpr):
@@ -267,45 +316,57 @@ def _window_rank_kernel(rowptr_ptr, col_ptr, code_ptr, blocks_ptr, scratch_ptr, 
     if w == 0:
         tl.store(blocks_ptr, 0)
     if n <= CAP0:
-        _rank_by_sort(col_ptr, code_ptr, blocks_ptr, w, e0, n, big, BLOCK_K, CAP0, KEY64 & 1)
+        _rank_by_sort(col_ptr, code_ptr, blocks_ptr, count_ptr, w, e0, n, big, BLOCK_K, CAP0, KEY64 & 1)
     if CLASSES > 1:
         if (n > CAP0) & (n <= CAP1):
-            _rank_by_sort(col_ptr, code_ptr, blocks_ptr, w, e0, n, big, BLOCK_K, CAP1, (KEY64 >> 1) & 1)
+            _rank_by_sort(col_ptr, code_ptr, blocks_ptr, count_ptr, w, e0, n, big, BLOCK_K, CAP1, (KEY64 >> 1) & 1)
     if CLASSES > 2:
         if (n > CAP1) & (n <= CAP2):
-            _rank_by_sort(col_ptr, code_ptr, blocks_ptr, w, e0, n, big, BLOCK_K, CAP2, (KEY64 >> 2) & 1)
+            _rank_by_sort(col_ptr, code_ptr, blocks_ptr, count_ptr, w, e0, n, big, BLOCK_K, CAP2, (KEY64 >> 2) & 1)
     if CLASSES > 3:
         if (n > CAP2) & (n <= CAP3):
-            _rank_by_sort(col_ptr, code_ptr, blocks_ptr, w, e0, n, big, BLOCK_K, CAP3, (KEY64 >> 3) & 1)
+            _rank_by_sort(col_ptr, code_ptr, blocks_ptr, count_ptr, w, e0, n, big, BLOCK_K, CAP3, (KEY64 >> 3) & 1)
     if CLASSES > 4:
         if (n > CAP3) & (n <= CAP4):
-            _rank_by_sort(col_ptr, code_ptr, blocks_ptr, w, e0, n, big, BLOCK_K, CAP4, (KEY64 >> 4) & 1)
+            _rank_by_sort(col_ptr, code_ptr, blocks_ptr, count_ptr, w, e0, n, big, BLOCK_K, CAP4, (KEY64 >> 4) & 1)
     if BIG:
         if n > CAP4:
-            _rank_by_bits(col_ptr, code_ptr, blocks_ptr, scratch_ptr, w, e0, n, num_words, BLOCK_K, BLOCK)
+            _rank_by_bits(col_ptr, code_ptr, blocks_ptr, count_ptr, scratch_ptr, w, e0, n, num_words, BLOCK_K, BLOCK)
 
 
 @triton.jit
-def _scan_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def _scan_kernel(x_ptr, out_ptr, count_ptr, block_cols_ptr, n, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
     """``out = cumsum(x)`` in one program (a short array: the blocks of a few thousand windows;
-    ``torch.cumsum``'s scan costs three launches and an occupancy query on the host)."""
+    ``torch.cumsum``'s scan costs three launches and an occupancy query on the host), and
+    ``_pad_cols_kernel``'s zeros (one launch less): window ``i`` (``x[i + 1]`` blocks,
+    ``count[i]`` columns) pads ``block_cols`` from ``out[i] K + count[i]`` to ``out[i + 1] K``."""
     lane = tl.arange(0, BLOCK)
+    k = tl.arange(0, BLOCK_K)
     total = tl.zeros([], dtype=tl.int64)
     for start in range(0, n, BLOCK):
-        live = start + lane < n
-        x = tl.load(x_ptr + start + lane, mask=live, other=0)
-        tl.store(out_ptr + start + lane, total + tl.cumsum(x, 0), mask=live)
+        i = start + lane
+        live = i < n
+        x = tl.load(x_ptr + i, mask=live, other=0)
+        out = total + tl.cumsum(x, 0)
+        tl.store(out_ptr + i, out, mask=live)
         total += tl.sum(x, 0)
+        window = live & (i < n - 1)
+        # out[i] is window i's first block: the running sum before x[i + 1], its blocks
+        first = out * BLOCK_K + tl.load(count_ptr + i, mask=window, other=0)
+        end = (out + tl.load(x_ptr + i + 1, mask=window, other=0)) * BLOCK_K
+        slot = first[:, None] + k[None, :]
+        tl.store(block_cols_ptr + slot, tl.zeros([BLOCK, BLOCK_K], dtype=tl.int64),
+                 mask=window[:, None] & (slot < end[:, None]))
 
 
 @triton.jit
 def _edge_slot_kernel(row_ptr, col_ptr, code_ptr, window_ptr_ptr, block_cols_ptr, block_window_ptr, edge_index_ptr,
-                      vals_ptr, tiles_ptr, num_edges, SHIFT_W: tl.constexpr, WINDOW: tl.constexpr,
-                      BLOCK_K: tl.constexpr, VALUES: tl.constexpr, BLOCK: tl.constexpr):
-    """Per edge: its tile slot; the first edge of each column run writes the block's column (and
-    the block's window, for a block's first column); with ``VALUES``, the edge's value is added
-    into its slot of the zeroed tiles (``formats.tiles.tile_values``'s sum without a second pass over
-    the slots)."""
+                      flag_ptr, vals_ptr, tiles_ptr, num_edges, SHIFT_W: tl.constexpr,
+                      WINDOW: tl.constexpr, BLOCK_K: tl.constexpr, VALUES: tl.constexpr, BLOCK: tl.constexpr):
+    """Per edge: its tile slot and the order flag (``_check_order``); the first edge
+    of each column run writes the block's column (and the block's window, for a block's first
+    column); with ``VALUES``, the edge's value is added into its slot of the zeroed tiles
+    (``formats.tiles.tile_values``'s sum without a second pass over the slots)."""
     e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = e < num_edges
     row = tl.load(row_ptr + e, mask=mask, other=0).to(tl.int64)
@@ -320,24 +381,41 @@ def _edge_slot_kernel(row_ptr, col_ptr, code_ptr, window_ptr_ptr, block_cols_ptr
     col = tl.load(col_ptr + e, mask=first, other=0).to(tl.int64)
     tl.store(block_cols_ptr + blk * BLOCK_K + kk, col, mask=first)
     tl.store(block_window_ptr + blk, w, mask=first & (kk == 0))
+    _check_order(flag_ptr, row_ptr, code_ptr, e, row, rank.to(tl.int64), mask, 1)
     if VALUES:
         tl.atomic_add(tiles_ptr + slot, tl.load(vals_ptr + e, mask=mask, other=0.0), mask=mask, sem="relaxed")
 
 
+@triton.jit
+def _pad_cols_kernel(window_ptr_ptr, count_ptr, block_cols_ptr, num_windows, BLOCK_K: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    """Zeros in the condensed columns past each window's last (its last block's tail: fewer
+    than ``K`` slots a window), so that ``block_cols`` needs no memset pass."""
+    w = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = w < num_windows
+    start = tl.load(window_ptr_ptr + w, mask=live, other=0) * BLOCK_K + tl.load(count_ptr + w, mask=live, other=0)
+    end = tl.load(window_ptr_ptr + w + 1, mask=live, other=0) * BLOCK_K
+    k = tl.arange(0, BLOCK_K)
+    slot = start[:, None] + k[None, :]
+    tl.store(block_cols_ptr + slot, tl.zeros([BLOCK, BLOCK_K], dtype=tl.int64), mask=live[:, None] & (slot < end[:, None]))
+
+
 def _condense_sorted(row: Tensor, col: Tensor, num_src: int, num_windows: int, window: int,
-                     block_k: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+                     block_k: int, largest: Optional[int] = None) -> Condensed:
     """The sorted-keys path of :func:`condense` (module doc): rows in any order.
 
     Args:
         row, col: ``[E]`` target and source of every edge (any order; CUDA, or CPU under
             ``TRITON_INTERPRET=1``).
         num_src: ``M``; num_windows: ``ceil(N / W)``; window, block_k: ``W``, ``K`` (powers of two).
+        largest: the most edges of any window, if known (the binary searches then take
+            ``log2`` of it steps instead of ``log2`` of the key count).
 
     Shapes:
         row, col: [E] -> window_ptr [num_windows + 1], block_window [B], block_cols [B, K],
-        edge_index [E]; all int64.
+        edge_index [E]; all int64; ordered [] bool.
 
-    Two host syncs: ``torch.unique``'s size and the block count.  Deterministic (no atomics).
+    Two host syncs: ``torch.unique``'s size and the block count.  Deterministic.
     """
     device = row.device
     row, col = row.contiguous(), col.contiguous()     # the kernels index them with stride 1
@@ -361,25 +439,27 @@ def _condense_sorted(row: Tensor, col: Tensor, num_src: int, num_windows: int, w
     block_window = torch.empty(num_blocks, dtype=torch.int64, device=device)
     base = torch.empty(num_keys, dtype=torch.int64, device=device)
     edge_index = torch.empty(num_edges, dtype=torch.int64, device=device)
+    flag = torch.zeros(1, dtype=torch.int64, device=device)
     if num_keys:
+        steps = min(num_keys, largest if largest is not None else num_keys).bit_length()
         launch(_slot_kernel, (triton.cdiv(num_keys, BLOCK),),
                (keys, bounds, window_ptr, block_cols, block_window, base, num_keys, span),
                dict(WINDOW=window, BLOCK_K=block_k, BLOCK=BLOCK), 4)
         launch(_edge_kernel, (triton.cdiv(num_edges, BLOCK),),
-               (key, keys, bounds, row, base, edge_index, num_edges, num_keys.bit_length()),
+               (key, keys, bounds, row, base, edge_index, flag, num_edges, steps),
                dict(SHIFT_W=window.bit_length() - 1, WINDOW=window, BLOCK_K=block_k, BLOCK=BLOCK), 4)
-    return window_ptr, block_window, block_cols, edge_index
+    return Condensed(window_ptr, block_window, block_cols, edge_index, None, flag[0] == 0)
 
 
 def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int, block_k: int,
-             values: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor, Optional[Tensor]]:
-    """``(window_ptr, block_window, block_cols, edge_index, block_vals)`` of the condensed tiles
-    of a CSR graph (the definitions of ``formats.tiles.translate``; module doc): per window in
-    one launch where ``K <= CAPS[0]`` (windows over ``CAPS[-1]`` edges by their bit sets, where
-    those fit), else by sorted keys; ``block_vals``: the tiles of ``values`` (their sums per
-    slot, as ``formats.tiles.tile_values``) where the slot pass adds them, else None (no values;
-    values that need a gradient; deterministic algorithms; the sorted keys): ``translate`` then
-    builds them with ``index_add_``.
+             values: Optional[Tensor] = None) -> Condensed:
+    """:class:`Condensed` tiles of a CSR graph (the definitions of ``formats.tiles.translate``;
+    module doc): per window in one launch where ``K <= CAPS[0]`` (windows over ``CAPS[-1]``
+    edges by their bit sets, where those fit), else by sorted keys; ``block_vals``: the tiles of
+    ``values`` (their sums per slot, as ``formats.tiles.tile_values``) where the slot pass adds
+    them, else None (no values; values that need a gradient; deterministic algorithms; the
+    sorted keys): ``translate`` then builds them with ``index_add_``; ``ordered`` from the edge
+    pass.
 
     Args:
         rowptr: ``[N + 1]`` row offsets; row, col: ``[E]`` target and source of every edge in
@@ -389,7 +469,7 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
 
     Shapes:
         rowptr: [N + 1], row, col: [E] -> window_ptr [ceil(N / W) + 1], block_window [B],
-        block_cols [B, K], edge_index [E] (all int64), block_vals [B, W, K] float32.
+        block_cols [B, K], edge_index [E] (all int64), block_vals [B, W, K] float32, ordered [] bool.
 
     Two host syncs: the largest window (at the start, the queue empty; a graph with windows
     over ``CAPS[-1]`` edges reads their count too, a third), and the block count, read last
@@ -414,38 +494,45 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         raise ValueError(f"condense(): values must have shape ({num_edges},), one per edge, got {tuple(values.shape)}")
     num_windows = -(-num_rows // window)
     if num_windows == 0 or block_k > CAPS[0]:
-        return (*_condense_sorted(row, col, num_src, num_windows, window, block_k), None)
+        return _condense_sorted(row, col, num_src, num_windows, window, block_k)
     if len(CAPS) > 5:
         raise ValueError(f"condense(): at most 5 size classes, CAPS = {CAPS}")
-    sizes = torch.zeros(2, dtype=torch.int64, device=device)
+    # [largest window, windows over CAPS[-1] edges, rows not ordered]
+    sizes = torch.zeros(3, dtype=torch.int64, device=device)
     launch(_window_max_kernel, (triton.cdiv(num_windows, BLOCK),),
            (rowptr, sizes, num_rows, num_windows, CAPS[-1]), dict(WINDOW=window, BLOCK=BLOCK), 4)
     largest = int(sizes[0])
     num_big = int(sizes[1]) if largest > CAPS[-1] else 0
     num_words = -(-max(int(num_src), 1) // 32)
     if num_big * num_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges) or (num_big and num_src >= 2 ** 31):
-        return (*_condense_sorted(row, col, num_src, num_windows, window, block_k), None)
+        return _condense_sorted(row, col, num_src, num_windows, window, block_k, largest)
     big = max(int(num_src), 1)                      # sorts after every column
     code = torch.empty(num_edges, dtype=torch.int32, device=device)
     blocks = torch.empty(num_windows + 1, dtype=torch.int64, device=device)
-    # the big windows' bit sets (any tensor where there are none: that branch is not compiled)
-    scratch = torch.zeros(1 + 2 * num_big * num_words, dtype=torch.int32, device=device) if num_big else code
+    counts = torch.empty(num_windows, dtype=torch.int32, device=device)
+    # the big windows' bit sets and prefix counts: a slot counter, then int32 pairs (any tensor
+    # where there are none: that branch is not compiled)
+    scratch = torch.zeros(2 + 2 * num_big * num_words, dtype=torch.int32, device=device) if num_big else code
     caps = tuple(c for c in CAPS if c < largest) + tuple(c for c in CAPS if c >= largest)[:1]
     padded = caps + (caps[-1],) * (5 - len(caps))
-    launch(_window_rank_kernel, (num_windows,), (rowptr, col, code, blocks, scratch, num_rows, big, num_words),
+    launch(_window_rank_kernel, (num_windows,),
+           (rowptr, col, code, blocks, counts, scratch, num_rows, big, num_words),
            dict(WINDOW=window, BLOCK_K=block_k, CAP0=padded[0], CAP1=padded[1], CAP2=padded[2], CAP3=padded[3],
                 CAP4=padded[4], CLASSES=len(caps), BIG=bool(num_big), BLOCK=BLOCK,
                 KEY64=sum(1 << i for i, cap in enumerate(caps) if (big + 1) * cap >= 2 ** 31)),
            max(4 if num_big else 1, min(8, caps[-1] // 256)))      # at most 8 lanes a thread (stop 38)
     window_ptr = torch.empty_like(blocks)
-    if num_windows < SCAN_WINDOWS:
-        launch(_scan_kernel, (1,), (blocks, window_ptr, num_windows + 1), dict(BLOCK=BLOCK), 4)
-    else:
-        torch.cumsum(blocks, 0, out=window_ptr)
     bound = (num_edges + num_windows * (block_k - 1)) // block_k
-    block_cols = torch.zeros((bound, block_k), dtype=torch.int64, device=device)
+    block_cols = torch.empty((bound, block_k), dtype=torch.int64, device=device)
     block_window = torch.empty(bound, dtype=torch.int64, device=device)
     edge_index = torch.empty(num_edges, dtype=torch.int64, device=device)
+    if num_windows < SCAN_WINDOWS:    # the scan pads the columns too
+        launch(_scan_kernel, (1,), (blocks, window_ptr, counts, block_cols, num_windows + 1),
+               dict(BLOCK_K=block_k, BLOCK=SCAN_BLOCK), 4)
+    else:
+        torch.cumsum(blocks, 0, out=window_ptr)
+        launch(_pad_cols_kernel, (triton.cdiv(num_windows, WINDOW_BLOCK),),
+               (window_ptr, counts, block_cols, num_windows), dict(BLOCK_K=block_k, BLOCK=WINDOW_BLOCK), 4)
     # the tile values added by the slot pass (atomics, as index_add_'s), unless deterministic
     # algorithms are asked for or the values need a gradient: then left to the caller (index_add_);
     # without them the kernel's value pointers are any tensor (VALUES off: never read)
@@ -456,11 +543,11 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         values = values.to(torch.float32).contiguous()
     if num_edges:
         launch(_edge_slot_kernel, (triton.cdiv(num_edges, BLOCK),),
-               (row, col, code, window_ptr, block_cols, block_window, edge_index,
+               (row, col, code, window_ptr, block_cols, block_window, edge_index, sizes[2:],
                 values if fused else code, block_vals if fused else code, num_edges),
                dict(SHIFT_W=window.bit_length() - 1, WINDOW=window, BLOCK_K=block_k, VALUES=fused, BLOCK=BLOCK), 4)
     num_blocks = int(window_ptr[-1])
     kept = [block_window[:num_blocks], block_cols[:num_blocks], None if block_vals is None else block_vals[:num_blocks]]
     if 2 * num_blocks < bound:      # rows sharing columns: the bound's tail would double the memory
         kept = [None if t is None else t.clone() for t in kept]
-    return window_ptr, kept[0], kept[1], edge_index, kept[2]
+    return Condensed(window_ptr, kept[0], kept[1], edge_index, kept[2], sizes[2] == 0)

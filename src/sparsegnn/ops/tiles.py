@@ -26,7 +26,7 @@ from ..graph import Graph
 from ..kernels import interpreting, triton_available
 from ._dispatch import SPMM_FAMILY, csr_of, derived_values, edge_values
 
-__all__ = ["spmm_tc", "spmm_precise", "TC_FAMILY", "PACKED_MIN_WORK", "precise_aggregate", "sddmm_precise", "SDDMM_TC_SPACE", "tiles_of_graph", "translate_graph", "tc_candidates", "TC_SPACE"]
+__all__ = ["tile_encoding", "RUNS_MIN_BYTES", "spmm_tc", "spmm_precise", "TC_FAMILY", "PACKED_MIN_WORK", "precise_aggregate", "sddmm_precise", "SDDMM_TC_SPACE", "tiles_of_graph", "translate_graph", "tc_candidates", "TC_SPACE"]
 
 
 def translate_graph(graph: Graph, window: int = 16, block_k: int = 16):
@@ -63,7 +63,8 @@ class _SpMMTiles(torch.autograd.Function):
         tiles = tiles_of_graph(graph, window, block_k)
         ctx.graph, ctx.precision, ctx.shape = graph, precision, (window, block_k)
         ctx.save_for_backward(x, weight)
-        return spmm_tiles(tiles, x, _tile_vals(graph, tiles, weight, torch.float32), precision)
+        values, encoding = _launch_values(graph, tiles, weight, torch.float32)
+        return spmm_tiles(tiles, x, values, precision, encoding=encoding)
 
     @staticmethod
     @once_differentiable
@@ -76,8 +77,8 @@ class _SpMMTiles(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             transposed = graph.t()
             tiles_t = tiles_of_graph(transposed, *ctx.shape)
-            vals_t = _tile_vals(transposed, tiles_t, _transposed_weight(graph, weight), torch.float32)
-            grad_x = spmm_tiles(tiles_t, grad_out.contiguous(), vals_t, ctx.precision).to(x.dtype)
+            vals_t, encoding = _launch_values(transposed, tiles_t, _transposed_weight(graph, weight), torch.float32)
+            grad_x = spmm_tiles(tiles_t, grad_out.contiguous(), vals_t, ctx.precision, encoding=encoding).to(x.dtype)
         if weight is not None and ctx.needs_input_grad[2]:
             backend = "triton" if grad_out.is_cuda else "reference"
             grad_w = edge_values(backend, graph, grad_out.float(), x.float(), "dot").to(weight.dtype)
@@ -134,7 +135,7 @@ def _tile(swap: int, bf: int, warps: int, chunk: int) -> dict:
 #: a decision stored while it was slower is not kept once it changes (stop 36: real
 #: PROTEINS_full F=256 tf32 kept a tile config at 0.0545 ms timed against an older row kernel,
 #: which now runs it in 0.0448 ms; a fresh decision picks the row kernel).
-TC_FAMILY = "spmm_tc@2+" + SPMM_FAMILY
+TC_FAMILY = "spmm_tc@3+" + SPMM_FAMILY
 #: Least ``E x F`` for which the packed path is timed: its pack pass and extra launch cost
 #: more than it saves below (H100, captured suites: it won from 21.9M up, real wikipedia F=64,
 #: tied at 10.9M, and lost below 8M; Cora's widths stay below).
@@ -167,6 +168,29 @@ def tc_candidates(num_feats: int, half: bool, cusparse: bool = True, packed: boo
     # (cusparseCreateCsr "invalid value" on small test graphs, H100) and never won in the sweep
     return (tiles + [{"path": 0}] + ([{"path": 3}] if packed and not half else [])
             + ([{"path": 2}] if cusparse and not half else []))
+
+
+#: Dense tile values above this many bytes are not built: graphs with sorted rows take the runs
+#: encoding there (``formats.tiles.TileGraph``).  Below it the dense tiles are faster (H100,
+#: stop 42: runs against dense 0.94-1.7x the time, wikipedia F = 128 tf32 1.3x) and cheap to build.
+RUNS_MIN_BYTES = 1 << 30
+
+
+def tile_encoding(tiles) -> str:
+    """``"runs"`` where the rows are sorted and the dense fp32 tile values would take more than
+    ``RUNS_MIN_BYTES`` (reddit 7.3 GB: zeroing and filling them took longer than a training
+    epoch), else ``"dense"``."""
+    big = tiles.num_blocks * tiles.window * tiles.block_k * 4 > RUNS_MIN_BYTES
+    return "runs" if big and tiles.ordered else "dense"
+
+
+def _launch_values(graph: Graph, tiles, weight: Optional[Tensor], dtype: torch.dtype):
+    """``(values, encoding)`` for the tile SpMM (:func:`tile_encoding`): with runs ``weight`` is
+    read per edge in CSR order and no tile values are built; else the dense tile values of
+    ``weight`` (built once per weight version)."""
+    if tile_encoding(tiles) == "runs":
+        return (None if weight is None else weight.detach().to(dtype)), "runs"
+    return _tile_vals(graph, tiles, weight, dtype), "dense"
 
 
 def _tile_vals(graph: Graph, tiles, weight: Optional[Tensor], dtype: torch.dtype) -> Tensor:
@@ -216,10 +240,10 @@ def _tile_launch(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: s
 
     half = x.dtype in (torch.float16, torch.bfloat16)
     tiles = tiles_of_graph(graph)
-    vals = _tile_vals(graph, tiles, weight, x.dtype if half else torch.float32)
+    vals, encoding = _launch_values(graph, tiles, weight, x.dtype if half else torch.float32)
     return TileLaunch(tiles, vals, x.dtype, x.shape[1], "tf32" if precision == "tf32" else "ieee",
                       block_f=config["bf"], swap=bool(config["swap"]), num_warps=config["warps"],
-                      chunk=config["chunk"])
+                      chunk=config["chunk"], encoding=encoding)
 
 
 def _precise_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:
