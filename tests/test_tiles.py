@@ -223,6 +223,15 @@ def test_triton_translation_at_the_shipped_size_classes(counts, block_k, num_src
     rowptr_u[1:] = torch.cumsum(torch.bincount(row[keep], minlength=rowptr.numel() - 1), 0)
     unique = condense(rowptr_u.to(DEVICE), row[keep].to(DEVICE), col[keep].to(DEVICE), num_src, window, block_k)
     assert bool(unique.ordered)
+    # and one row's columns reversed (the longest row of the largest window): not ordered
+    longest = int(torch.argmax(rowptr[1:] - rowptr[:-1]))
+    span = slice(int(rowptr[longest]), int(rowptr[longest + 1]))
+    flipped = col.clone()
+    flipped[span] = flipped[span].flip(0)
+    if int(col[span].unique().numel()) > 1:
+        reversed_ = condense(rowptr.to(index_dtype).to(DEVICE), row.to(index_dtype).to(DEVICE),
+                             flipped.to(index_dtype).to(DEVICE), num_src, window, block_k)
+        assert not bool(reversed_.ordered)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -503,11 +512,38 @@ def test_spmm_tc_forward_and_backward_against_float64(graph_case, precision, tol
     assert float((g.to_input_order(gw).double().cpu() - rw).norm()) <= max(tol, 1e-5) * scale(rw)
 
 
+@pytest.mark.parametrize("rowptr_kind", ["int64", "int32", "strided"])
+def test_tile_spmm_runs_searches_the_longest_row_and_any_rowptr(rowptr_kind):
+    """Items starting at every block (``chunk=1``) of a window whose longest row has 255 edges,
+    just under a power of two: the binary search for each row's first edge in the item needs
+    all ``log2`` steps (one fewer stops short).  The translation keeps an int64, contiguous
+    copy of an int32 or strided ``rowptr`` (the runs kernel reads it with stride 1)."""
+    from sparsegnn.kernels.spmm_tiles import spmm_tiles
+
+    gen = torch.Generator().manual_seed(7)
+    n = 300
+    row = torch.cat([torch.full((255,), 5), torch.randint(6, 40, (300,), generator=gen)])
+    col = torch.cat([torch.randperm(n, generator=gen)[:255], torch.randint(0, n, (300,), generator=gen)])
+    ei = torch.stack([col, row])
+    w = torch.rand(ei.shape[1], generator=gen, dtype=torch.float64) + 0.5
+    g = Graph.from_edge_index(ei, w.float(), num_nodes=n).to(DEVICE)
+    rowptr = {"int64": g.rowptr, "int32": g.rowptr.to(torch.int32),
+              "strided": torch.stack([g.rowptr, g.rowptr], 1)[:, 0]}[rowptr_kind]
+    tiles = translate(rowptr, g.col, n, row=g.row)
+    assert tiles.rowptr.dtype == torch.int64 and tiles.rowptr.is_contiguous()
+    assert tiles.schedule(1).max_row == 255
+    x = torch.randn(n, 16, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    want = dense_adjacency(ei, n, w) @ x.double().cpu()
+    for swap in (False, True):
+        out = spmm_tiles(tiles, x, g.edge_val, precision="ieee", chunk=1, swap=swap, encoding="runs")
+        assert float((out.double().cpu() - want).norm()) <= 1e-5 * float(want.norm())
+
+
 @pytest.mark.parametrize("precision,tol", [("ieee", 1e-5), ("tf32", 5e-3)])
 def test_spmm_tc_and_every_tile_config_on_runs(precision, tol, monkeypatch):
     """Where the library takes the runs encoding (``RUNS_MIN_BYTES`` set to 0 here: every
     ordered graph), ``spmm_tc``'s forward, its backward on the transpose's tiles and the weight
-    gradient, and every tile config the tuner can pick, against float64 (duplicate edges
+    gradient, and every tile config the tuner can pick (at 20 and 96 features), against float64 (duplicate edges
     summed); a graph whose rows are not sorted keeps the dense tiles."""
     import sparsegnn.ops.tiles as tile_ops
 
@@ -531,11 +567,12 @@ def test_spmm_tc_and_every_tile_config_on_runs(precision, tol, monkeypatch):
     want_gw = (grad[rows] * x64[cols]).sum(1)
     assert float((gw.double().cpu() - want_gw).norm()) <= max(tol, 1e-5) * float(want_gw.norm())
     for half in (False, True):
-        xs = x.detach().to(torch.float16 if half else torch.float32)
-        want = dense @ xs.double().cpu()
-        for config in [c for c in tile_ops.tc_candidates(20, half) if c["path"] == 1]:
-            got = tile_ops._run_sum(g, xs, g.edge_val, precision, config)
-            assert float((got.double().cpu() - want).norm()) <= max(tol, 5e-3 if half else 0) * float(want.norm())
+        for width in (20, 96):          # the configs of narrow and of wide features (swapped, 8 warps, ...)
+            xs = torch.randn(n, width, generator=gen).to(DEVICE).to(torch.float16 if half else torch.float32)
+            want = dense @ xs.double().cpu()
+            for config in [c for c in tile_ops.tc_candidates(width, half) if c["path"] == 1]:
+                got = tile_ops._run_sum(g, xs, g.edge_val, precision, config)
+                assert float((got.double().cpu() - want).norm()) <= max(tol, 5e-3 if half else 0) * float(want.norm())
     unsorted = Graph.from_csr(torch.tensor([0, 2, 2]), torch.tensor([1, 0]), num_nodes=2).to(DEVICE)
     assert tile_ops.tile_encoding(tile_ops.tiles_of_graph(unsorted)) == "dense"
 

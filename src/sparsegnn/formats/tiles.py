@@ -96,7 +96,8 @@ class TileGraph:
         edge_index: ``[E]`` int64 flat position of every CSR edge in ``block_vals`` (``b W K + r K + k``):
             new edge values (attention weights) become tiles with one ``index_add_`` (``tiles_of``).
         stats: :class:`TileStats`.
-        rowptr: ``[N + 1]`` the translated graph's row offsets (the caller's tensor, not a copy).
+        rowptr: ``[N + 1]`` int64 the translated graph's row offsets (the caller's tensor where it
+            is contiguous int64, else a copy: the runs kernel reads it with stride 1).
 
     Shapes:
         B blocks: block_cols [B, K], block_vals [B, W, K].
@@ -363,7 +364,8 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     count = functools.partial(_count_stats, rowptr, col, edge_index, num_src, num_blocks, window, block_k)
     stats = TileStats(num_windows, num_blocks, 0.0, count, window * block_k)
     tiles = TileGraph(window, block_k, num_rows, int(num_src), window_ptr, block_window,
-                      block_cols, block_vals, edge_index, stats, ordered, rowptr)
+                      block_cols, block_vals, edge_index, stats, ordered,
+                      rowptr.to(torch.int64).contiguous())     # as the runs kernel reads it
     sync()
     stats.ms = 1000.0 * (time.perf_counter() - start)
     return tiles

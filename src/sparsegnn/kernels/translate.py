@@ -55,7 +55,7 @@ work is ~0.2 ms.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional
 
 import torch
 import triton

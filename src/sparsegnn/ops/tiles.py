@@ -4,7 +4,9 @@
 products over the graph's condensed tiles (``formats/tiles.py``, ``kernels/spmm_tiles.py``).
 Backward: ``dX = A^T dY`` on the transpose's tiles, ``dw_e = <dY_i, X_j>`` with the row-wise
 SDDMM.  The tiles of a graph's structure are built once and kept in ``graph.cache`` (like its
-row plan); edge values become tile values with one ``index_put`` per call.
+row plan); edge values become dense tile values with one ``index_add_`` per weight version,
+or, on graphs whose dense tiles would pass ``RUNS_MIN_BYTES``, are read per edge by the runs
+kernel (:func:`tile_encoding`).
 
 ``spmm(..., precision="tf32" | "bf16")`` goes through :func:`spmm_precise`: per graph structure,
 feature width and dtype the tuner (``tune.decide``, family ``TC_FAMILY``, persisted like every
