@@ -104,8 +104,9 @@ class TileGraph:
 
     **Runs** (the encoding without tile values).  Where the rows are :attr:`ordered`, slots never
     fall along a row, so row ``r``'s edges in block ``b`` are one run of its CSR edges, in column
-    order (duplicates side by side, summed by the kernel): the edges ``e`` after those of the window's earlier blocks with
-    ``edge_index[e] / (W K) = b``, at tile column ``edge_index[e] mod K``.  A kernel then builds
+    order (duplicates side by side, summed by the kernel): the edges ``e`` after those of the
+    window's earlier blocks with ``edge_index[e] / (W K) = b``, at tile column
+    ``edge_index[e] mod K``.  A kernel then builds
     each tile in registers from ``edge_index`` and per-edge values in CSR order
     (``kernels.spmm_tiles``, ``encoding="runs"``): no ``[B, W, K]`` values are written (reddit:
     7.3 GB of fp32 tiles, more time than a training epoch to zero and fill).
@@ -319,7 +320,8 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
         condense: ``condense(rowptr, row, col, num_src, window, block_k, values=edge_val)`` ->
             ``(window_ptr, block_window, block_cols, edge_index[, block_vals[, ordered]])``,
             the index work and, where it builds them, the tiles of ``edge_val`` and the rows'
-            order flag (missing or None: built here by :func:`tile_values`, :func:`rows_ordered`); default the tensor-op reference (``ops/tiles.py`` passes
+            order flag (missing or None: built here by :func:`tile_values`, :func:`rows_ordered`);
+            default the tensor-op reference (``ops/tiles.py`` passes
             ``kernels.translate.condense`` on CUDA).
 
     Returns:

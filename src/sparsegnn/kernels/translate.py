@@ -335,13 +335,21 @@ def _window_rank_kernel(rowptr_ptr, col_ptr, code_ptr, blocks_ptr, count_ptr, sc
 
 
 @triton.jit
+def _pad_cols(block_cols_ptr, first_block, count, end_block, live, BLOCK_K: tl.constexpr):
+    """Zeros in ``block_cols`` past each (``live``) window's ``count`` columns up to its last
+    block's end: slots ``first_block K + count .. end_block K`` (fewer than ``K``)."""
+    slot = (first_block * BLOCK_K + count)[:, None] + tl.arange(0, BLOCK_K)[None, :]
+    tl.store(block_cols_ptr + slot, tl.zeros(slot.shape, dtype=tl.int64),
+             mask=live[:, None] & (slot < (end_block * BLOCK_K)[:, None]))
+
+
+@triton.jit
 def _scan_kernel(x_ptr, out_ptr, count_ptr, block_cols_ptr, n, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
     """``out = cumsum(x)`` in one program (a short array: the blocks of a few thousand windows;
     ``torch.cumsum``'s scan costs three launches and an occupancy query on the host), and
     ``_pad_cols_kernel``'s zeros (one launch less): window ``i`` (``x[i + 1]`` blocks,
     ``count[i]`` columns) pads ``block_cols`` from ``out[i] K + count[i]`` to ``out[i + 1] K``."""
     lane = tl.arange(0, BLOCK)
-    k = tl.arange(0, BLOCK_K)
     total = tl.zeros([], dtype=tl.int64)
     for start in range(0, n, BLOCK):
         i = start + lane
@@ -352,11 +360,8 @@ def _scan_kernel(x_ptr, out_ptr, count_ptr, block_cols_ptr, n, BLOCK_K: tl.const
         total += tl.sum(x, 0)
         window = live & (i < n - 1)
         # out[i] is window i's first block: the running sum before x[i + 1], its blocks
-        first = out * BLOCK_K + tl.load(count_ptr + i, mask=window, other=0)
-        end = (out + tl.load(x_ptr + i + 1, mask=window, other=0)) * BLOCK_K
-        slot = first[:, None] + k[None, :]
-        tl.store(block_cols_ptr + slot, tl.zeros([BLOCK, BLOCK_K], dtype=tl.int64),
-                 mask=window[:, None] & (slot < end[:, None]))
+        _pad_cols(block_cols_ptr, out, tl.load(count_ptr + i, mask=window, other=0),
+                  out + tl.load(x_ptr + i + 1, mask=window, other=0), window, BLOCK_K)
 
 
 @triton.jit
@@ -393,11 +398,8 @@ def _pad_cols_kernel(window_ptr_ptr, count_ptr, block_cols_ptr, num_windows, BLO
     than ``K`` slots a window), so that ``block_cols`` needs no memset pass."""
     w = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     live = w < num_windows
-    start = tl.load(window_ptr_ptr + w, mask=live, other=0) * BLOCK_K + tl.load(count_ptr + w, mask=live, other=0)
-    end = tl.load(window_ptr_ptr + w + 1, mask=live, other=0) * BLOCK_K
-    k = tl.arange(0, BLOCK_K)
-    slot = start[:, None] + k[None, :]
-    tl.store(block_cols_ptr + slot, tl.zeros([BLOCK, BLOCK_K], dtype=tl.int64), mask=live[:, None] & (slot < end[:, None]))
+    _pad_cols(block_cols_ptr, tl.load(window_ptr_ptr + w, mask=live, other=0), tl.load(count_ptr + w, mask=live, other=0),
+              tl.load(window_ptr_ptr + w + 1, mask=live, other=0), live, BLOCK_K)
 
 
 def _condense_sorted(row: Tensor, col: Tensor, num_src: int, num_windows: int, window: int,

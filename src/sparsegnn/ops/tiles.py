@@ -174,7 +174,8 @@ def tc_candidates(num_feats: int, half: bool, cusparse: bool = True, packed: boo
 
 #: Dense tile values above this many bytes are not built: graphs with sorted rows take the runs
 #: encoding there (``formats.tiles.TileGraph``).  Below it the dense tiles are faster (H100,
-#: stop 42: runs against dense 0.94-1.7x the time, wikipedia F = 128 tf32 1.3x) and cheap to build.
+#: stop 42: runs took 1.08-2.89x the dense kernel's time, 1.66x tf32 geomean over 8 cases,
+#: ``benchmarks/h100/stop42/encodings/``) and cheap to build.
 RUNS_MIN_BYTES = 1 << 30
 
 
