@@ -42,18 +42,24 @@ def _sorted_key_calls(monkeypatch) -> list:
 
 
 def _big_window_launches(monkeypatch) -> list:
-    """A list that grows by one at each launch of the Triton translation's per-window kernel with
-    its big-window branch (``BIG``) compiled in."""
+    """A list that grows at each launch ranking big windows: ``"triton"`` for the Triton
+    translation's per-window kernel with its big-window branch (``BIG``) compiled in, ``"cuda"``
+    for ``kernels.translate_cuda`` (bit sets in shared memory; CuPy and a GPU)."""
     import sparsegnn.kernels.translate as kt
 
-    calls, real = [], kt.launch
+    calls, real, real_cuda = [], kt.launch, kt.translate_cuda.rank_big_windows
 
     def counted(kernel, grid, args, constexprs, *rest):
         if kernel is kt._window_rank_kernel and constexprs["BIG"]:
-            calls.append(1)
+            calls.append("triton")
         return real(kernel, grid, args, constexprs, *rest)
 
+    def counted_cuda(*args):
+        calls.append("cuda")
+        return real_cuda(*args)
+
     monkeypatch.setattr(kt, "launch", counted)
+    monkeypatch.setattr(kt.translate_cuda, "rank_big_windows", counted_cuda)
     return calls
 
 
@@ -148,6 +154,7 @@ def test_translation_of_a_bipartite_graph_and_bad_arguments(monkeypatch):
             m.setattr(kt, "CAPS", (2,))
             m.setattr(kt, "BIG_WORDS", 0)
             m.setattr(kt, "BIG_WORDS_PER_EDGE", 0)
+            m.setattr(kt, "CUDA_BIG_WINDOWS", False)
             return condense(*args, **kwargs)
 
     on = g.to(DEVICE)
@@ -232,6 +239,74 @@ def test_triton_translation_at_the_shipped_size_classes(counts, block_k, num_src
         reversed_ = condense(rowptr.to(index_dtype).to(DEVICE), row.to(index_dtype).to(DEVICE),
                              flipped.to(index_dtype).to(DEVICE), num_src, window, block_k)
         assert not bool(reversed_.ordered)
+
+
+def _cuda_kernels() -> bool:
+    from sparsegnn.kernels import _cupy
+
+    return DEVICE == "cuda" and _cupy.available()
+
+
+@pytest.mark.skipif(not _cuda_kernels(), reason="the CUDA big-window kernel needs CuPy and a GPU")
+@pytest.mark.parametrize("counts,window,block_k,num_src,index_dtype", [
+    ((5, 2049, 64), 16, 16, 3000, torch.int32),                 # one big window among sorted ones
+    ((6000, 3, 2100, 0, 70, 2049), 16, 16, 4000, torch.int64),  # three, an empty window between
+    ((3000, 2500, 2049), 16, 8, 5000, torch.int64),             # every window big: no Triton launch
+    ((2049, 3, 5000), 16, 16, 200_000, torch.int32),            # bit set of 6250 words, columns spread
+    ((40_000, 2049), 16, 16, 800_000, torch.int64),             # 25k words: 200 KB of shared memory
+    ((2100, 9000, 1), 4, 16, 100_000, torch.int64),             # windows of 4 rows
+    ((2100, 9000, 1), 8, 8, 33, torch.int32),                   # few columns, many duplicates
+])
+def test_cuda_big_windows_equal_the_reference_and_the_triton_bit_sets(counts, window, block_k, num_src,
+                                                                      index_dtype, monkeypatch):
+    """``kernels.translate_cuda`` (the big windows' bit sets in shared memory) gives the tensor-op
+    reference's tiles element for element and the Triton bit sets' ``code`` and block counts;
+    the Triton path runs where ``CUDA_BIG_WINDOWS`` is off."""
+    from sparsegnn.formats.tiles import _condense
+    import sparsegnn.kernels.translate as kt
+
+    rowptr, row, col = _window_graph(counts, window, num_src)
+    expected = _condense(rowptr, row, col, num_src, window, block_k)
+    args = (rowptr.to(index_dtype).to(DEVICE), row.to(index_dtype).to(DEVICE), col.to(index_dtype).to(DEVICE),
+            num_src, window, block_k)
+    monkeypatch.setattr(kt, "BIG_WORDS", 2 ** 26)       # the Triton bit sets allowed at M = 800k
+    monkeypatch.setattr(kt, "CUDA_MIN_WORK", 0)         # these windows are below the work that pays CuPy's launch
+    got = {}
+    for cuda in (True, False):
+        monkeypatch.setattr(kt, "CUDA_BIG_WINDOWS", cuda)
+        big = _big_window_launches(monkeypatch)
+        got[cuda] = kt.condense(*args)
+        assert big == ["cuda" if cuda else "triton"]
+        for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got[cuda], expected):
+            assert torch.equal(a.cpu(), b), (cuda, name)
+    assert bool(got[True].ordered) is bool(got[False].ordered)
+
+
+def test_cuda_big_windows_only_where_the_bit_set_fits_and_the_work_pays(monkeypatch):
+    """Big windows keep the Triton bit sets where CuPy or the shared memory is missing, and where
+    their scratch words and edges fall short of ``CUDA_MIN_WORK``."""
+    import sparsegnn.kernels.translate as kt
+    from sparsegnn.kernels import _cupy, translate_cuda
+
+    col = torch.zeros(4, dtype=torch.int64, device=DEVICE)
+    assert not translate_cuda.fits(10, col.cpu()) and not translate_cuda.fits(10, col.float())
+    if _cuda_kernels():
+        optin = _cupy.shared_bytes_optin(col.device)
+        assert translate_cuda.fits((optin - 1024) // 8, col)
+        assert not translate_cuda.fits((optin - 1024) // 8 + 1, col)
+    rowptr, row, col = _window_graph((3000, 5, 2500), 16, 500)      # 2 big windows, 5500 edges, 16 words
+    args = (rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 500, 16, 16)
+    for min_work, cuda in ((5500 + 2 * 16, _cuda_kernels()), (5500 + 2 * 16 + 1, False)):
+        monkeypatch.setattr(kt, "CUDA_MIN_WORK", min_work)
+        big = _big_window_launches(monkeypatch)
+        kt.condense(*args)
+        assert big == ["cuda" if cuda else "triton"], min_work
+    monkeypatch.setattr(kt, "CUDA_MIN_WORK", 0)
+    monkeypatch.setattr(_cupy, "available", lambda: False)
+    assert not translate_cuda.fits(10, col)
+    big = _big_window_launches(monkeypatch)
+    kt.condense(*args)
+    assert big == ["triton"]
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -405,6 +480,7 @@ def test_translation_order_flag(index_work, monkeypatch):
         if index_work == "sorted keys":
             monkeypatch.setattr(kt, "BIG_WORDS", 0)
             monkeypatch.setattr(kt, "BIG_WORDS_PER_EDGE", 0)
+            monkeypatch.setattr(kt, "CUDA_BIG_WINDOWS", False)
     g, _ = _hub_graph()
     dup = Graph.from_edge_index(torch.stack([g.col, g.row]).cpu()[:, [0, 0, 1, 2, 3]], num_nodes=g.num_nodes)
     col = g.col.clone()

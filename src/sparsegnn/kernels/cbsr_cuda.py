@@ -36,6 +36,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import _cupy
+
 _SOURCE = r"""
 // CH: entries per lane (k <= 32 CH); UNROLL = 16 / CH edges per batch, so each lane keeps 16
 // values and columns in flight whatever k is.
@@ -407,16 +409,8 @@ def _densify_kernel():
     return cupy.RawModule(code=_ROOT_SOURCE, options=("--std=c++14", "-DK=1")).get_function("cbsr_densify")
 
 
-@functools.lru_cache(maxsize=None)
-def available() -> bool:
-    """Whether the CUDA kernel can run here (CuPy installed and a GPU)."""
-    if not torch.cuda.is_available():
-        return False
-    try:
-        import cupy  # noqa: F401
-    except Exception:   # noqa: BLE001 - any import problem means: not here
-        return False
-    return True
+#: Whether the CUDA kernels can run here (CuPy installed and a GPU).
+available = _cupy.available
 
 
 def _run(kernel, num_rows: int, like: Tensor, rowptr: Tensor, order: Tensor, col32: Tensor, weight: Optional[Tensor],
@@ -435,8 +429,7 @@ def _run(kernel, num_rows: int, like: Tensor, rowptr: Tensor, order: Tensor, col
     args = ((ptr(rowptr), ptr(order), ptr(col32), ptr(w), ptr(scale)) + tuple(ptr(t) for t in tensors)
             + (cupy.int32(num_rows),) + tuple(cupy.int32(v) for v in ints)
             + (cupy.int32(weight is not None), cupy.int32(row_scale is not None)))
-    with cupy.cuda.Device(like.device.index), cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-        kernel((blocks,), (32 * WARPS,), args, shared_mem=shared_mem)
+    _cupy.launch(kernel, blocks, 32 * WARPS, args, like.device, shared_mem)
 
 
 def spgemm_cbsr_cuda(rowptr: Tensor, order: Tensor, col32: Tensor, weight: Optional[Tensor], values: Tensor,
@@ -501,13 +494,7 @@ def _root_blocks(rows: int, fi: int, fo: int, like: Tensor) -> int:
 
 def _root_run(kernel, blocks: int, fi: int, like: Tensor, args) -> None:
     """Launch a root kernel on ``blocks`` blocks of ``_ROOT_WARPS`` warps on the current torch stream."""
-    import cupy
-
-    smem = fi * ROOT_TILE * 4
-    if kernel.max_dynamic_shared_size_bytes < smem:
-        kernel.max_dynamic_shared_size_bytes = smem
-    with cupy.cuda.Device(like.device.index), cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-        kernel((blocks,), (32 * _ROOT_WARPS,), args, shared_mem=smem)
+    _cupy.launch(kernel, blocks, 32 * _ROOT_WARPS, args, like.device, root_shared_bytes(fi))
 
 
 def root_shared_bytes(fi: int) -> int:
@@ -588,8 +575,7 @@ def densify_cuda(values: Tensor, index: Tensor, num_cols: int) -> Tensor:
     ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
     sms = torch.cuda.get_device_properties(values.device).multi_processor_count
     blocks = min((n + WARPS - 1) // WARPS, sms * 8)
-    with cupy.cuda.Device(values.device.index), cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-        _densify_kernel()((blocks,), (32 * WARPS,), (ptr(values), ptr(index), ptr(out), cupy.int32(n),
-                                                     cupy.int32(num_cols), cupy.int32(k)),
-                          shared_mem=4 * num_cols * WARPS)
+    _cupy.launch(_densify_kernel(), blocks, 32 * WARPS,
+                 (ptr(values), ptr(index), ptr(out), cupy.int32(n), cupy.int32(num_cols), cupy.int32(k)),
+                 values.device, 4 * num_cols * WARPS)
     return out

@@ -19,8 +19,8 @@ row (``formats.tiles.rows_ordered``) and adds each edge's value into its tile sl
 gradient).
 
 The sorting pass sorts each window at its size class (``CAPS``: a window of 40 edges
-sorts 64 lanes, not 1024), all classes in one launch.  Host syncs: the largest window (and,
-where it is over ``CAPS[-1]``, the number of such windows), and the block count.
+sorts 64 lanes, not 1024), all classes in one launch.  Host syncs: the window sizes (the largest, the
+number over ``CAPS[-1]`` and their edges: one read), and the block count.
 
 **Big windows** (over ``CAPS[-1]`` edges: a hub's window; wikipedia has 12 of 727, artist 28 of
 3158, yelp 13 of 44803, reddit all of its 14.6k).  One program per big window marks its
@@ -35,7 +35,10 @@ side, one 8-byte load) and gives each edge
 ``code = 2 rank + 1`` (every edge of a column writes the same block column, so each may act as
 the run's first).  No sort, so no size limit; the scratch is ``2 ceil(M / 32)`` words a big
 window, and where the bit sets' half of it outgrows ``max(2^24, 2 E)`` words (``BIG_WORDS``),
-or ``M >= 2^31``, the graph takes the sorted keys.
+or ``M >= 2^31``, the graph takes the sorted keys.  Where the big windows' work is large
+(``CUDA_MIN_WORK``: reddit, ogbn-proteins) and a bit set fits a block's shared memory,
+``kernels.translate_cuda`` ranks them there instead (CuPy, no scratch; the Triton kernel
+then sorts only the small windows, and is not launched where every window is big).
 
 **Sorted keys** (big windows whose bit sets would not fit, or ``K > CAPS[0]``): keys
 ``key_e = (row_e >> log2 W) * M + col_e`` made unique and sorted by ``torch.unique`` (keys
@@ -62,6 +65,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from . import translate_cuda
 from ._launch import launch
 
 BLOCK = 1024
@@ -82,6 +86,14 @@ SCAN_WINDOWS = 8 * BLOCK
 #: ``max(BIG_WORDS, BIG_WORDS_PER_EDGE E)`` for the bit sets (as many again for their prefix
 #: counts); beyond it the sorted keys run.
 BIG_WORDS, BIG_WORDS_PER_EDGE = 2 ** 24, 2
+#: Big windows by ``kernels.translate_cuda`` (their bit sets in shared memory) where CuPy runs,
+#: the bit set fits (M up to ~900k columns on the H100) and the big windows' scratch words plus
+#: edges reach ``CUDA_MIN_WORK``.  H100, GPU ms: the ranking 3.60 -> 0.62 on reddit (107M words,
+#: 115M edges), 1.97 -> 0.50 on ogbn-proteins (34M, 79M); about 18 us a million words and 11 a
+#: million edges.  CuPy's launch costs 0.1-0.2 ms of host time in a translation (the Triton
+#: launches after it slow too), a loss where the bit sets are small: yelp (13 big windows,
+#: 0.3M words) 1.80 -> 2.02 ms, soc-BlogCatalog 0.48 -> 0.69.
+CUDA_BIG_WINDOWS, CUDA_MIN_WORK = True, 2 ** 23
 
 
 class Condensed(NamedTuple):
@@ -200,7 +212,8 @@ def _window_range(rowptr_ptr, w, num_rows, WINDOW: tl.constexpr):
 
 @triton.jit
 def _window_max_kernel(rowptr_ptr, out_ptr, num_rows, num_windows, big, WINDOW: tl.constexpr, BLOCK: tl.constexpr):
-    """``out[0]``: the most edges of any window; ``out[1]``: windows of more than ``big`` edges."""
+    """``out[0]``: the most edges of any window; ``out[1]``: windows of more than ``big`` edges;
+    ``out[3]``: their edges."""
     w = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = w < num_windows
     e0 = tl.load(rowptr_ptr + w * WINDOW, mask=mask, other=0)
@@ -208,6 +221,7 @@ def _window_max_kernel(rowptr_ptr, out_ptr, num_rows, num_windows, big, WINDOW: 
     n = (e1 - e0).to(tl.int64)
     tl.atomic_max(out_ptr, tl.max(n, 0))
     tl.atomic_add(out_ptr + 1, tl.sum((n > big).to(tl.int64), 0))
+    tl.atomic_add(out_ptr + 3, tl.sum(tl.where(n > big, n, 0), 0))
 
 
 @triton.jit
@@ -473,8 +487,8 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         rowptr: [N + 1], row, col: [E] -> window_ptr [ceil(N / W) + 1], block_window [B],
         block_cols [B, K], edge_index [E] (all int64), block_vals [B, W, K] float32, ordered [] bool.
 
-    Two host syncs: the largest window (at the start, the queue empty; a graph with windows
-    over ``CAPS[-1]`` edges reads their count too, a third), and the block count, read last
+    Two host syncs: the window sizes (at the start, the queue empty: the largest window, and
+    the count and edges of those over ``CAPS[-1]``), and the block count, read last
     (a fourth sync, ``torch.unique``'s, where the sorted keys run after the count): the block
     arrays (and the tile values) are allocated for the bound ``B <= (E + windows (K - 1)) / K``
     and returned as views of their first ``B`` blocks, so every kernel is queued before the host
@@ -499,14 +513,18 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         return _condense_sorted(row, col, num_src, num_windows, window, block_k)
     if len(CAPS) > 5:
         raise ValueError(f"condense(): at most 5 size classes, CAPS = {CAPS}")
-    # [largest window, windows over CAPS[-1] edges, rows not ordered]
-    sizes = torch.zeros(3, dtype=torch.int64, device=device)
+    # [largest window, windows over CAPS[-1] edges, rows not ordered, edges of those windows]
+    sizes = torch.zeros(4, dtype=torch.int64, device=device)
     launch(_window_max_kernel, (triton.cdiv(num_windows, BLOCK),),
            (rowptr, sizes, num_rows, num_windows, CAPS[-1]), dict(WINDOW=window, BLOCK=BLOCK), 4)
-    largest = int(sizes[0])
-    num_big = int(sizes[1]) if largest > CAPS[-1] else 0
+    largest, num_big, _, big_edges = sizes.tolist()
     num_words = -(-max(int(num_src), 1) // 32)
-    if num_big * num_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges) or (num_big and num_src >= 2 ** 31):
+    # the big windows' bit sets in shared memory (CUDA through CuPy) where they fit and the work
+    # pays for CuPy's launch, else in global scratch (Triton) where that fits, else sorted keys
+    cuda_big = (num_big * num_words + big_edges >= CUDA_MIN_WORK and CUDA_BIG_WINDOWS and num_src < 2 ** 31
+                and translate_cuda.fits(num_words, col))
+    if not cuda_big and (num_big * num_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges)
+                         or (num_big and num_src >= 2 ** 31)):
         return _condense_sorted(row, col, num_src, num_windows, window, block_k, largest)
     big = max(int(num_src), 1)                      # sorts after every column
     code = torch.empty(num_edges, dtype=torch.int32, device=device)
@@ -514,15 +532,20 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     counts = torch.empty(num_windows, dtype=torch.int32, device=device)
     # the big windows' bit sets and prefix counts: a slot counter, then int32 pairs (any tensor
     # where there are none: that branch is not compiled)
-    scratch = torch.zeros(2 + 2 * num_big * num_words, dtype=torch.int32, device=device) if num_big else code
+    triton_big = bool(num_big) and not cuda_big
+    scratch = torch.zeros(2 + 2 * num_big * num_words, dtype=torch.int32, device=device) if triton_big else code
     caps = tuple(c for c in CAPS if c < largest) + tuple(c for c in CAPS if c >= largest)[:1]
     padded = caps + (caps[-1],) * (5 - len(caps))
-    launch(_window_rank_kernel, (num_windows,),
-           (rowptr, col, code, blocks, counts, scratch, num_rows, big, num_words),
-           dict(WINDOW=window, BLOCK_K=block_k, CAP0=padded[0], CAP1=padded[1], CAP2=padded[2], CAP3=padded[3],
-                CAP4=padded[4], CLASSES=len(caps), BIG=bool(num_big), BLOCK=BLOCK,
-                KEY64=sum(1 << i for i, cap in enumerate(caps) if (big + 1) * cap >= 2 ** 31)),
-           max(4 if num_big else 1, min(8, caps[-1] // 256)))      # at most 8 lanes a thread (stop 38)
+    if num_big < num_windows or triton_big:     # the sorts (and the bit sets in global memory)
+        launch(_window_rank_kernel, (num_windows,),
+               (rowptr, col, code, blocks, counts, scratch, num_rows, big, num_words),
+               dict(WINDOW=window, BLOCK_K=block_k, CAP0=padded[0], CAP1=padded[1], CAP2=padded[2], CAP3=padded[3],
+                    CAP4=padded[4], CLASSES=len(caps), BIG=triton_big, BLOCK=BLOCK,
+                    KEY64=sum(1 << i for i, cap in enumerate(caps) if (big + 1) * cap >= 2 ** 31)),
+               max(4 if triton_big else 1, min(8, caps[-1] // 256)))      # at most 8 lanes a thread (stop 38)
+    if cuda_big:
+        translate_cuda.rank_big_windows(rowptr.to(torch.int64), col, code, blocks, counts, num_windows, CAPS[-1],
+                                        window, block_k, num_words)
     window_ptr = torch.empty_like(blocks)
     bound = (num_edges + num_windows * (block_k - 1)) // block_k
     block_cols = torch.empty((bound, block_k), dtype=torch.int64, device=device)
