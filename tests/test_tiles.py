@@ -309,6 +309,30 @@ def test_cuda_big_windows_only_where_the_bit_set_fits_and_the_work_pays(monkeypa
     assert big == ["triton"]
 
 
+@pytest.mark.parametrize("one_program", [True, False])
+def test_window_sizes_in_one_program_or_by_atomics(one_program, monkeypatch):
+    """The window sizes (largest, big windows and their edges, the order flag's reset) read by
+    one program (few windows: no zeroed output) or by programs of 1024 windows with atomics
+    give the reference's tiles and order flag, with windows past the classes (bit sets) too."""
+    from sparsegnn.formats.tiles import _condense, rows_ordered
+    import sparsegnn.kernels.translate as kt
+
+    monkeypatch.setattr(kt, "SIZES_ONE_PROGRAM", 10 ** 9 if one_program else 0)
+    monkeypatch.setattr(kt, "CAPS", (16, 64))
+    counts = (3, 70, 0, 16, 17, 200) * 10 + (65,)
+    rowptr, row, col = _window_graph(counts, 4, 300)
+    expected = _condense(rowptr, row, col, 300, 4, 8)
+    big = _big_window_launches(monkeypatch)
+    for cols in (col, col.flip(0)):     # rows sorted; then every row reversed (where it has two columns)
+        got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), cols.to(DEVICE), 300, 4, 8)
+        if cols is col:
+            for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
+                assert torch.equal(a.cpu(), b), name
+        assert got.ordered.dtype == torch.bool and got.ordered.dim() == 0
+        assert bool(got.ordered) is bool(rows_ordered(got.edge_index.cpu(), row)) is (cols is col)
+    assert big == ["triton", "triton"]
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_triton_translation_builds_the_tile_values(deterministic, monkeypatch):
     """The Triton index work adds the edge values into their tiles in its slot pass (atomics),

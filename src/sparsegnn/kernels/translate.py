@@ -78,6 +78,8 @@ CAPS = (64, 256, 1024, 2048)
 #: Windows per program of the binary searches: one per thread (4 warps), so that the ~2 log2(keys)
 #: dependent loads of each run side by side (1024 per program: 0.08 ms on amazon0505's 26k windows).
 WINDOW_BLOCK = 128
+#: Up to this many windows one program reads the window sizes (no zeroed output, no atomics).
+SIZES_ONE_PROGRAM = 64 * BLOCK
 #: Windows a step of the one-program scan (which also writes ``[SCAN_BLOCK, K]`` padding zeros).
 SCAN_BLOCK = 256
 #: Up to this many windows the block counts are summed by one Triton program, beyond by ``torch.cumsum``.
@@ -162,16 +164,18 @@ def _slot_kernel(keys_ptr, bounds_ptr, window_ptr_ptr, block_cols_ptr, block_win
 
 @triton.jit
 def _check_order(flag_ptr, row_ptr, order_ptr, e, row, order, mask, ORDER_SHIFT: tl.constexpr):
-    """Set ``flag`` where an edge's ``order`` (``order_ptr[e] >> ORDER_SHIFT``: anything that rises
-    with the column within a window) is below its predecessor's in the same row: columns
-    unsorted within a row (``formats.tiles.rows_ordered``; duplicates are allowed).  Costs
-    0.35 ms of reddit's 114M edges (stop 42)."""
+    """Clear ``flag`` (int64, 1 before: ordered) where an edge's ``order`` (``order_ptr[e] >>
+    ORDER_SHIFT``: anything that rises with the column within a window) is below its
+    predecessor's in the same row: columns unsorted within a row (``formats.tiles.rows_ordered``;
+    duplicates are allowed).  Every writer stores the same 0, so no atomics; the caller reads
+    the flag's first byte as a bool (no comparison kernel).  Costs 0.35 ms of reddit's 114M
+    edges (stop 42)."""
     before = mask & (e > 0)
     prev_row = tl.load(row_ptr + e - 1, mask=before, other=-1).to(tl.int64)
     prev = tl.load(order_ptr + e - 1, mask=before, other=0).to(tl.int64) >> ORDER_SHIFT
     bad = tl.max((before & (prev_row == row) & (prev > order)).to(tl.int32), 0)
     if bad != 0:
-        tl.atomic_or(flag_ptr, 1)
+        tl.store(flag_ptr, 0)
 
 
 @triton.jit
@@ -211,17 +215,44 @@ def _window_range(rowptr_ptr, w, num_rows, WINDOW: tl.constexpr):
 
 
 @triton.jit
-def _window_max_kernel(rowptr_ptr, out_ptr, num_rows, num_windows, big, WINDOW: tl.constexpr, BLOCK: tl.constexpr):
-    """``out[0]``: the most edges of any window; ``out[1]``: windows of more than ``big`` edges;
-    ``out[3]``: their edges."""
-    w = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+def _window_sizes(rowptr_ptr, w, num_rows, num_windows, big, WINDOW: tl.constexpr):
+    """Of windows ``w`` (a block of them): the most edges, how many hold over ``big``, their edges."""
     mask = w < num_windows
     e0 = tl.load(rowptr_ptr + w * WINDOW, mask=mask, other=0)
     e1 = tl.load(rowptr_ptr + tl.minimum(w * WINDOW + WINDOW, num_rows), mask=mask, other=0)
     n = (e1 - e0).to(tl.int64)
-    tl.atomic_max(out_ptr, tl.max(n, 0))
-    tl.atomic_add(out_ptr + 1, tl.sum((n > big).to(tl.int64), 0))
-    tl.atomic_add(out_ptr + 3, tl.sum(tl.where(n > big, n, 0), 0))
+    return tl.max(n, 0), tl.sum((n > big).to(tl.int64), 0), tl.sum(tl.where(n > big, n, 0), 0)
+
+
+@triton.jit
+def _window_max_kernel(rowptr_ptr, out_ptr, num_rows, num_windows, big, WINDOW: tl.constexpr, ONE: tl.constexpr,
+                       BLOCK: tl.constexpr):
+    """``out[0]``: the most edges of any window; ``out[1]``: windows of more than ``big`` edges;
+    ``out[2] = 1`` (the order flag, cleared by the slot pass: ``_check_order``); ``out[3]``: the
+    edges of the windows over ``big``.  With ``ONE``, one program walks every window and stores
+    (``out`` needs no zeros: one launch less on graphs of few windows); else one program per
+    ``BLOCK`` windows adds into the zeroed ``out`` by atomics."""
+    if ONE:
+        largest = tl.zeros([], dtype=tl.int64)
+        num_big = tl.zeros([], dtype=tl.int64)
+        big_edges = tl.zeros([], dtype=tl.int64)
+        for start in range(0, num_windows, BLOCK):
+            m, c, e = _window_sizes(rowptr_ptr, start + tl.arange(0, BLOCK).to(tl.int64), num_rows, num_windows, big,
+                                    WINDOW)
+            largest = tl.maximum(largest, m)
+            num_big += c
+            big_edges += e
+        tl.store(out_ptr, largest)
+        tl.store(out_ptr + 1, num_big)
+        tl.store(out_ptr + 3, big_edges)
+    else:
+        m, c, e = _window_sizes(rowptr_ptr, tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK), num_rows,
+                                num_windows, big, WINDOW)
+        tl.atomic_max(out_ptr, m)
+        tl.atomic_add(out_ptr + 1, c)
+        tl.atomic_add(out_ptr + 3, e)
+    if tl.program_id(0) == 0:
+        tl.store(out_ptr + 2, 1)
 
 
 @triton.jit
@@ -416,6 +447,11 @@ def _pad_cols_kernel(window_ptr_ptr, count_ptr, block_cols_ptr, num_windows, BLO
               tl.load(window_ptr_ptr + w + 1, mask=live, other=0), live, BLOCK_K)
 
 
+def _flag_bool(flag: Tensor) -> Tensor:
+    """The 0-d bool view of an int64 order flag (1 or 0) in ``flag[0]``: its first byte (little endian)."""
+    return flag.view(torch.bool)[0]
+
+
 def _condense_sorted(row: Tensor, col: Tensor, num_src: int, num_windows: int, window: int,
                      block_k: int, largest: Optional[int] = None) -> Condensed:
     """The sorted-keys path of :func:`condense` (module doc): rows in any order.
@@ -455,7 +491,7 @@ def _condense_sorted(row: Tensor, col: Tensor, num_src: int, num_windows: int, w
     block_window = torch.empty(num_blocks, dtype=torch.int64, device=device)
     base = torch.empty(num_keys, dtype=torch.int64, device=device)
     edge_index = torch.empty(num_edges, dtype=torch.int64, device=device)
-    flag = torch.zeros(1, dtype=torch.int64, device=device)
+    flag = torch.ones(1, dtype=torch.int64, device=device)
     if num_keys:
         steps = min(num_keys, largest if largest is not None else num_keys).bit_length()
         launch(_slot_kernel, (triton.cdiv(num_keys, BLOCK),),
@@ -464,7 +500,7 @@ def _condense_sorted(row: Tensor, col: Tensor, num_src: int, num_windows: int, w
         launch(_edge_kernel, (triton.cdiv(num_edges, BLOCK),),
                (key, keys, bounds, row, base, edge_index, flag, num_edges, steps),
                dict(SHIFT_W=window.bit_length() - 1, WINDOW=window, BLOCK_K=block_k, BLOCK=BLOCK), 4)
-    return Condensed(window_ptr, block_window, block_cols, edge_index, None, flag[0] == 0)
+    return Condensed(window_ptr, block_window, block_cols, edge_index, None, _flag_bool(flag))
 
 
 def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int, block_k: int,
@@ -513,10 +549,11 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         return _condense_sorted(row, col, num_src, num_windows, window, block_k)
     if len(CAPS) > 5:
         raise ValueError(f"condense(): at most 5 size classes, CAPS = {CAPS}")
-    # [largest window, windows over CAPS[-1] edges, rows not ordered, edges of those windows]
-    sizes = torch.zeros(4, dtype=torch.int64, device=device)
-    launch(_window_max_kernel, (triton.cdiv(num_windows, BLOCK),),
-           (rowptr, sizes, num_rows, num_windows, CAPS[-1]), dict(WINDOW=window, BLOCK=BLOCK), 4)
+    # [largest window, windows over CAPS[-1] edges, the order flag, edges of those windows]
+    one = num_windows <= SIZES_ONE_PROGRAM
+    sizes = (torch.empty if one else torch.zeros)(4, dtype=torch.int64, device=device)
+    launch(_window_max_kernel, (1 if one else triton.cdiv(num_windows, BLOCK),),
+           (rowptr, sizes, num_rows, num_windows, CAPS[-1]), dict(WINDOW=window, ONE=one, BLOCK=BLOCK), 4)
     largest, num_big, _, big_edges = sizes.tolist()
     num_words = -(-max(int(num_src), 1) // 32)
     # the big windows' bit sets in shared memory (CUDA through CuPy) where they fit and the work
@@ -575,4 +612,4 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     kept = [block_window[:num_blocks], block_cols[:num_blocks], None if block_vals is None else block_vals[:num_blocks]]
     if 2 * num_blocks < bound:      # rows sharing columns: the bound's tail would double the memory
         kept = [None if t is None else t.clone() for t in kept]
-    return Condensed(window_ptr, kept[0], kept[1], edge_index, kept[2], sizes[2] == 0)
+    return Condensed(window_ptr, kept[0], kept[1], edge_index, kept[2], _flag_bool(sizes[2:3]))
