@@ -173,19 +173,21 @@ def test_translation_of_a_bipartite_graph_and_bad_arguments(monkeypatch):
     assert (len(taken), len(big)) == (3, 1)
 
 
-def _window_graph(counts, window, num_src, seed=0):
+def _window_graph(counts, window, num_src, seed=0, last_rows=None):
     """``(rowptr, row, col)`` of a CSR graph whose window ``i`` holds ``counts[i]`` edges (random rows
-    within the window, random sources with repeats: duplicate edges and self loops), rows sorted."""
+    within the window, random sources with repeats: duplicate edges and self loops), rows sorted;
+    the last window has ``last_rows`` rows (default ``window``: the row count a multiple of it)."""
     gen = torch.Generator().manual_seed(seed)
+    num_rows = (len(counts) - 1) * window + (window if last_rows is None else last_rows)
     rows, cols = [], []
     for w, count in enumerate(counts):
-        rows.append(w * window + torch.randint(window, (count,), generator=gen))
+        rows.append(w * window + torch.randint(min(window, num_rows - w * window), (count,), generator=gen))
         cols.append(torch.randint(num_src, (count,), generator=gen))
     row, col = torch.cat(rows), torch.cat(cols)
     order = torch.argsort(row * num_src + col, stable=True)
     row, col = row[order], col[order]
-    rowptr = torch.zeros(len(counts) * window + 1, dtype=torch.int64)
-    rowptr[1:] = torch.cumsum(torch.bincount(row, minlength=len(counts) * window), 0)
+    rowptr = torch.zeros(num_rows + 1, dtype=torch.int64)
+    rowptr[1:] = torch.cumsum(torch.bincount(row, minlength=num_rows), 0)
     return rowptr, row, col
 
 
@@ -256,30 +258,39 @@ def _cuda_kernels() -> bool:
     ((40_000, 2049), 16, 16, 800_000, torch.int64),             # 25k words: 200 KB of shared memory
     ((2100, 9000, 1), 4, 16, 100_000, torch.int64),             # windows of 4 rows
     ((2100, 9000, 1), 8, 8, 33, torch.int32),                   # few columns, many duplicates
+    ((2100, 9000, 3000), 16, 16, 5000, torch.int64),            # the last window of 3 rows (clamped range)
 ])
 def test_cuda_big_windows_equal_the_reference_and_the_triton_bit_sets(counts, window, block_k, num_src,
                                                                       index_dtype, monkeypatch):
     """``kernels.translate_cuda`` (the big windows' bit sets in shared memory) gives the tensor-op
     reference's tiles element for element and the Triton bit sets' ``code`` and block counts;
-    the Triton path runs where ``CUDA_BIG_WINDOWS`` is off."""
-    from sparsegnn.formats.tiles import _condense
+    the Triton path runs where ``CUDA_BIG_WINDOWS`` is off; the order flag of either, also with
+    the rows' columns reversed."""
+    from sparsegnn.formats.tiles import _condense, rows_ordered
     import sparsegnn.kernels.translate as kt
 
-    rowptr, row, col = _window_graph(counts, window, num_src)
+    rowptr, row, col = _window_graph(counts, window, num_src, last_rows=3 if counts[-1] == 3000 else None)
     expected = _condense(rowptr, row, col, num_src, window, block_k)
-    args = (rowptr.to(index_dtype).to(DEVICE), row.to(index_dtype).to(DEVICE), col.to(index_dtype).to(DEVICE),
-            num_src, window, block_k)
     monkeypatch.setattr(kt, "BIG_WORDS", 2 ** 26)       # the Triton bit sets allowed at M = 800k
     monkeypatch.setattr(kt, "CUDA_MIN_WORK", 0)         # these windows are below the work that pays CuPy's launch
-    got = {}
-    for cuda in (True, False):
-        monkeypatch.setattr(kt, "CUDA_BIG_WINDOWS", cuda)
-        big = _big_window_launches(monkeypatch)
-        got[cuda] = kt.condense(*args)
-        assert big == ["cuda" if cuda else "triton"]
-        for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got[cuda], expected):
-            assert torch.equal(a.cpu(), b), (cuda, name)
-    assert bool(got[True].ordered) is bool(got[False].ordered)
+    monkeypatch.setattr(kt, "CUDA_BIG_SHARE", 10 ** 6)  # and some hold one big window of several
+    # each row's columns reversed: descending, so not ordered where a row has two columns
+    flipped = torch.cat([col[int(rowptr[r]):int(rowptr[r + 1])].flip(0) for r in range(rowptr.numel() - 1)])
+    for cols in (col, flipped):
+        args = (rowptr.to(index_dtype).to(DEVICE), row.to(index_dtype).to(DEVICE), cols.to(index_dtype).to(DEVICE),
+                num_src, window, block_k)
+        got = {}
+        for cuda in (True, False):
+            monkeypatch.setattr(kt, "CUDA_BIG_WINDOWS", cuda)
+            big = _big_window_launches(monkeypatch)
+            got[cuda] = kt.condense(*args)
+            assert big == ["cuda" if cuda else "triton"]
+            if cols is col:
+                for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got[cuda], expected):
+                    assert torch.equal(a.cpu(), b), (cuda, name)
+            assert bool(got[cuda].ordered) is bool(rows_ordered(got[cuda].edge_index.cpu(), row)), cuda
+        assert torch.equal(got[True].edge_index, got[False].edge_index)
+        assert bool(got[True].ordered) is (cols is col)
 
 
 def test_cuda_big_windows_only_where_the_bit_set_fits_and_the_work_pays(monkeypatch):
@@ -294,19 +305,76 @@ def test_cuda_big_windows_only_where_the_bit_set_fits_and_the_work_pays(monkeypa
         optin = _cupy.shared_bytes_optin(col.device)
         assert translate_cuda.fits((optin - 1024) // 8, col)
         assert not translate_cuda.fits((optin - 1024) // 8 + 1, col)
-    rowptr, row, col = _window_graph((3000, 5, 2500), 16, 500)      # 2 big windows, 5500 edges, 16 words
+    rowptr, row, col = _window_graph((3000, 5, 2500, 7, 1, 0, 0, 9), 16, 500)   # 2 of 8 windows big: 5500 edges, 16 words
     args = (rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 500, 16, 16)
-    for min_work, cuda in ((5500 + 2 * 16, _cuda_kernels()), (5500 + 2 * 16 + 1, False)):
+    for min_work, share, cuda in ((5500 + 2 * 16, 4, _cuda_kernels()), (5500 + 2 * 16 + 1, 4, False),
+                                  (0, 3, False)):
         monkeypatch.setattr(kt, "CUDA_MIN_WORK", min_work)
+        monkeypatch.setattr(kt, "CUDA_BIG_SHARE", share)     # at least one window in `share` big
         big = _big_window_launches(monkeypatch)
         kt.condense(*args)
-        assert big == ["cuda" if cuda else "triton"], min_work
+        assert big == ["cuda" if cuda else "triton"], (min_work, share)
+    monkeypatch.setattr(kt, "CUDA_BIG_SHARE", 4)
     monkeypatch.setattr(kt, "CUDA_MIN_WORK", 0)
     monkeypatch.setattr(_cupy, "available", lambda: False)
     assert not translate_cuda.fits(10, col)
     big = _big_window_launches(monkeypatch)
     kt.condense(*args)
     assert big == ["triton"]
+
+
+def _rank_big_windows_torch(rowptr, col, code, blocks, counts, num_windows, big, window, block_k, num_words):
+    """``kernels.translate_cuda.rank_big_windows``'s contract by tensor ops (its module doc)."""
+    num_rows = rowptr.numel() - 1
+    blocks[0] = 0
+    for w in range(num_windows):
+        e0, e1 = int(rowptr[w * window]), int(rowptr[min(w * window + window, num_rows)])
+        if e1 - e0 <= big:
+            continue
+        c = col[e0:e1].long()
+        distinct = torch.unique(c)
+        code[e0:e1] = (2 * torch.searchsorted(distinct, c) + 1).to(code.dtype)
+        blocks[w + 1] = -(-distinct.numel() // block_k)
+        counts[w] = distinct.numel()
+
+
+@pytest.mark.parametrize("counts,last_rows", [((3000, 5, 2500, 64), None), ((3000, 2500, 2049), None),
+                                              ((100, 2100, 2500), 5)])
+def test_cuda_big_windows_share_the_work_with_the_triton_sorts(counts, last_rows, monkeypatch):
+    """Where the CUDA kernel takes the big windows, the Triton kernel sorts the others (and is not
+    launched where every window is big): the kernel stood in for by its contract in tensor ops,
+    so that CI checks this split without a GPU."""
+    from sparsegnn.formats.tiles import _condense
+    import sparsegnn.kernels.translate as kt
+
+    monkeypatch.setattr(kt, "CUDA_MIN_WORK", 0)
+    monkeypatch.setattr(kt.translate_cuda, "fits", lambda num_words, col: True)
+    monkeypatch.setattr(kt.translate_cuda, "rank_big_windows", _rank_big_windows_torch)
+    launched, real = [], kt.launch
+    monkeypatch.setattr(kt, "launch", lambda kernel, *a: launched.append(kernel) or real(kernel, *a))
+    big = _big_window_launches(monkeypatch)
+    rowptr, row, col = _window_graph(counts, 16, 3000, last_rows=last_rows)
+    got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 3000, 16, 16)
+    assert big == ["cuda"]
+    assert (kt._window_rank_kernel in launched) is (min(counts) <= kt.CAPS[-1])
+    for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got,
+                          _condense(rowptr, row, col, 3000, 16, 16)):
+        assert torch.equal(a.cpu(), b), name
+
+
+@pytest.mark.parametrize("one_program", [True, False])
+def test_window_sizes_kernel_writes_every_field(one_program):
+    """``_window_max_kernel`` over an output holding garbage (one program: nothing zeroes it) or
+    zeros (atomics): the largest window, the big windows' count and edges, the order flag's 1."""
+    import triton
+    import sparsegnn.kernels.translate as kt
+
+    rowptr, _, _ = _window_graph((3, 70, 0, 16, 17, 200, 5), 4, 50, last_rows=2)
+    sizes = torch.full((4,), 12345, dtype=torch.int64) if one_program else torch.zeros(4, dtype=torch.int64)
+    sizes = sizes.to(DEVICE)
+    kt.launch(kt._window_max_kernel, (1 if one_program else triton.cdiv(7, 4),),
+              (rowptr.to(DEVICE), sizes, rowptr.numel() - 1, 7, 16), dict(WINDOW=4, ONE=one_program, BLOCK=4), 4)
+    assert sizes.tolist() == [200, 3, 1, 70 + 17 + 200]
 
 
 @pytest.mark.parametrize("one_program", [True, False])

@@ -39,12 +39,14 @@ def _stream(device: torch.device):
 
 def launch(kernel, grid: int, threads: int, args: tuple, device: torch.device, shared_mem: int = 0) -> None:
     """Run a CuPy ``kernel`` on the current torch stream of ``device`` (``grid`` blocks of
-    ``threads``), raising the kernel's dynamic shared-memory limit where ``shared_mem`` needs it."""
+    ``threads``), raising the kernel's dynamic shared-memory limit where ``shared_mem`` needs it
+    (its default is 48 KB less the kernel's static shared memory, so the check is not against
+    48 KB)."""
     import cupy
 
-    if shared_mem > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < shared_mem:
-        kernel.max_dynamic_shared_size_bytes = shared_mem
     with cupy.cuda.Device(device.index), _stream(device):
+        if shared_mem and kernel.max_dynamic_shared_size_bytes < shared_mem:
+            kernel.max_dynamic_shared_size_bytes = shared_mem
         kernel((grid,), (threads,), args, shared_mem=shared_mem)
 
 

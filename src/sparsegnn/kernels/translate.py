@@ -95,7 +95,11 @@ BIG_WORDS, BIG_WORDS_PER_EDGE = 2 ** 24, 2
 #: million edges.  CuPy's launch costs 0.1-0.2 ms of host time in a translation (the Triton
 #: launches after it slow too), a loss where the bit sets are small: yelp (13 big windows,
 #: 0.3M words) 1.80 -> 2.02 ms, soc-BlogCatalog 0.48 -> 0.69.
-CUDA_BIG_WINDOWS, CUDA_MIN_WORK = True, 2 ** 23
+#: ... and where at least one window in ``CUDA_BIG_SHARE`` is big: the kernel runs a block per
+#: window, and each block, also a small window's that returns at once, holds the bit set's
+#: shared memory (one block an SM past 114 KB): 100k windows would cost ~0.75 ms of empty
+#: waves (review, stop 43; reddit and ogbn-proteins: every window big).
+CUDA_BIG_WINDOWS, CUDA_MIN_WORK, CUDA_BIG_SHARE = True, 2 ** 23, 4
 
 
 class Condensed(NamedTuple):
@@ -558,8 +562,8 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     num_words = -(-max(int(num_src), 1) // 32)
     # the big windows' bit sets in shared memory (CUDA through CuPy) where they fit and the work
     # pays for CuPy's launch, else in global scratch (Triton) where that fits, else sorted keys
-    cuda_big = (num_big * num_words + big_edges >= CUDA_MIN_WORK and CUDA_BIG_WINDOWS and num_src < 2 ** 31
-                and translate_cuda.fits(num_words, col))
+    cuda_big = (num_big * num_words + big_edges >= CUDA_MIN_WORK and CUDA_BIG_SHARE * num_big >= num_windows
+                and CUDA_BIG_WINDOWS and num_src < 2 ** 31 and translate_cuda.fits(num_words, col))
     if not cuda_big and (num_big * num_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges)
                          or (num_big and num_src >= 2 ** 31)):
         return _condense_sorted(row, col, num_src, num_windows, window, block_k, largest)

@@ -24,6 +24,7 @@ Windows of at most ``big`` edges return at once (the Triton kernel sorts them). 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 from torch import Tensor
@@ -136,12 +137,21 @@ rank_big_windows(const long long* __restrict__ rowptr, const COL_T* __restrict__
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(col_bits: int):
+def _kernel(col_bits: int, device_index: int):
+    """The kernel for int32 / int64 columns, loaded on device ``device_index``; None where it does
+    not compile or load there (then :func:`fits` is False and the Triton bit sets run)."""
     import cupy
 
     col_t = "long long" if col_bits == 64 else "int"
     options = ("--std=c++14", f"-DTHREADS={THREADS}", f"-DCOL_T={col_t}")
-    return cupy.RawModule(code=_SOURCE, options=options).get_function("rank_big_windows")
+    try:
+        with cupy.cuda.Device(device_index):
+            kernel = cupy.RawModule(code=_SOURCE, options=options).get_function("rank_big_windows")
+    except Exception as error:    # noqa: BLE001 - NVRTC or the driver missing or broken: not here
+        warnings.warn(f"translate: the CUDA big-window kernel is unavailable ({error}); using the Triton bit sets",
+                      RuntimeWarning)
+        return None
+    return kernel
 
 
 def shared_bytes(num_words: int) -> int:
@@ -153,7 +163,12 @@ def fits(num_words: int, col: Tensor) -> bool:
     """Whether the kernel can rank big windows of ``num_words`` bit-set words here: CuPy and a GPU,
     int32 or int64 columns, and the bit set with its prefix counts within a block's shared memory."""
     return (col.is_cuda and col.dtype in (torch.int32, torch.int64) and _cupy.available()
-            and shared_bytes(num_words) + 1024 <= _cupy.shared_bytes_optin(col.device))
+            and shared_bytes(num_words) + 1024 <= _cupy.shared_bytes_optin(col.device)
+            and _kernel(_bits(col), col.device.index) is not None)
+
+
+def _bits(col: Tensor) -> int:
+    return 64 if col.dtype == torch.int64 else 32
 
 
 def rank_big_windows(rowptr: Tensor, col: Tensor, code: Tensor, blocks: Tensor, counts: Tensor, num_windows: int,
@@ -171,5 +186,5 @@ def rank_big_windows(rowptr: Tensor, col: Tensor, code: Tensor, blocks: Tensor, 
     ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
     args = (ptr(rowptr), ptr(col), ptr(code), ptr(blocks), ptr(counts), cupy.int64(rowptr.numel() - 1),
             cupy.int64(big), cupy.int32(window), cupy.int32(block_k), cupy.int32(num_words))
-    _cupy.launch(_kernel(64 if col.dtype == torch.int64 else 32), num_windows, THREADS, args, col.device,
+    _cupy.launch(_kernel(_bits(col), col.device.index), num_windows, THREADS, args, col.device,
                  shared_bytes(num_words))
