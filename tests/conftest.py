@@ -9,6 +9,13 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# Under pytest-xdist each worker's torch (and our Numba kernels, which follow torch's count)
+# would run a thread per core: two workers on CI's two cores ran four, and the spinning
+# OpenMP threads cost the Cora accuracy tests 146 s instead of 92 (stop 43).  A worker gets
+# its share of the cores.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
 # Tuning decisions persist on disk: keep the suite's away from the user's cache.
 if "SPARSEGNN_TUNE_CACHE" not in os.environ:
     import tempfile
