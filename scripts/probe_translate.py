@@ -44,8 +44,10 @@ def _patched(**names):
     return run
 
 
-VARIANTS = {"tensor ops": None, "triton": kt.condense, "sorted": _patched(BIG_WORDS=0, BIG_WORDS_PER_EDGE=0, CUDA_BIG_WINDOWS=False),
-            "bits8": _patched(BIG_WORDS_PER_EDGE=8), "triton-bits": _patched(CUDA_BIG_WINDOWS=False)}
+VARIANTS = {"tensor ops": None, "triton": kt.condense,
+            "sorted": _patched(BIG_WORDS=0, BIG_WORDS_PER_EDGE=0, CUDA_BIG_WINDOWS=False),
+            "bits8": _patched(BIG_WORDS_PER_EDGE=8),
+            "triton-bits": _patched(CUDA_BIG_WINDOWS=False)}     # the big windows' bit sets in Triton, not CUDA
 
 
 def main() -> None:

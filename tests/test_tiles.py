@@ -364,7 +364,7 @@ def test_cuda_big_windows_share_the_work_with_the_triton_sorts(counts, last_rows
 
 @pytest.mark.parametrize("one_program", [True, False])
 def test_window_sizes_kernel_writes_every_field(one_program):
-    """``_window_max_kernel`` over an output holding garbage (one program: nothing zeroes it) or
+    """``_window_sizes_kernel`` over an output holding garbage (one program: nothing zeroes it) or
     zeros (atomics): the largest window, the big windows' count and edges, the order flag's 1."""
     import triton
     import sparsegnn.kernels.translate as kt
@@ -372,7 +372,7 @@ def test_window_sizes_kernel_writes_every_field(one_program):
     rowptr, _, _ = _window_graph((3, 70, 0, 16, 17, 200, 5), 4, 50, last_rows=2)
     sizes = torch.full((4,), 12345, dtype=torch.int64) if one_program else torch.zeros(4, dtype=torch.int64)
     sizes = sizes.to(DEVICE)
-    kt.launch(kt._window_max_kernel, (1 if one_program else triton.cdiv(7, 4),),
+    kt.launch(kt._window_sizes_kernel, (1 if one_program else triton.cdiv(7, 4),),
               (rowptr.to(DEVICE), sizes, rowptr.numel() - 1, 7, 16), dict(WINDOW=4, ONE=one_program, BLOCK=4), 4)
     assert sizes.tolist() == [200, 3, 1, 70 + 17 + 200]
 

@@ -335,8 +335,7 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     they fit) and about 30 small tensor ops (57-62 kernels); with the Triton ``condense`` a sort
     per window in registers (a bit set per window of more than 2048 edges), 7-10 kernels for
     the structure (``scripts/probe_translate.py``; stop 43), two more for the dense tile values
-    (``tile_values``); two host syncs (three where the Triton
-    path falls back to sorted keys).
+    (``tile_values``); two host syncs (three where the Triton path falls back to sorted keys).
     The statistics are counted when first read (:class:`TileStats`), the tile values are added
     by the Triton slot pass or one ``index_add_`` (stop 37: with two more ``unique`` calls, a
     ``bincount`` and a sorting ``index_put``, 151 kernels and 9 syncs, translation took

@@ -19,8 +19,8 @@ row (``formats.tiles.rows_ordered``) and adds each edge's value into its tile sl
 gradient).
 
 The sorting pass sorts each window at its size class (``CAPS``: a window of 40 edges
-sorts 64 lanes, not 1024), all classes in one launch.  Host syncs: the window sizes (the largest, the
-number over ``CAPS[-1]`` and their edges: one read), and the block count.
+sorts 64 lanes, not 1024), all classes in one launch.  Host syncs: the window sizes (the
+largest, the number over ``CAPS[-1]`` and their edges: one read), and the block count.
 
 **Big windows** (over ``CAPS[-1]`` edges: a hub's window; wikipedia has 12 of 727, artist 28 of
 3158, yelp 13 of 44803, reddit all of its 14.6k).  One program per big window marks its
@@ -89,16 +89,18 @@ SCAN_WINDOWS = 8 * BLOCK
 #: counts); beyond it the sorted keys run.
 BIG_WORDS, BIG_WORDS_PER_EDGE = 2 ** 24, 2
 #: Big windows by ``kernels.translate_cuda`` (their bit sets in shared memory) where CuPy runs,
-#: the bit set fits (M up to ~900k columns on the H100) and the big windows' scratch words plus
-#: edges reach ``CUDA_MIN_WORK``.  H100, GPU ms: the ranking 3.60 -> 0.62 on reddit (107M words,
-#: 115M edges), 1.97 -> 0.50 on ogbn-proteins (34M, 79M); about 18 us a million words and 11 a
-#: million edges.  CuPy's launch costs 0.1-0.2 ms of host time in a translation (the Triton
-#: launches after it slow too), a loss where the bit sets are small: yelp (13 big windows,
-#: 0.3M words) 1.80 -> 2.02 ms, soc-BlogCatalog 0.48 -> 0.69.
-#: ... and where at least one window in ``CUDA_BIG_SHARE`` is big: the kernel runs a block per
-#: window, and each block, also a small window's that returns at once, holds the bit set's
-#: shared memory (one block an SM past 114 KB): 100k windows would cost ~0.75 ms of empty
-#: waves (review, stop 43; reddit and ogbn-proteins: every window big).
+#: the bit set fits (M up to ~900k columns on the H100), and
+#:
+#: * the big windows' scratch words plus edges reach ``CUDA_MIN_WORK``.  H100, GPU ms: the
+#:   ranking 3.60 -> 0.62 on reddit (107M words, 115M edges), 1.97 -> 0.50 on ogbn-proteins
+#:   (34M, 79M); about 18 us a million words and 11 a million edges.  CuPy's launch costs
+#:   0.1-0.2 ms of host time in a translation (the Triton launches after it slow too), a loss
+#:   where the bit sets are small: yelp (13 big windows, 0.3M words) 1.80 -> 2.02 ms,
+#:   soc-BlogCatalog 0.48 -> 0.69;
+#: * at least one window in ``CUDA_BIG_SHARE`` is big: the kernel runs a block per window, and
+#:   each block, also a small window's that returns at once, holds the bit set's shared memory
+#:   (one block an SM past 114 KB): 100k windows would cost ~0.75 ms of empty waves (review,
+#:   stop 43; reddit and ogbn-proteins: every window big).
 CUDA_BIG_WINDOWS, CUDA_MIN_WORK, CUDA_BIG_SHARE = True, 2 ** 23, 4
 
 
@@ -229,7 +231,7 @@ def _window_sizes(rowptr_ptr, w, num_rows, num_windows, big, WINDOW: tl.constexp
 
 
 @triton.jit
-def _window_max_kernel(rowptr_ptr, out_ptr, num_rows, num_windows, big, WINDOW: tl.constexpr, ONE: tl.constexpr,
+def _window_sizes_kernel(rowptr_ptr, out_ptr, num_rows, num_windows, big, WINDOW: tl.constexpr, ONE: tl.constexpr,
                        BLOCK: tl.constexpr):
     """``out[0]``: the most edges of any window; ``out[1]``: windows of more than ``big`` edges;
     ``out[2] = 1`` (the order flag, cleared by the slot pass: ``_check_order``); ``out[3]``: the
@@ -556,16 +558,17 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     # [largest window, windows over CAPS[-1] edges, the order flag, edges of those windows]
     one = num_windows <= SIZES_ONE_PROGRAM
     sizes = (torch.empty if one else torch.zeros)(4, dtype=torch.int64, device=device)
-    launch(_window_max_kernel, (1 if one else triton.cdiv(num_windows, BLOCK),),
+    launch(_window_sizes_kernel, (1 if one else triton.cdiv(num_windows, BLOCK),),
            (rowptr, sizes, num_rows, num_windows, CAPS[-1]), dict(WINDOW=window, ONE=one, BLOCK=BLOCK), 4)
     largest, num_big, _, big_edges = sizes.tolist()
     num_words = -(-max(int(num_src), 1) // 32)
     # the big windows' bit sets in shared memory (CUDA through CuPy) where they fit and the work
     # pays for CuPy's launch, else in global scratch (Triton) where that fits, else sorted keys
-    cuda_big = (num_big * num_words + big_edges >= CUDA_MIN_WORK and CUDA_BIG_SHARE * num_big >= num_windows
-                and CUDA_BIG_WINDOWS and num_src < 2 ** 31 and translate_cuda.fits(num_words, col))
-    if not cuda_big and (num_big * num_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges)
-                         or (num_big and num_src >= 2 ** 31)):
+    narrow = num_src < 2 ** 31                      # int32 columns in the bit sets
+    scratch_words = num_big * num_words
+    cuda_big = (scratch_words + big_edges >= CUDA_MIN_WORK and CUDA_BIG_SHARE * num_big >= num_windows
+                and CUDA_BIG_WINDOWS and narrow and translate_cuda.fits(num_words, col))
+    if num_big and not cuda_big and (not narrow or scratch_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges)):
         return _condense_sorted(row, col, num_src, num_windows, window, block_k, largest)
     big = max(int(num_src), 1)                      # sorts after every column
     code = torch.empty(num_edges, dtype=torch.int32, device=device)
