@@ -47,7 +47,30 @@ def _patched(**names):
 VARIANTS = {"tensor ops": None, "triton": kt.condense,
             "sorted": _patched(BIG_WORDS=0, BIG_WORDS_PER_EDGE=0, CUDA_BIG_WINDOWS=False),
             "bits8": _patched(BIG_WORDS_PER_EDGE=8),
-            "triton-bits": _patched(CUDA_BIG_WINDOWS=False)}     # the big windows' bit sets in Triton, not CUDA
+            "triton-bits": _patched(CUDA_BIG_WINDOWS=False),     # the big windows' bit sets in Triton, not CUDA
+            "unfused": _patched(FUSED_WINDOWS=False),            # no big windows: sorts, scan, slots in 3 launches
+            "look128": _patched(LOOK_BACK=128),                  # the fused pass's look-back 128 windows a step
+            "look512": _patched(LOOK_BACK=512),
+            "look1024": _patched(LOOK_BACK=1024),
+            "no-sleep": _patched(LOOK_BACK_SLEEP_NS=0)}          # its waiting programs read again at once
+
+
+def _print_timeline(prof, label: str) -> None:
+    """One profiled call as ``start us, duration us, host|gpu, name`` rows, from the first event:
+    the CUDA runtime calls (launches, copies, syncs) and allocations on the host, kernels and
+    copies on the GPU; where the host waits and where the GPU idles shows in the gaps."""
+    rows = []
+    for e in prof.events():
+        gpu = e.device_type == torch.autograd.DeviceType.CUDA
+        if gpu or e.name.startswith(("cuda", "cu", "aten::empty", "aten::_local_scalar", "aten::item",
+                                     "aten::to", "aten::copy_", "aten::zeros", "aten::cumsum")):
+            rows.append((e.time_range.start, e.time_range.end - e.time_range.start, "gpu " if gpu else "host",
+                         e.name[:70]))
+    rows.sort()
+    t0 = rows[0][0] if rows else 0
+    print(f"  timeline {label}:", flush=True)
+    for start, dur, side, name in rows:
+        print(f"    {start - t0:8.1f} {dur:7.1f} {side} {name}", flush=True)
 
 
 def main() -> None:
@@ -57,6 +80,8 @@ def main() -> None:
     parser.add_argument("--trace", default="", help="directory for Chrome traces of one call each")
     parser.add_argument("--no-values", action="store_true", help="translate the structure only")
     parser.add_argument("--top", type=int, default=0, help="print the N costliest kernels of each profiled call")
+    parser.add_argument("--timeline", action="store_true",
+                        help="print one profiled call's host calls (CUDA runtime, syncs) and kernels on one time line")
     args = parser.parse_args()
     for name in args.graphs.split(","):
         g = bench_graph(name, device="cuda", real=name in REAL_SUITE)
@@ -83,6 +108,8 @@ def main() -> None:
                         gpu[e.name[:60]] = gpu.get(e.name[:60], 0.0) + e.device_time / 1000.0
                 for kname, kms in sorted(gpu.items(), key=lambda kv: -kv[1])[:args.top]:
                     print(f"    {name} {tag}: {kms:7.3f} ms  {kname}", flush=True)
+            if args.timeline:
+                _print_timeline(prof, f"{name} {tag}")
             if args.trace:
                 Path(args.trace).mkdir(parents=True, exist_ok=True)
                 prof.export_chrome_trace(str(Path(args.trace) / f"{name}_{tag.replace(' ', '_')}.json"))

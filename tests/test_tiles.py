@@ -201,25 +201,34 @@ def _window_graph(counts, window, num_src, seed=0, last_rows=None):
     ((5, 2049, 64), 16, 3 * 2 ** 20, "sorted", torch.int64),        # bit sets over the scratch bound: sorted keys
     ((70, 300, 10), 128, 3000, "sorted", torch.int64),              # K over the smallest class: sorted keys
 ])
-def test_triton_translation_at_the_shipped_size_classes(counts, block_k, num_src, path, index_dtype, monkeypatch):
+@pytest.mark.parametrize("fused", [True, False])
+def test_triton_translation_at_the_shipped_size_classes(counts, block_k, num_src, path, index_dtype, fused,
+                                                        monkeypatch):
     """``kernels.translate.condense`` with the shipped ``CAPS`` (no patched classes): windows
     holding exactly a class's edge count and one more, the largest classes, windows over
     ``CAPS[-1]`` edges (their bit sets, or sorted keys where the bit sets would outgrow
     ``BIG_WORDS``), ``K > CAPS[0]``, and int32 index tensors, equal to the tensor-op reference
-    element for element."""
+    element for element; graphs without big windows in the one fused launch (``FUSED_WINDOWS``)
+    or by the sorts, the scan and the slot pass."""
     from sparsegnn.formats.tiles import _condense, rows_ordered
     import sparsegnn.kernels.translate as kt
     from sparsegnn.kernels.translate import CAPS, condense
 
     assert CAPS == (64, 256, 1024, 2048)          # the classes this test's counts sit on
     monkeypatch.setattr(kt, "BIG_WORDS", 2 ** 16)   # 2^16 words: M = 3 * 2^20 needs 98k for one window
+    monkeypatch.setattr(kt, "FUSED_WINDOWS", fused)
     window = 16
     rowptr, row, col = _window_graph(counts, window, num_src)
     expected = _condense(rowptr, row, col, num_src, window, block_k)
     taken, big = _sorted_key_calls(monkeypatch), _big_window_launches(monkeypatch)
+    launched, real_launch = [], kt.launch
+    monkeypatch.setattr(kt, "launch", lambda kernel, *a: launched.append(kernel) or real_launch(kernel, *a))
     got = condense(rowptr.to(index_dtype).to(DEVICE), row.to(index_dtype).to(DEVICE),
                    col.to(index_dtype).to(DEVICE), num_src, window, block_k)
     assert (bool(taken), bool(big)) == (path == "sorted", path == "big")
+    one_launch = fused and path == "classes"
+    assert (launched == [kt._window_sizes_kernel, kt._fused_windows_kernel]) is one_launch
+    assert (kt._fused_windows_kernel in launched) is one_launch
     for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
         assert a.dtype == torch.int64, name
         assert torch.equal(a.cpu(), b), name
@@ -370,11 +379,69 @@ def test_window_sizes_kernel_writes_every_field(one_program):
     import sparsegnn.kernels.translate as kt
 
     rowptr, _, _ = _window_graph((3, 70, 0, 16, 17, 200, 5), 4, 50, last_rows=2)
-    sizes = torch.full((4,), 12345, dtype=torch.int64) if one_program else torch.zeros(4, dtype=torch.int64)
-    sizes = sizes.to(DEVICE)
+    # 4 fields, the ticket, 3 unused, 7 look-back states, one past the end (never written)
+    ws = torch.full((16,), 12345, dtype=torch.int64) if one_program else torch.zeros(16, dtype=torch.int64)
+    ws[-1] = 777
+    ws = ws.to(DEVICE)
     kt.launch(kt._window_sizes_kernel, (1 if one_program else triton.cdiv(7, 4),),
-              (rowptr.to(DEVICE), sizes, rowptr.numel() - 1, 7, 16), dict(WINDOW=4, ONE=one_program, BLOCK=4), 4)
-    assert sizes.tolist() == [200, 3, 1, 70 + 17 + 200]
+              (rowptr.to(DEVICE), ws, rowptr.numel() - 1, 7, 16), dict(WINDOW=4, ONE=one_program, BLOCK=4), 4)
+    got = ws.tolist()
+    assert got[:5] == [200, 3, 1, 70 + 17 + 200, 0]
+    assert got[8:] == [0] * 7 + [777]
+
+
+@pytest.mark.parametrize("window_number,look", [(0, 4), (1, 4), (9, 4), (9, 16), (300, 128)])
+def test_look_back_adds_the_counts_back_to_the_nearest_inclusive_prefix(window_number, look):
+    """``_look_back`` of window ``w`` over states left by earlier windows, some with their count
+    only (``4 c + 1``), some with their inclusive prefix (``4 p + 2``): the window's first block
+    is the nearest prefix plus the counts after it (a prefix of 0 before window 0), read
+    ``LOOK`` windows a step (several steps where no prefix is near), and the window's own state
+    ends as its inclusive prefix.  (On the GPU windows run side by side and the reads wait for
+    states still zero; here one program runs, so every state is set before.)"""
+    from _translate_kernels import look_back_kernel
+
+    gen = torch.Generator().manual_seed(window_number)
+    counts = torch.randint(0, 5, (window_number + 1,), generator=gen)
+    prefix = torch.cumsum(counts, 0)
+    # inclusive prefixes published by a few windows only (none within the last `look` of them for w = 9, look 4)
+    published = torch.rand(window_number, generator=gen) < 0.05
+    if window_number == 9:
+        published[:] = False
+        published[2] = True
+    states = torch.where(published, 4 * prefix[:window_number] + 2, 4 * counts[:window_number] + 1)
+    state = torch.cat([states, torch.tensor([0, 99])]).to(DEVICE)
+    out = torch.zeros(1, dtype=torch.int64, device=DEVICE)
+    blocks = int(counts[window_number])
+    look_back_kernel[(1,)](state, out, window_number, blocks, LOOK=look)
+    first = int(prefix[window_number] - blocks)
+    assert int(out) == first
+    assert state.tolist()[window_number:] == [4 * (first + blocks) + 2, 99]
+    assert torch.equal(state[:window_number].cpu(), states)
+
+
+@pytest.mark.parametrize("max_windows,small_window,fused", [
+    (10 ** 6, 0, True),      # few windows
+    (2, 10 ** 6, True),      # many windows, every one small
+    (2, 64, False),          # many windows, one of them large: a slow sort would hold up the look-backs
+])
+def test_fused_launch_only_for_few_windows_or_small_ones(max_windows, small_window, fused, monkeypatch):
+    """``condense`` takes the one fused launch where the graph has at most ``FUSED_MAX_WINDOWS``
+    windows or none over ``FUSED_SMALL_WINDOW`` edges, else the sorts, the scan and the slot
+    pass; both equal the reference."""
+    from sparsegnn.formats.tiles import _condense
+    import sparsegnn.kernels.translate as kt
+
+    monkeypatch.setattr(kt, "FUSED_MAX_WINDOWS", max_windows)
+    monkeypatch.setattr(kt, "FUSED_SMALL_WINDOW", small_window)
+    rowptr, row, col = _window_graph((3, 70, 0, 16, 17, 200, 5), 16, 400)
+    expected = _condense(rowptr, row, col, 400, 16, 16)
+    launched, real = [], kt.launch
+    monkeypatch.setattr(kt, "launch", lambda kernel, *a: launched.append(kernel) or real(kernel, *a))
+    got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 400, 16, 16)
+    assert (kt._fused_windows_kernel in launched) is fused
+    assert (kt._edge_slot_kernel in launched) is not fused
+    for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
+        assert torch.equal(a.cpu(), b), name
 
 
 @pytest.mark.parametrize("one_program", [True, False])
@@ -402,15 +469,18 @@ def test_window_sizes_in_one_program_or_by_atomics(one_program, monkeypatch):
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_triton_translation_builds_the_tile_values(deterministic, monkeypatch):
-    """The Triton index work adds the edge values into their tiles in its slot pass (atomics),
-    except under deterministic algorithms, where it leaves them to ``translate``'s
-    ``index_add_``; either way the tiles equal the reference's; the block counts summed by
-    ``torch.cumsum`` as on graphs of many windows."""
+@pytest.mark.parametrize("fused", [True, False])
+def test_triton_translation_builds_the_tile_values(deterministic, fused, monkeypatch):
+    """The Triton index work adds the edge values into their tiles in its slot pass (atomics;
+    the fused pass's or ``_edge_slot_kernel``'s), except under deterministic algorithms, where
+    it leaves them to ``translate``'s ``index_add_``; either way the tiles equal the
+    reference's; unfused, the block counts summed by ``torch.cumsum`` as on graphs of many
+    windows."""
     from sparsegnn.formats.tiles import _condense, tile_values
     import sparsegnn.kernels.translate as kt
 
     monkeypatch.setattr(kt, "SCAN_WINDOWS", 0)
+    monkeypatch.setattr(kt, "FUSED_WINDOWS", fused)
     rowptr, row, col = _window_graph((5, 300, 2100, 0, 70), 16, 500)
     values = torch.rand(row.numel(), dtype=torch.float64) + 0.5
     expected = _condense(rowptr, row, col, 500, 16, 16, values=values)

@@ -333,8 +333,9 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
 
     Cost: in the reference one sort (``unique`` of the ``(window, column)`` keys, int32 where
     they fit) and about 30 small tensor ops (57-62 kernels); with the Triton ``condense`` a sort
-    per window in registers (a bit set per window of more than 2048 edges), 7-10 kernels for
-    the structure (``scripts/probe_translate.py``; stop 43), two more for the dense tile values
+    per window in registers (a bit set per window of more than 2048 edges), 2 kernels for the
+    structure of a small graph (the fused pass, stop 44), 7-10 on large ones
+    (``scripts/probe_translate.py``; stop 43), two more for the dense tile values
     (``tile_values``); two host syncs (three where the Triton path falls back to sorted keys).
     The statistics are counted when first read (:class:`TileStats`), the tile values are added
     by the Triton slot pass or one ``index_add_`` (stop 37: with two more ``unique`` calls, a

@@ -22,6 +22,15 @@ The sorting pass sorts each window at its size class (``CAPS``: a window of 40 e
 sorts 64 lanes, not 1024), all classes in one launch.  Host syncs: the window sizes (the
 largest, the number over ``CAPS[-1]`` and their edges: one read), and the block count.
 
+**Fused** (no big windows, and at most ``FUSED_MAX_WINDOWS`` windows or none over
+``FUSED_SMALL_WINDOW`` edges: the small graphs, whose translation is host-bound).  One launch
+does the sort, the scan and the slot writes: each program takes the next window by a ticket,
+sorts it, finds ``window_ptr[w]`` by a single-pass scan with decoupled look-back over the
+earlier windows' published counts (``_look_back``), and writes its edges' slots, block columns
+and padding from registers (the order flag from the columns in CSR order).  Two launches (and
+four allocations) less than the three passes; where windows of very different sizes are many,
+a slow sort holds up the look-backs after it, so those graphs keep the three passes.
+
 **Big windows** (over ``CAPS[-1]`` edges: a hub's window; wikipedia has 12 of 727, artist 28 of
 3158, yelp 13 of 44803, reddit all of its 14.6k).  One program per big window marks its
 columns in a bit set of ``M`` bits (``atomic_or`` into ``ceil(M / 32)`` int32 words, zeroed
@@ -66,6 +75,7 @@ import triton.language as tl
 from torch import Tensor
 
 from . import translate_cuda
+from . import interpreting
 from ._launch import launch
 
 BLOCK = 1024
@@ -102,6 +112,21 @@ BIG_WORDS, BIG_WORDS_PER_EDGE = 2 ** 24, 2
 #:   (one block an SM past 114 KB): 100k windows would cost ~0.75 ms of empty waves (review,
 #:   stop 43; reddit and ogbn-proteins: every window big).
 CUDA_BIG_WINDOWS, CUDA_MIN_WORK, CUDA_BIG_SHARE = True, 2 ** 23, 4
+#: Graphs without big windows in one launch after the window sizes (``_fused_windows_kernel``:
+#: sort, look-back scan of the blocks and the slot writes per window), not three.
+FUSED_WINDOWS = True
+#: Windows a look-back step reads, and ns a waiting program sleeps before it reads again
+#: (``_look_back``; H100, fused pass GPU us, LOOK 32 / 128 / 512 / 1024: deezer 46 / 43 / 52 / 53,
+#: flickr 378 / 338 / 333 / 343; without the sleep 5-10 % slower).
+LOOK_BACK, LOOK_BACK_SLEEP_NS = 128, 200
+#: The fused launch where a graph has at most ``FUSED_MAX_WINDOWS`` windows, or none over
+#: ``FUSED_SMALL_WINDOW`` edges.  Beyond, a slow window (a large class's sort) holds up every
+#: window after it (their look-backs wait for its count while they hold the SM's slots), wave
+#: after wave: H100, GPU us of the fused pass against the three launches: deezer (1768 windows)
+#: 43 / 34, ppi (3.6k) 289 / ~100, flickr (5.6k) 338 / ~130, amazon0505 (25.6k) 1612 / ~450;
+#: windows all small (no slow one): tox21 (9k windows) 29-35, PROTEINS_full (2.7k, at most
+#: 130 edges) 25 / ~40.
+FUSED_MAX_WINDOWS, FUSED_SMALL_WINDOW = 2048, 256
 
 
 class Condensed(NamedTuple):
@@ -235,22 +260,25 @@ def _window_sizes_kernel(rowptr_ptr, out_ptr, num_rows, num_windows, big, WINDOW
                        BLOCK: tl.constexpr):
     """``out[0]``: the most edges of any window; ``out[1]``: windows of more than ``big`` edges;
     ``out[2] = 1`` (the order flag, cleared by the slot pass: ``_check_order``); ``out[3]``: the
-    edges of the windows over ``big``.  With ``ONE``, one program walks every window and stores
-    (``out`` needs no zeros: one launch less on graphs of few windows); else one program per
-    ``BLOCK`` windows adds into the zeroed ``out`` by atomics."""
+    edges of the windows over ``big``; ``out[4]`` (the fused pass's ticket) and ``out[8 + w]``
+    (window ``w``'s look-back state: ``_look_back``) zero.  With ``ONE``, one program walks every
+    window and stores (``out`` needs no zeros: one launch less on graphs of few windows); else
+    one program per ``BLOCK`` windows adds into the zeroed ``out`` by atomics."""
     if ONE:
         largest = tl.zeros([], dtype=tl.int64)
         num_big = tl.zeros([], dtype=tl.int64)
         big_edges = tl.zeros([], dtype=tl.int64)
         for start in range(0, num_windows, BLOCK):
-            m, c, e = _window_sizes(rowptr_ptr, start + tl.arange(0, BLOCK).to(tl.int64), num_rows, num_windows, big,
-                                    WINDOW)
+            w = start + tl.arange(0, BLOCK).to(tl.int64)
+            m, c, e = _window_sizes(rowptr_ptr, w, num_rows, num_windows, big, WINDOW)
             largest = tl.maximum(largest, m)
             num_big += c
             big_edges += e
+            tl.store(out_ptr + 8 + w, tl.zeros([BLOCK], dtype=tl.int64), mask=w < num_windows)
         tl.store(out_ptr, largest)
         tl.store(out_ptr + 1, num_big)
         tl.store(out_ptr + 3, big_edges)
+        tl.store(out_ptr + 4, 0)
     else:
         m, c, e = _window_sizes(rowptr_ptr, tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK), num_rows,
                                 num_windows, big, WINDOW)
@@ -453,6 +481,125 @@ def _pad_cols_kernel(window_ptr_ptr, count_ptr, block_cols_ptr, num_windows, BLO
               tl.load(window_ptr_ptr + w + 1, mask=live, other=0), live, BLOCK_K)
 
 
+@triton.jit
+def _pause(ns):
+    """Sleep about ``ns`` nanoseconds (PTX ``nanosleep``) and return 0 (kept: the caller uses it):
+    a waiting program leaves the SM's issue slots and L2 to the programs it waits for."""
+    return tl.inline_asm_elementwise("nanosleep.u32 $1;\n mov.u32 $0, 0;", "=r,r", [ns], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def _look_back(state_ptr, w, blocks, LOOK: tl.constexpr, SLEEP: tl.constexpr = 0):
+    """Window ``w``'s first block: the blocks of windows ``< w``, by a single-pass scan with
+    decoupled look-back (Merrill & Garland): ``state[w]`` (zero before) becomes ``4 blocks + 1``
+    (its own count known), then ``4 (first + blocks) + 2`` (its inclusive prefix known).  Window
+    ``w`` reads the states of windows ``w - 1, w - 2, ...``, ``LOOK`` at a time, adding their
+    counts back to the nearest inclusive prefix; where a state it needs is still zero it reads
+    again, after ``SLEEP`` ns (0: at once; the interpreter has no ``nanosleep``).  The windows
+    take their numbers in launch order (the caller's ticket), so every window waited on has
+    started and waits on earlier ones only: no deadlock."""
+    tl.atomic_xchg(state_ptr + w, blocks * 4 + 1)
+    lane = tl.arange(0, LOOK)
+    first = tl.zeros([], dtype=tl.int64)
+    j = w - 1
+    while j >= 0:
+        idx = j - lane
+        st = tl.load(state_ptr + idx, mask=idx >= 0, other=2, volatile=True)   # before window 0: prefix 0
+        flag = st & 3
+        unknown = tl.min(tl.where(flag == 0, lane, LOOK), 0)
+        inclusive = tl.min(tl.where(flag == 2, lane, LOOK), 0)
+        if (unknown > inclusive) | (unknown == LOOK):
+            first += tl.sum(tl.where(lane <= inclusive, st >> 2, 0), 0)
+            j = tl.where(inclusive < LOOK, -1, j - LOOK)
+        elif SLEEP:
+            j += _pause(tl.full([], SLEEP, tl.int32)).to(tl.int64)
+    tl.atomic_xchg(state_ptr + w, (first + blocks) * 4 + 2)
+    return first
+
+
+@triton.jit
+def _fused_window(row_ptr, col_ptr, ws_ptr, window_ptr_ptr, block_cols_ptr, block_window_ptr, edge_index_ptr,
+                  vals_ptr, tiles_ptr, w, e0, n, big, WINDOW: tl.constexpr, BLOCK_K: tl.constexpr, CAP: tl.constexpr,
+                  KEY64: tl.constexpr, VALUES: tl.constexpr, LOOK: tl.constexpr, SLEEP: tl.constexpr):
+    """One window of at most ``CAP`` edges, everything in one program: the order flag (a column
+    below its predecessor's in a row, CSR order), the sort and ranks of ``_rank_by_sort``, the
+    window's first block (``_look_back``), then per edge its slot, the block columns, the
+    blocks' window, the padding zeros of the last block and (``VALUES``) the edge values added
+    into their tile slots (``_edge_slot_kernel``'s and ``_scan_kernel``'s writes)."""
+    lane = tl.arange(0, CAP)
+    live = lane < n
+    c = tl.load(col_ptr + e0 + lane, mask=live, other=0)
+    r = tl.load(row_ptr + e0 + lane, mask=live, other=0).to(tl.int64)
+    before = tl.maximum(lane - 1, 0)
+    descent = live & (lane > 0) & (tl.gather(r, before, 0) == r) & (tl.gather(c, before, 0) > c)
+    if tl.max(descent.to(tl.int32), 0) != 0:
+        tl.store(ws_ptr + 2, 0)
+    c = tl.where(live, c, big)                                   # padding sorts last
+    if KEY64:
+        s = tl.sort(c.to(tl.int64) * CAP + lane)
+    else:
+        s = tl.sort(c.to(tl.int32) * CAP + lane)
+    col = s // CAP
+    head = live & ((lane == 0) | (col != tl.gather(col, before, 0)))   # sorted position < n: a live edge
+    rank = (tl.cumsum(head.to(tl.int32), 0) - 1).to(tl.int64)
+    count = tl.sum(head.to(tl.int64), 0)
+    blocks = (count + BLOCK_K - 1) // BLOCK_K
+    first = _look_back(ws_ptr + 8, w, blocks, LOOK, SLEEP)
+    tl.store(window_ptr_ptr + w + 1, first + blocks)
+    if w == 0:
+        tl.store(window_ptr_ptr, 0)
+    local = s % CAP
+    blk = first + rank // BLOCK_K
+    kk = rank % BLOCK_K
+    slot = blk * (WINDOW * BLOCK_K) + (tl.gather(r, local, 0) % WINDOW) * BLOCK_K + kk
+    e = e0 + local
+    tl.store(edge_index_ptr + e, slot, mask=live)
+    tl.store(block_cols_ptr + blk * BLOCK_K + kk, col.to(tl.int64), mask=head)
+    tl.store(block_window_ptr + blk, w, mask=head & (kk == 0))
+    pad = first * BLOCK_K + count + tl.arange(0, BLOCK_K)
+    tl.store(block_cols_ptr + pad, tl.zeros([BLOCK_K], dtype=tl.int64), mask=pad < (first + blocks) * BLOCK_K)
+    if VALUES:
+        tl.atomic_add(tiles_ptr + slot, tl.load(vals_ptr + e, mask=live, other=0.0), mask=live, sem="relaxed")
+
+
+@triton.jit
+def _fused_windows_kernel(rowptr_ptr, row_ptr, col_ptr, ws_ptr, window_ptr_ptr, block_cols_ptr, block_window_ptr,
+                          edge_index_ptr, vals_ptr, tiles_ptr, num_rows, big, WINDOW: tl.constexpr,
+                          BLOCK_K: tl.constexpr, CAP0: tl.constexpr, CAP1: tl.constexpr, CAP2: tl.constexpr,
+                          CAP3: tl.constexpr, CAP4: tl.constexpr, CLASSES: tl.constexpr, KEY64: tl.constexpr,
+                          VALUES: tl.constexpr, LOOK: tl.constexpr, SLEEP: tl.constexpr):
+    """The whole translation of a graph without big windows in one launch (after the window
+    sizes): each program takes the next window number (``ws[4]``, a ticket: windows start in
+    order, as ``_look_back`` needs) and runs ``_fused_window`` at its size class (as
+    ``_window_rank_kernel``)."""
+    w = tl.atomic_add(ws_ptr + 4, 1).to(tl.int64)
+    e0, n = _window_range(rowptr_ptr, w, num_rows, WINDOW)
+    if n <= CAP0:
+        _fused_window(row_ptr, col_ptr, ws_ptr, window_ptr_ptr, block_cols_ptr, block_window_ptr, edge_index_ptr,
+                      vals_ptr, tiles_ptr, w, e0, n, big, WINDOW, BLOCK_K, CAP0, KEY64 & 1, VALUES, LOOK, SLEEP)
+    if CLASSES > 1:
+        if (n > CAP0) & (n <= CAP1):
+            _fused_window(row_ptr, col_ptr, ws_ptr, window_ptr_ptr, block_cols_ptr, block_window_ptr,
+                          edge_index_ptr, vals_ptr, tiles_ptr, w, e0, n, big, WINDOW, BLOCK_K, CAP1,
+                          (KEY64 >> 1) & 1, VALUES, LOOK, SLEEP)
+    if CLASSES > 2:
+        if (n > CAP1) & (n <= CAP2):
+            _fused_window(row_ptr, col_ptr, ws_ptr, window_ptr_ptr, block_cols_ptr, block_window_ptr,
+                          edge_index_ptr, vals_ptr, tiles_ptr, w, e0, n, big, WINDOW, BLOCK_K, CAP2,
+                          (KEY64 >> 2) & 1, VALUES, LOOK, SLEEP)
+    if CLASSES > 3:
+        if (n > CAP2) & (n <= CAP3):
+            _fused_window(row_ptr, col_ptr, ws_ptr, window_ptr_ptr, block_cols_ptr, block_window_ptr,
+                          edge_index_ptr, vals_ptr, tiles_ptr, w, e0, n, big, WINDOW, BLOCK_K, CAP3,
+                          (KEY64 >> 3) & 1, VALUES, LOOK, SLEEP)
+    if CLASSES > 4:
+        if (n > CAP3) & (n <= CAP4):
+            _fused_window(row_ptr, col_ptr, ws_ptr, window_ptr_ptr, block_cols_ptr, block_window_ptr,
+                          edge_index_ptr, vals_ptr, tiles_ptr, w, e0, n, big, WINDOW, BLOCK_K, CAP4,
+                          (KEY64 >> 4) & 1, VALUES, LOOK, SLEEP)
+
+
 def _flag_bool(flag: Tensor) -> Tensor:
     """The 0-d bool view of an int64 order flag (1 or 0) in ``flag[0]``: its first byte (little endian)."""
     return flag.view(torch.bool)[0]
@@ -509,6 +656,40 @@ def _condense_sorted(row: Tensor, col: Tensor, num_src: int, num_windows: int, w
     return Condensed(window_ptr, block_window, block_cols, edge_index, None, _flag_bool(flag))
 
 
+class _Outputs:
+    """The arrays that the per-window paths write: ``window_ptr``, and the block arrays (and the
+    tile values, zeroed, where the slot pass adds them: ``fused``) allocated for the bound
+    ``B <= (E + windows (K - 1)) / K`` blocks; ``values``, ``tiles``: the kernels' value pointers
+    (any tensor where ``fused`` is off: never read).  :meth:`condensed` reads the block count
+    (the last sync) and returns the first ``B`` blocks."""
+
+    def __init__(self, num_edges: int, num_windows: int, window: int, block_k: int, values: Optional[Tensor],
+                 device) -> None:
+        self.bound = (num_edges + num_windows * (block_k - 1)) // block_k
+        self.window_ptr = torch.empty(num_windows + 1, dtype=torch.int64, device=device)
+        self.block_cols = torch.empty((self.bound, block_k), dtype=torch.int64, device=device)
+        self.block_window = torch.empty(self.bound, dtype=torch.int64, device=device)
+        self.edge_index = torch.empty(num_edges, dtype=torch.int64, device=device)
+        # the tile values added by the slot pass (atomics, as index_add_'s), unless deterministic
+        # algorithms are asked for or the values need a gradient: then left to the caller (index_add_)
+        self.fused = (values is not None and not values.requires_grad
+                      and not torch.are_deterministic_algorithms_enabled())
+        self.block_vals = None
+        self.values = self.tiles = self.edge_index
+        if self.fused:
+            self.block_vals = torch.zeros((self.bound, window, block_k), dtype=torch.float32, device=device)
+            self.values, self.tiles = values.to(torch.float32).contiguous(), self.block_vals
+
+    def condensed(self, ws: Tensor) -> Condensed:
+        """The result, with the order flag ``ws[2]`` (set to 1 by the window sizes' kernel)."""
+        num_blocks = int(self.window_ptr[-1])
+        kept = [self.block_window[:num_blocks], self.block_cols[:num_blocks],
+                None if self.block_vals is None else self.block_vals[:num_blocks]]
+        if 2 * num_blocks < self.bound:      # rows sharing columns: the bound's tail would double the memory
+            kept = [None if t is None else t.clone() for t in kept]
+        return Condensed(self.window_ptr, kept[0], kept[1], self.edge_index, kept[2], _flag_bool(ws[2:3]))
+
+
 def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int, block_k: int,
              values: Optional[Tensor] = None) -> Condensed:
     """:class:`Condensed` tiles of a CSR graph (the definitions of ``formats.tiles.translate``;
@@ -530,7 +711,8 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         block_cols [B, K], edge_index [E] (all int64), block_vals [B, W, K] float32, ordered [] bool.
 
     Two host syncs: the window sizes (at the start, the queue empty: the largest window, and
-    the count and edges of those over ``CAPS[-1]``), and the block count, read last
+    the count and edges of those over ``CAPS[-1]``), and the block count, read last (two
+    launches in all where the fused pass runs: module doc)
     (a fourth sync, ``torch.unique``'s, where the sorted keys run after the count): the block
     arrays (and the tile values) are allocated for the bound ``B <= (E + windows (K - 1)) / K``
     and returned as views of their first ``B`` blocks, so every kernel is queued before the host
@@ -555,12 +737,27 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         return _condense_sorted(row, col, num_src, num_windows, window, block_k)
     if len(CAPS) > 5:
         raise ValueError(f"condense(): at most 5 size classes, CAPS = {CAPS}")
-    # [largest window, windows over CAPS[-1] edges, the order flag, edges of those windows]
+    # [largest window, windows over CAPS[-1] edges, the order flag, edges of those windows, the
+    # fused pass's ticket, -, -, -, a look-back state per window]
     one = num_windows <= SIZES_ONE_PROGRAM
-    sizes = (torch.empty if one else torch.zeros)(4, dtype=torch.int64, device=device)
+    ws = (torch.empty if one else torch.zeros)(8 + num_windows, dtype=torch.int64, device=device)
     launch(_window_sizes_kernel, (1 if one else triton.cdiv(num_windows, BLOCK),),
-           (rowptr, sizes, num_rows, num_windows, CAPS[-1]), dict(WINDOW=window, ONE=one, BLOCK=BLOCK), 4)
-    largest, num_big, _, big_edges = sizes.tolist()
+           (rowptr, ws, num_rows, num_windows, CAPS[-1]), dict(WINDOW=window, ONE=one, BLOCK=BLOCK), 4)
+    largest, num_big, _, big_edges = ws[:4].tolist()
+    big = max(int(num_src), 1)                      # sorts after every column
+    caps = tuple(c for c in CAPS if c < largest) + tuple(c for c in CAPS if c >= largest)[:1]
+    classes = dict(CAP0=caps[0], CAP1=caps[min(1, len(caps) - 1)], CAP2=caps[min(2, len(caps) - 1)],
+                   CAP3=caps[min(3, len(caps) - 1)], CAP4=caps[-1], CLASSES=len(caps),
+                   KEY64=sum(1 << i for i, cap in enumerate(caps) if (big + 1) * cap >= 2 ** 31))
+    warps = max(1, min(8, caps[-1] // 256))         # at most 8 lanes a thread (stop 38)
+    if not num_big and FUSED_WINDOWS and (num_windows <= FUSED_MAX_WINDOWS or largest <= FUSED_SMALL_WINDOW):
+        out = _Outputs(num_edges, num_windows, window, block_k, values, device)
+        launch(_fused_windows_kernel, (num_windows,),
+               (rowptr, row, col, ws, out.window_ptr, out.block_cols, out.block_window, out.edge_index,
+                out.values, out.tiles, num_rows, big),
+               dict(WINDOW=window, BLOCK_K=block_k, **classes, VALUES=out.fused, LOOK=LOOK_BACK,
+                    SLEEP=0 if interpreting() else LOOK_BACK_SLEEP_NS), warps)
+        return out.condensed(ws)
     num_words = -(-max(int(num_src), 1) // 32)
     # the big windows' bit sets in shared memory (CUDA through CuPy) where they fit and the work
     # pays for CuPy's launch, else in global scratch (Triton) where that fits, else sorted keys
@@ -570,7 +767,6 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
                 and CUDA_BIG_WINDOWS and narrow and translate_cuda.fits(num_words, col))
     if num_big and not cuda_big and (not narrow or scratch_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges)):
         return _condense_sorted(row, col, num_src, num_windows, window, block_k, largest)
-    big = max(int(num_src), 1)                      # sorts after every column
     code = torch.empty(num_edges, dtype=torch.int32, device=device)
     blocks = torch.empty(num_windows + 1, dtype=torch.int64, device=device)
     counts = torch.empty(num_windows, dtype=torch.int32, device=device)
@@ -578,45 +774,25 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     # where there are none: that branch is not compiled)
     triton_big = bool(num_big) and not cuda_big
     scratch = torch.zeros(2 + 2 * num_big * num_words, dtype=torch.int32, device=device) if triton_big else code
-    caps = tuple(c for c in CAPS if c < largest) + tuple(c for c in CAPS if c >= largest)[:1]
-    padded = caps + (caps[-1],) * (5 - len(caps))
     if num_big < num_windows or triton_big:     # the sorts (and the bit sets in global memory)
         launch(_window_rank_kernel, (num_windows,),
                (rowptr, col, code, blocks, counts, scratch, num_rows, big, num_words),
-               dict(WINDOW=window, BLOCK_K=block_k, CAP0=padded[0], CAP1=padded[1], CAP2=padded[2], CAP3=padded[3],
-                    CAP4=padded[4], CLASSES=len(caps), BIG=triton_big, BLOCK=BLOCK,
-                    KEY64=sum(1 << i for i, cap in enumerate(caps) if (big + 1) * cap >= 2 ** 31)),
-               max(4 if triton_big else 1, min(8, caps[-1] // 256)))      # at most 8 lanes a thread (stop 38)
+               dict(WINDOW=window, BLOCK_K=block_k, **classes, BIG=triton_big, BLOCK=BLOCK),
+               max(4, warps) if triton_big else warps)
     if cuda_big:
         translate_cuda.rank_big_windows(rowptr.to(torch.int64), col, code, blocks, counts, num_windows, CAPS[-1],
                                         window, block_k, num_words)
-    window_ptr = torch.empty_like(blocks)
-    bound = (num_edges + num_windows * (block_k - 1)) // block_k
-    block_cols = torch.empty((bound, block_k), dtype=torch.int64, device=device)
-    block_window = torch.empty(bound, dtype=torch.int64, device=device)
-    edge_index = torch.empty(num_edges, dtype=torch.int64, device=device)
+    out = _Outputs(num_edges, num_windows, window, block_k, values, device)
     if num_windows < SCAN_WINDOWS:    # the scan pads the columns too
-        launch(_scan_kernel, (1,), (blocks, window_ptr, counts, block_cols, num_windows + 1),
+        launch(_scan_kernel, (1,), (blocks, out.window_ptr, counts, out.block_cols, num_windows + 1),
                dict(BLOCK_K=block_k, BLOCK=SCAN_BLOCK), 4)
     else:
-        torch.cumsum(blocks, 0, out=window_ptr)
+        torch.cumsum(blocks, 0, out=out.window_ptr)
         launch(_pad_cols_kernel, (triton.cdiv(num_windows, WINDOW_BLOCK),),
-               (window_ptr, counts, block_cols, num_windows), dict(BLOCK_K=block_k, BLOCK=WINDOW_BLOCK), 4)
-    # the tile values added by the slot pass (atomics, as index_add_'s), unless deterministic
-    # algorithms are asked for or the values need a gradient: then left to the caller (index_add_);
-    # without them the kernel's value pointers are any tensor (VALUES off: never read)
-    fused = values is not None and not values.requires_grad and not torch.are_deterministic_algorithms_enabled()
-    block_vals = None
-    if fused:
-        block_vals = torch.zeros((bound, window, block_k), dtype=torch.float32, device=device)
-        values = values.to(torch.float32).contiguous()
+               (out.window_ptr, counts, out.block_cols, num_windows), dict(BLOCK_K=block_k, BLOCK=WINDOW_BLOCK), 4)
     if num_edges:
         launch(_edge_slot_kernel, (triton.cdiv(num_edges, BLOCK),),
-               (row, col, code, window_ptr, block_cols, block_window, edge_index, sizes[2:],
-                values if fused else code, block_vals if fused else code, num_edges),
-               dict(SHIFT_W=window.bit_length() - 1, WINDOW=window, BLOCK_K=block_k, VALUES=fused, BLOCK=BLOCK), 4)
-    num_blocks = int(window_ptr[-1])
-    kept = [block_window[:num_blocks], block_cols[:num_blocks], None if block_vals is None else block_vals[:num_blocks]]
-    if 2 * num_blocks < bound:      # rows sharing columns: the bound's tail would double the memory
-        kept = [None if t is None else t.clone() for t in kept]
-    return Condensed(window_ptr, kept[0], kept[1], edge_index, kept[2], _flag_bool(sizes[2:3]))
+               (row, col, code, out.window_ptr, out.block_cols, out.block_window, out.edge_index, ws[2:],
+                out.values, out.tiles, num_edges),
+               dict(SHIFT_W=window.bit_length() - 1, WINDOW=window, BLOCK_K=block_k, VALUES=out.fused, BLOCK=BLOCK), 4)
+    return out.condensed(ws)
