@@ -52,7 +52,7 @@ VARIANTS = {"tensor ops": None, "triton": kt.condense,
             "look128": _patched(LOOK_BACK=128),                  # the fused pass's look-back 128 windows a step
             "look512": _patched(LOOK_BACK=512),
             "look1024": _patched(LOOK_BACK=1024),
-            "no-sleep": _patched(LOOK_BACK_SLEEP_NS=0)}          # its waiting programs read again at once
+            "no-sleep": _patched(LOOK_BACK_SLEEP_NS=0)}          # its waiting programs read again at once (0)
 
 
 def _print_timeline(prof, label: str) -> None:

@@ -8,6 +8,7 @@ from sparsegnn.kernels.translate import _look_back
 
 
 @triton.jit
-def look_back_kernel(state_ptr, out_ptr, w, blocks, LOOK: tl.constexpr):
-    """``out[0]``: ``_look_back`` of window ``w`` with ``blocks`` blocks over ``state``."""
-    tl.store(out_ptr, _look_back(state_ptr, w, blocks, LOOK))
+def look_back_kernel(state_ptr, out_ptr, w, blocks, LOOK: tl.constexpr, SLEEP: tl.constexpr):
+    """``out[0]``: ``_look_back`` of window ``w`` with ``blocks`` blocks over ``state``; ``out[1]``
+    its error flag (``SLEEP < 0``: a state still zero where one was needed)."""
+    tl.store(out_ptr, _look_back(state_ptr, out_ptr + 1, w, blocks, LOOK, SLEEP))

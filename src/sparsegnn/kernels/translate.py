@@ -115,8 +115,8 @@ CUDA_BIG_WINDOWS, CUDA_MIN_WORK, CUDA_BIG_SHARE = True, 2 ** 23, 4
 #: Graphs without big windows in one launch after the window sizes (``_fused_windows_kernel``:
 #: sort, look-back scan of the blocks and the slot writes per window), not three.
 FUSED_WINDOWS = True
-#: Windows a look-back step reads, and ns a waiting program sleeps before it reads again
-#: (``_look_back``; H100, fused pass GPU us, LOOK 32 / 128 / 512 / 1024: deezer 46 / 43 / 52 / 53,
+#: Windows a look-back step reads, and ns a waiting program sleeps before it reads again (> 0;
+#: ``_look_back``; H100, fused pass GPU us, LOOK 32 / 128 / 512 / 1024: deezer 46 / 43 / 52 / 53,
 #: flickr 378 / 338 / 333 / 343; without the sleep 5-10 % slower).
 LOOK_BACK, LOOK_BACK_SLEEP_NS = 128, 200
 #: The fused launch where a graph has at most ``FUSED_MAX_WINDOWS`` windows, or none over
@@ -260,10 +260,11 @@ def _window_sizes_kernel(rowptr_ptr, out_ptr, num_rows, num_windows, big, WINDOW
                        BLOCK: tl.constexpr):
     """``out[0]``: the most edges of any window; ``out[1]``: windows of more than ``big`` edges;
     ``out[2] = 1`` (the order flag, cleared by the slot pass: ``_check_order``); ``out[3]``: the
-    edges of the windows over ``big``; ``out[4]`` (the fused pass's ticket) and ``out[8 + w]``
-    (window ``w``'s look-back state: ``_look_back``) zero.  With ``ONE``, one program walks every
-    window and stores (``out`` needs no zeros: one launch less on graphs of few windows); else
-    one program per ``BLOCK`` windows adds into the zeroed ``out`` by atomics."""
+    edges of the windows over ``big``; ``out[4]`` (the fused pass's ticket), ``out[5]`` (its
+    look-back's error flag) and ``out[8 + w]`` (window ``w``'s look-back state: ``_look_back``)
+    zero.  With ``ONE``, one program walks every window and stores (``out`` needs no zeros: one
+    launch less on graphs of few windows); else one program per ``BLOCK`` windows adds into the
+    zeroed ``out`` by atomics."""
     if ONE:
         largest = tl.zeros([], dtype=tl.int64)
         num_big = tl.zeros([], dtype=tl.int64)
@@ -279,6 +280,7 @@ def _window_sizes_kernel(rowptr_ptr, out_ptr, num_rows, num_windows, big, WINDOW
         tl.store(out_ptr + 1, num_big)
         tl.store(out_ptr + 3, big_edges)
         tl.store(out_ptr + 4, 0)
+        tl.store(out_ptr + 5, 0)
     else:
         m, c, e = _window_sizes(rowptr_ptr, tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK), num_rows,
                                 num_windows, big, WINDOW)
@@ -490,15 +492,18 @@ def _pause(ns):
 
 
 @triton.jit
-def _look_back(state_ptr, w, blocks, LOOK: tl.constexpr, SLEEP: tl.constexpr = 0):
+def _look_back(state_ptr, error_ptr, w, blocks, LOOK: tl.constexpr, SLEEP: tl.constexpr):
     """Window ``w``'s first block: the blocks of windows ``< w``, by a single-pass scan with
     decoupled look-back (Merrill & Garland): ``state[w]`` (zero before) becomes ``4 blocks + 1``
     (its own count known), then ``4 (first + blocks) + 2`` (its inclusive prefix known).  Window
     ``w`` reads the states of windows ``w - 1, w - 2, ...``, ``LOOK`` at a time, adding their
-    counts back to the nearest inclusive prefix; where a state it needs is still zero it reads
-    again, after ``SLEEP`` ns (0: at once; the interpreter has no ``nanosleep``).  The windows
-    take their numbers in launch order (the caller's ticket), so every window waited on has
-    started and waits on earlier ones only: no deadlock."""
+    counts back to the nearest inclusive prefix.  Where a state it needs is still zero it reads
+    again: after ``SLEEP`` ns where ``SLEEP > 0``, at once where 0.  The windows take their
+    numbers in launch order (the caller's ticket), so every window waited on has started and
+    waits on earlier ones only: no deadlock.  ``SLEEP < 0``: programs run one at a time in
+    ticket order (the Triton interpreter), so every earlier state is set and a zero is a bug:
+    the look-back stores 1 in ``error[0]`` and ends (the caller raises) instead of spinning
+    forever."""
     tl.atomic_xchg(state_ptr + w, blocks * 4 + 1)
     lane = tl.arange(0, LOOK)
     first = tl.zeros([], dtype=tl.int64)
@@ -512,8 +517,11 @@ def _look_back(state_ptr, w, blocks, LOOK: tl.constexpr, SLEEP: tl.constexpr = 0
         if (unknown > inclusive) | (unknown == LOOK):
             first += tl.sum(tl.where(lane <= inclusive, st >> 2, 0), 0)
             j = tl.where(inclusive < LOOK, -1, j - LOOK)
-        elif SLEEP:
+        elif SLEEP > 0:
             j += _pause(tl.full([], SLEEP, tl.int32)).to(tl.int64)
+        elif SLEEP < 0:
+            tl.store(error_ptr, 1)
+            j = tl.full([], -1, tl.int64)
     tl.atomic_xchg(state_ptr + w, (first + blocks) * 4 + 2)
     return first
 
@@ -545,7 +553,7 @@ def _fused_window(row_ptr, col_ptr, ws_ptr, window_ptr_ptr, block_cols_ptr, bloc
     rank = (tl.cumsum(head.to(tl.int32), 0) - 1).to(tl.int64)
     count = tl.sum(head.to(tl.int64), 0)
     blocks = (count + BLOCK_K - 1) // BLOCK_K
-    first = _look_back(ws_ptr + 8, w, blocks, LOOK, SLEEP)
+    first = _look_back(ws_ptr + 8, ws_ptr + 5, w, blocks, LOOK, SLEEP)
     tl.store(window_ptr_ptr + w + 1, first + blocks)
     if w == 0:
         tl.store(window_ptr_ptr, 0)
@@ -656,6 +664,14 @@ def _condense_sorted(row: Tensor, col: Tensor, num_src: int, num_windows: int, w
     return Condensed(window_ptr, block_window, block_cols, edge_index, None, _flag_bool(flag))
 
 
+def _look_back_sleep() -> int:
+    """``_look_back``'s ``SLEEP``: -1 under the interpreter (programs in order: a wait is a bug),
+    0 on ROCm (no PTX ``nanosleep``: read again at once), else ``LOOK_BACK_SLEEP_NS``."""
+    if interpreting():
+        return -1
+    return 0 if getattr(torch.version, "hip", None) else LOOK_BACK_SLEEP_NS
+
+
 class _Outputs:
     """The arrays that the per-window paths write: ``window_ptr``, and the block arrays (and the
     tile values, zeroed, where the slot pass adds them: ``fused``) allocated for the bound
@@ -756,7 +772,10 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
                (rowptr, row, col, ws, out.window_ptr, out.block_cols, out.block_window, out.edge_index,
                 out.values, out.tiles, num_rows, big),
                dict(WINDOW=window, BLOCK_K=block_k, **classes, VALUES=out.fused, LOOK=LOOK_BACK,
-                    SLEEP=0 if interpreting() else LOOK_BACK_SLEEP_NS), warps)
+                    SLEEP=_look_back_sleep()), warps)
+        if interpreting() and int(ws[5]):
+            raise RuntimeError("condense(): the fused pass's look-back met a window not yet counted, "
+                               "with the programs run in order (a bug)")
         return out.condensed(ws)
     num_words = -(-max(int(num_src), 1) // 32)
     # the big windows' bit sets in shared memory (CUDA through CuPy) where they fit and the work
