@@ -6,7 +6,9 @@
 # kernels on real graphs; accuracy: GCN / AGNN test accuracy on Cora and Citeseer, 5 seeds, per
 # precision (JSON lines in $OUT/accuracy.jsonl); train: GCN / AGNN epochs vs PyG per precision;
 # adam: eager epochs with fused and foreach Adam, interleaved (scripts/time_adam.py); probe: translation's
-# kernels, syncs and host time per op (scripts/probe_translate.py).
+# kernels, syncs and host time per op (scripts/probe_translate.py); host: host cost of a translation's
+# pieces and the fused pass against the three passes (scripts/probe_host_costs.py); fused: GPU time of
+# the fused pass against the three passes and its look-back variants (probe_translate.py --top).
 set -o pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1 SPARSEGNN_DATA=${SPARSEGNN_DATA:-.data}
 OUT=${OUT:-/tmp/sparsegnn-out}; mkdir -p "$OUT"
@@ -28,6 +30,11 @@ for stage in "$@"; do
             --out "$OUT/adam.json" 2>&1 | tail -16 ;;
     probe) timeout 300 python3 scripts/probe_translate.py ${PROBE_GRAPHS:-citeseer,DD,com-amazon,amazon0601} \
              --trace "$OUT/traces" 2>&1 | tee "$OUT/probe.txt" | tail -60 ;;
+    host) timeout 120 python3 scripts/probe_host_costs.py ${HOST_GRAPHS:-cora,deezer,pubmed,DD,lastfm,ppi,tox21} \
+            2>&1 | tee "$OUT/host_costs.txt" | tail -8 ;;
+    fused) timeout 300 python3 scripts/probe_translate.py ${FUSED_GRAPHS:-cora,deezer,PROTEINS_full,tox21,ppi,flickr} \
+             --variants ${VARIANTS:-triton,unfused,look32} --no-values --top 2 2>&1 | grep -v Warn | tee "$OUT/fused.txt" \
+             | tail -40 ;;
     tiles) timeout 300 python3 scripts/time_tiles.py --graphs ${GRAPHS:-cora,citeseer,wikipedia,deezer,twitch,reddit-threads-10k} \
              --dims ${DIMS:-32,64,128,256} 2>&1 | tee "$OUT/tiles.md" | tail -30 ;;
   esac

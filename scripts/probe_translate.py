@@ -7,7 +7,11 @@
 - ``sorted``: the same with the big windows' bit sets disallowed (graphs with a window over
   ``CAPS[-1]`` edges then take the sorted keys, as before stop 41);
 - ``bits8``: bit sets allowed up to 8 words an edge (ogbn-products would take them: slower,
-  16.7 ms of ranking against 16.0 ms of sorted keys, stop 42).
+  16.7 ms of ranking against 16.0 ms of sorted keys, stop 42);
+- ``triton-bits``: the big windows' bit sets in Triton, not the CUDA kernel;
+- ``unfused``: graphs the fused pass would take, by the sorts, the scan and the slot pass
+  (three launches); ``look32`` / ``look512`` / ``look1024``: the fused pass's look-back
+  reading that many windows a step; ``no-sleep``: its waits without ``nanosleep`` (stop 44).
 
 The edge values are random (as ``time_tiles.py`` gives them), unless ``--no-values``.
 
@@ -49,7 +53,7 @@ VARIANTS = {"tensor ops": None, "triton": kt.condense,
             "bits8": _patched(BIG_WORDS_PER_EDGE=8),
             "triton-bits": _patched(CUDA_BIG_WINDOWS=False),     # the big windows' bit sets in Triton, not CUDA
             "unfused": _patched(FUSED_WINDOWS=False),            # no big windows: sorts, scan, slots in 3 launches
-            "look128": _patched(LOOK_BACK=128),                  # the fused pass's look-back 128 windows a step
+            "look32": _patched(LOOK_BACK=32),                    # the fused pass's look-back 32 windows a step (128 shipped)
             "look512": _patched(LOOK_BACK=512),
             "look1024": _patched(LOOK_BACK=1024),
             "no-sleep": _patched(LOOK_BACK_SLEEP_NS=0)}          # its waiting programs read again at once (0)
