@@ -63,6 +63,21 @@ def _big_window_launches(monkeypatch) -> list:
     return calls
 
 
+def _launched_kernels(monkeypatch) -> list:
+    """A list of the Triton kernels ``kernels.translate`` launches from now on (in order)."""
+    import sparsegnn.kernels.translate as kt
+
+    launched, real = [], kt.launch
+    monkeypatch.setattr(kt, "launch", lambda kernel, *a: launched.append(kernel) or real(kernel, *a))
+    return launched
+
+
+def _assert_index_arrays_equal(got, expected) -> None:
+    """``condense``'s four index arrays equal the reference's, element for element."""
+    for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
+        assert torch.equal(a.cpu(), b), name
+
+
 def _largest_window(rowptr, window: int) -> int:
     """The most edges any window of ``window`` rows holds (0 without rows)."""
     num_rows = rowptr.numel() - 1
@@ -226,8 +241,7 @@ def test_triton_translation_at_the_shipped_size_classes(counts, block_k, num_src
     rowptr, row, col = _window_graph(counts, window, num_src)
     expected = _condense(rowptr, row, col, num_src, window, block_k)
     taken, big = _sorted_key_calls(monkeypatch), _big_window_launches(monkeypatch)
-    launched, real_launch = [], kt.launch
-    monkeypatch.setattr(kt, "launch", lambda kernel, *a: launched.append(kernel) or real_launch(kernel, *a))
+    launched = _launched_kernels(monkeypatch)
     got = condense(rowptr.to(index_dtype).to(DEVICE), row.to(index_dtype).to(DEVICE),
                    col.to(index_dtype).to(DEVICE), num_src, window, block_k)
     assert (bool(taken), bool(big)) == (path == "sorted", path == "big")
@@ -364,8 +378,7 @@ def test_cuda_big_windows_share_the_work_with_the_triton_sorts(counts, last_rows
     monkeypatch.setattr(kt, "CUDA_MIN_WORK", 0)
     monkeypatch.setattr(kt.translate_cuda, "fits", lambda num_words, col: True)
     monkeypatch.setattr(kt.translate_cuda, "rank_big_windows", _rank_big_windows_torch)
-    launched, real = [], kt.launch
-    monkeypatch.setattr(kt, "launch", lambda kernel, *a: launched.append(kernel) or real(kernel, *a))
+    launched = _launched_kernels(monkeypatch)
     big = _big_window_launches(monkeypatch)
     rowptr, row, col = _window_graph(counts, 16, 3000, last_rows=last_rows)
     got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 3000, 16, 16)
@@ -500,8 +513,7 @@ def test_fused_pass_writes_only_its_own_windows_slots(counts, block_k, monkeypat
     monkeypatch.setattr(kt, "launch", one_window_at_a_time)
     got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 400, 16, block_k)
     assert launched
-    for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
-        assert torch.equal(a.cpu(), b), name
+    _assert_index_arrays_equal(got, expected)
 
 
 @pytest.mark.parametrize("one_program", [True, False])
@@ -526,8 +538,7 @@ def test_fused_pass_starts_from_a_zero_ticket_and_zero_states(one_program, monke
     monkeypatch.setattr(kt, "launch", spy)
     got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 400, 16, 16)
     assert seen == [([0, 0], True, 21)]
-    for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
-        assert torch.equal(a.cpu(), b), name
+    _assert_index_arrays_equal(got, expected)
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="windows side by side, waiting on each other: the GPU "
@@ -546,12 +557,10 @@ def test_fused_pass_of_many_windows_on_the_gpu(one_program, monkeypatch):
     counts = tuple(int(c) for c in torch.where(torch.rand(2000, generator=gen) < 0.05, 2000, 40))
     rowptr, row, col = _window_graph(counts, 16, 50_000)
     expected = _condense(rowptr, row, col, 50_000, 16, 16)
-    launched, real = [], kt.launch
-    monkeypatch.setattr(kt, "launch", lambda kernel, *a: launched.append(kernel) or real(kernel, *a))
+    launched = _launched_kernels(monkeypatch)
     for _ in range(5):
         got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 50_000, 16, 16)
-        for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
-            assert torch.equal(a.cpu(), b), name
+        _assert_index_arrays_equal(got, expected)
     assert launched.count(kt._fused_windows_kernel) == 5
 
 
@@ -571,13 +580,11 @@ def test_fused_launch_only_for_few_windows_or_small_ones(max_windows, small_wind
     monkeypatch.setattr(kt, "FUSED_SMALL_WINDOW", small_window)
     rowptr, row, col = _window_graph((3, 70, 0, 16, 17, 200, 5), 16, 400)
     expected = _condense(rowptr, row, col, 400, 16, 16)
-    launched, real = [], kt.launch
-    monkeypatch.setattr(kt, "launch", lambda kernel, *a: launched.append(kernel) or real(kernel, *a))
+    launched = _launched_kernels(monkeypatch)
     got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 400, 16, 16)
     assert (kt._fused_windows_kernel in launched) is fused
     assert (kt._edge_slot_kernel in launched) is not fused
-    for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
-        assert torch.equal(a.cpu(), b), name
+    _assert_index_arrays_equal(got, expected)
 
 
 @pytest.mark.parametrize("one_program", [True, False])
@@ -597,8 +604,7 @@ def test_window_sizes_in_one_program_or_by_atomics(one_program, monkeypatch):
     for cols in (col, col.flip(0)):     # rows sorted; then every row reversed (where it has two columns)
         got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), cols.to(DEVICE), 300, 4, 8)
         if cols is col:
-            for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
-                assert torch.equal(a.cpu(), b), name
+            _assert_index_arrays_equal(got, expected)
         assert got.ordered.dtype == torch.bool and got.ordered.dim() == 0
         assert bool(got.ordered) is bool(rows_ordered(got.edge_index.cpu(), row)) is (cols is col)
     assert big == ["triton", "triton"]
@@ -617,8 +623,7 @@ def test_triton_translation_builds_the_tile_values(deterministic, fused, monkeyp
 
     monkeypatch.setattr(kt, "SCAN_WINDOWS", 0)
     monkeypatch.setattr(kt, "FUSED_WINDOWS", fused)
-    launched, real = [], kt.launch
-    monkeypatch.setattr(kt, "launch", lambda kernel, *a: launched.append(kernel) or real(kernel, *a))
+    launched = _launched_kernels(monkeypatch)
     rowptr, row, col = _window_graph((5, 300, 2000, 0, 70), 16, 500)      # no big window: fused where on
     values = torch.rand(row.numel(), dtype=torch.float64) + 0.5
     expected = _condense(rowptr, row, col, 500, 16, 16, values=values)
@@ -632,8 +637,7 @@ def test_triton_translation_builds_the_tile_values(deterministic, fused, monkeyp
         tiles = translate(dev[0], dev[2], 500, values.to(DEVICE), row=dev[1], condense=kt.condense)
     finally:
         torch.use_deterministic_algorithms(was)
-    for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got, expected):
-        assert torch.equal(a.cpu(), b), name
+    _assert_index_arrays_equal(got, expected)
     assert (got[4] is None) == deterministic
     built = [tiles.block_vals] + ([] if deterministic else [got[4]])
     for vals in built:

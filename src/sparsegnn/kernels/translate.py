@@ -355,16 +355,13 @@ def _rank_by_bits(col_ptr, code_ptr, blocks_ptr, count_ptr, scratch_ptr, w, e0, 
 
 
 @triton.jit
-def _rank_by_sort(col_ptr, code_ptr, blocks_ptr, count_ptr, w, e0, n, big, BLOCK_K: tl.constexpr, CAP: tl.constexpr,
-                  KEY64: tl.constexpr):
-    """One window of at most ``CAP`` edges: sort them by column in registers (``col * CAP + local
-    edge``), mark each column run's first edge, and store per edge ``code = 2 rank + first``
-    (``rank``: the run's index among the window's distinct columns),
-    ``blocks[w + 1] = ceil(distinct / K)`` and ``count[w] = distinct``."""
+def _sorted_runs(c, live, big, CAP: tl.constexpr, KEY64: tl.constexpr):
+    """The ``CAP`` lanes ``c`` of a window's columns (``live``: its edges) sorted by column in
+    registers (``col * CAP + local edge``; padding sorts last): ``(s, col, first, rank)`` per
+    sorted position, ``s % CAP`` its local edge, ``first`` the first edge of a column run,
+    ``rank`` (int32) the run's index among the window's distinct columns."""
     lane = tl.arange(0, CAP)
-    live = lane < n
-    c = tl.load(col_ptr + e0 + lane, mask=live, other=0)
-    c = tl.where(live, c, big)                                   # padding sorts last
+    c = tl.where(live, c, big)
     if KEY64:
         s = tl.sort(c.to(tl.int64) * CAP + lane)
     else:
@@ -372,7 +369,17 @@ def _rank_by_sort(col_ptr, code_ptr, blocks_ptr, count_ptr, w, e0, n, big, BLOCK
     col = s // CAP
     prev = tl.gather(col, tl.maximum(lane - 1, 0), 0)
     first = live & ((lane == 0) | (col != prev))                # sorted position < n: a live edge
-    rank = tl.cumsum(first.to(tl.int32), 0) - 1
+    return s, col, first, tl.cumsum(first.to(tl.int32), 0) - 1
+
+
+@triton.jit
+def _rank_by_sort(col_ptr, code_ptr, blocks_ptr, count_ptr, w, e0, n, big, BLOCK_K: tl.constexpr, CAP: tl.constexpr,
+                  KEY64: tl.constexpr):
+    """One window of at most ``CAP`` edges (``_sorted_runs``): store per edge
+    ``code = 2 rank + first``, ``blocks[w + 1] = ceil(distinct / K)`` and ``count[w] = distinct``."""
+    lane = tl.arange(0, CAP)
+    live = lane < n
+    s, _, first, rank = _sorted_runs(tl.load(col_ptr + e0 + lane, mask=live, other=0), live, big, CAP, KEY64)
     tl.store(code_ptr + e0 + (s % CAP), rank * 2 + first.to(tl.int32), mask=live)
     count = tl.sum(first.to(tl.int32), 0)
     tl.store(blocks_ptr + w + 1, (count + BLOCK_K - 1) // BLOCK_K)
@@ -531,7 +538,7 @@ def _fused_window(row_ptr, col_ptr, ws_ptr, window_ptr_ptr, block_cols_ptr, bloc
                   vals_ptr, tiles_ptr, w, e0, n, big, WINDOW: tl.constexpr, BLOCK_K: tl.constexpr, CAP: tl.constexpr,
                   KEY64: tl.constexpr, VALUES: tl.constexpr, LOOK: tl.constexpr, SLEEP: tl.constexpr):
     """One window of at most ``CAP`` edges, everything in one program: the order flag (a column
-    below its predecessor's in a row, CSR order), the sort and ranks of ``_rank_by_sort``, the
+    below its predecessor's in a row, CSR order), the sort and ranks (``_sorted_runs``), the
     window's first block (``_look_back``), then per edge its slot, the block columns, the
     blocks' window, the padding zeros of the last block and (``VALUES``) the edge values added
     into their tile slots (``_edge_slot_kernel``'s and ``_scan_kernel``'s writes)."""
@@ -543,14 +550,8 @@ def _fused_window(row_ptr, col_ptr, ws_ptr, window_ptr_ptr, block_cols_ptr, bloc
     descent = live & (lane > 0) & (tl.gather(r, before, 0) == r) & (tl.gather(c, before, 0) > c)
     if tl.max(descent.to(tl.int32), 0) != 0:
         tl.store(ws_ptr + 2, 0)
-    c = tl.where(live, c, big)                                   # padding sorts last
-    if KEY64:
-        s = tl.sort(c.to(tl.int64) * CAP + lane)
-    else:
-        s = tl.sort(c.to(tl.int32) * CAP + lane)
-    col = s // CAP
-    head = live & ((lane == 0) | (col != tl.gather(col, before, 0)))   # sorted position < n: a live edge
-    rank = (tl.cumsum(head.to(tl.int32), 0) - 1).to(tl.int64)
+    s, col, head, rank = _sorted_runs(c, live, big, CAP, KEY64)
+    rank = rank.to(tl.int64)
     count = tl.sum(head.to(tl.int64), 0)
     blocks = (count + BLOCK_K - 1) // BLOCK_K
     first = _look_back(ws_ptr + 8, ws_ptr + 5, w, blocks, LOOK, SLEEP)
@@ -565,8 +566,8 @@ def _fused_window(row_ptr, col_ptr, ws_ptr, window_ptr_ptr, block_cols_ptr, bloc
     tl.store(edge_index_ptr + e, slot, mask=live)
     tl.store(block_cols_ptr + blk * BLOCK_K + kk, col.to(tl.int64), mask=head)
     tl.store(block_window_ptr + blk, w, mask=head & (kk == 0))
-    pad = first * BLOCK_K + count + tl.arange(0, BLOCK_K)
-    tl.store(block_cols_ptr + pad, tl.zeros([BLOCK_K], dtype=tl.int64), mask=pad < (first + blocks) * BLOCK_K)
+    one = tl.full([1], 1, tl.int64)
+    _pad_cols(block_cols_ptr, first * one, count * one, (first + blocks) * one, one == 1, BLOCK_K)
     if VALUES:
         tl.atomic_add(tiles_ptr + slot, tl.load(vals_ptr + e, mask=live, other=0.0), mask=live, sem="relaxed")
 
