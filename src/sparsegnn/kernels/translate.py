@@ -514,7 +514,7 @@ def _look_back(state_ptr, error_ptr, w, blocks, LOOK: tl.constexpr, SLEEP: tl.co
     tl.atomic_xchg(state_ptr + w, blocks * 4 + 1)
     lane = tl.arange(0, LOOK)
     first = tl.zeros([], dtype=tl.int64)
-    j = w - 1
+    j = first + w - 1                   # int64 whatever ``w`` is (a ticket, or an int32 argument)
     while j >= 0:
         idx = j - lane
         st = tl.load(state_ptr + idx, mask=idx >= 0, other=2, volatile=True)   # before window 0: prefix 0
