@@ -11,7 +11,8 @@
 - ``triton-bits``: the big windows' bit sets in Triton, not the CUDA kernel;
 - ``unfused``: graphs the fused pass would take, by the sorts, the scan and the slot pass
   (three launches); ``look32`` / ``look512`` / ``look1024``: the fused pass's look-back
-  reading that many windows a step; ``no-sleep``: its waits without ``nanosleep`` (stop 44).
+  reading that many windows a step; ``no-sleep``: its waits without ``nanosleep`` (stop 44);
+  ``sizes-one``: the window sizes by one program up to 64k windows, as until stop 44.
 
 The edge values are random (as ``time_tiles.py`` gives them), unless ``--no-values``.
 
@@ -56,7 +57,8 @@ VARIANTS = {"tensor ops": None, "triton": kt.condense,
             "look32": _patched(LOOK_BACK=32),                    # the fused pass's look-back 32 windows a step (128 shipped)
             "look512": _patched(LOOK_BACK=512),
             "look1024": _patched(LOOK_BACK=1024),
-            "no-sleep": _patched(LOOK_BACK_SLEEP_NS=0)}          # its waiting programs read again at once (0)
+            "no-sleep": _patched(LOOK_BACK_SLEEP_NS=0),         # its waiting programs read again at once (0)
+            "sizes-one": _patched(SIZES_ONE_PROGRAM=64 * kt.BLOCK)}  # window sizes by one program to 64k windows (stop 44)
 
 
 def _print_timeline(prof, label: str) -> None:

@@ -408,6 +408,41 @@ def test_window_sizes_kernel_writes_every_field(one_program):
     assert got[8:] == [0] * 7 + [777]
 
 
+@pytest.mark.parametrize("num_windows,chunk", [(1, 16), (15, 16), (16, 16), (37, 16), (700, 256), (3000, 256)])
+def test_scan_sums_the_block_counts_and_pads_each_windows_last_block(num_windows, chunk):
+    """``_scan_kernel``: ``window_ptr = cumsum([0, blocks...])`` over chunks of ``chunk`` windows,
+    each chunk's offset found by the look-back (several chunks where ``num_windows + 1 >
+    chunk``), and zeros in ``block_cols`` from each window's last column to its last block's
+    end, no write elsewhere (sentinels stay); every chunk took one ticket, no look-back error."""
+    import triton
+    import sparsegnn.kernels.translate as kt
+
+    gen = torch.Generator().manual_seed(num_windows)
+    k = 8
+    blocks = torch.randint(0, 4, (num_windows,), generator=gen)
+    # a window of b blocks holds between (b - 1) K + 1 and b K columns (none where b = 0)
+    counts = torch.where(blocks > 0, (blocks - 1) * k + 1 + torch.randint(0, k, (num_windows,), generator=gen), 0)
+    x = torch.cat([torch.zeros(1, dtype=torch.int64), blocks])
+    window_ptr = torch.cumsum(x, 0)
+    total = int(window_ptr[-1])
+    sentinel = -5
+    block_cols = torch.full((total + 1, k), sentinel, dtype=torch.int64, device=DEVICE)   # a spare block
+    out = torch.full((num_windows + 1,), sentinel, dtype=torch.int64, device=DEVICE)
+    ws = torch.zeros(8 + num_windows, dtype=torch.int64, device=DEVICE)
+    chunks = triton.cdiv(num_windows + 1, chunk)
+    kt.launch(kt._scan_kernel, (chunks,), (x.to(DEVICE), out, counts.to(torch.int32).to(DEVICE), block_cols, ws,
+                                           num_windows + 1),
+              dict(BLOCK_K=k, BLOCK=chunk, LOOK=kt.LOOK_BACK, SLEEP=kt._look_back_sleep()), 4)
+    assert out.cpu().tolist() == window_ptr.tolist()
+    expected = torch.full(((total + 1) * k,), sentinel, dtype=torch.int64)
+    for w in range(num_windows):
+        expected[int(window_ptr[w]) * k + int(counts[w]):int(window_ptr[w + 1]) * k] = 0
+    assert torch.equal(block_cols.cpu().flatten(), expected)
+    assert ws[4].item() == chunks and ws[5].item() == 0
+    assert ws[8:8 + chunks].cpu().tolist() == [4 * int(window_ptr[min((t + 1) * chunk, num_windows + 1) - 1]) + 2
+                                              for t in range(chunks)]
+
+
 @pytest.mark.parametrize("window_number,look", [(0, 4), (1, 4), (9, 4), (9, 16), (300, 128)])
 def test_look_back_adds_the_counts_back_to_the_nearest_inclusive_prefix(window_number, look):
     """``_look_back`` of window ``w`` over states left by earlier windows, some with their count
@@ -616,12 +651,12 @@ def test_triton_translation_builds_the_tile_values(deterministic, fused, monkeyp
     """The Triton index work adds the edge values into their tiles in its slot pass (atomics;
     the fused pass's or ``_edge_slot_kernel``'s), except under deterministic algorithms, where
     it leaves them to ``translate``'s ``index_add_``; either way the tiles equal the
-    reference's; unfused, the block counts summed by ``torch.cumsum`` as on graphs of many
-    windows."""
+    reference's; unfused, the block counts scanned in chunks of 4 windows (several chunks, as on
+    graphs of many windows)."""
     from sparsegnn.formats.tiles import _condense, tile_values
     import sparsegnn.kernels.translate as kt
 
-    monkeypatch.setattr(kt, "SCAN_WINDOWS", 0)
+    monkeypatch.setattr(kt, "SCAN_BLOCK", 4)
     monkeypatch.setattr(kt, "FUSED_WINDOWS", fused)
     launched = _launched_kernels(monkeypatch)
     rowptr, row, col = _window_graph((5, 300, 2000, 0, 70), 16, 500)      # no big window: fused where on

@@ -88,12 +88,14 @@ CAPS = (64, 256, 1024, 2048)
 #: Windows per program of the binary searches: one per thread (4 warps), so that the ~2 log2(keys)
 #: dependent loads of each run side by side (1024 per program: 0.08 ms on amazon0505's 26k windows).
 WINDOW_BLOCK = 128
-#: Up to this many windows one program reads the window sizes (no zeroed output, no atomics).
-SIZES_ONE_PROGRAM = 64 * BLOCK
-#: Windows a step of the one-program scan (which also writes ``[SCAN_BLOCK, K]`` padding zeros).
+#: Up to this many windows one program reads the window sizes (no zeroed output, no atomics),
+#: beyond one program per ``BLOCK`` windows (and a zero fill).  The one program takes ~3.5 us a
+#: ``BLOCK`` of windows (dependent steps): H100, 78 us on com-amazon's 21k windows, 167 us on
+#: yelp's 45k; host-timed translation with the programs: com-amazon 0.47 -> 0.40 ms, amazon0505
+#: 0.85 -> 0.78, yelp 2.23 -> 2.10; ppi (3.6k windows) 0.32 -> 0.32-0.34 (stop 45).
+SIZES_ONE_PROGRAM = 4 * BLOCK
+#: Windows a program of the block counts' scan (which also writes ``[SCAN_BLOCK, K]`` padding zeros).
 SCAN_BLOCK = 256
-#: Up to this many windows the block counts are summed by one Triton program, beyond by ``torch.cumsum``.
-SCAN_WINDOWS = 8 * BLOCK
 #: Bit-set scratch of the big windows, in int32 words: at most
 #: ``max(BIG_WORDS, BIG_WORDS_PER_EDGE E)`` for the bit sets (as many again for their prefix
 #: counts); beyond it the sorted keys run.
@@ -432,24 +434,27 @@ def _pad_cols(block_cols_ptr, first_block, count, end_block, live, BLOCK_K: tl.c
 
 
 @triton.jit
-def _scan_kernel(x_ptr, out_ptr, count_ptr, block_cols_ptr, n, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
-    """``out = cumsum(x)`` in one program (a short array: the blocks of a few thousand windows;
-    ``torch.cumsum``'s scan costs three launches and an occupancy query on the host), and
-    ``_pad_cols_kernel``'s zeros (one launch less): window ``i`` (``x[i + 1]`` blocks,
-    ``count[i]`` columns) pads ``block_cols`` from ``out[i] K + count[i]`` to ``out[i + 1] K``."""
-    lane = tl.arange(0, BLOCK)
-    total = tl.zeros([], dtype=tl.int64)
-    for start in range(0, n, BLOCK):
-        i = start + lane
-        live = i < n
-        x = tl.load(x_ptr + i, mask=live, other=0)
-        out = total + tl.cumsum(x, 0)
-        tl.store(out_ptr + i, out, mask=live)
-        total += tl.sum(x, 0)
-        window = live & (i < n - 1)
-        # out[i] is window i's first block: the running sum before x[i + 1], its blocks
-        _pad_cols(block_cols_ptr, out, tl.load(count_ptr + i, mask=window, other=0),
-                  out + tl.load(x_ptr + i + 1, mask=window, other=0), window, BLOCK_K)
+def _scan_kernel(x_ptr, out_ptr, count_ptr, block_cols_ptr, ws_ptr, n, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr,
+                 LOOK: tl.constexpr, SLEEP: tl.constexpr):
+    """``out = cumsum(x)`` by a single-pass scan, ``BLOCK`` entries a program: the program that
+    takes ticket ``t`` (``ws[4]``, zeroed by the window sizes) sums entries ``t BLOCK ..``, finds
+    the sum before them by ``_look_back`` over the chunks' states (``ws[8 + t]``, zeroed; error
+    flag ``ws[5]``) and writes its part of the cumsum; and the padding zeros: window
+    ``i`` (``x[i + 1]`` blocks, ``count[i]`` columns) pads ``block_cols`` from ``out[i] K +
+    count[i]`` to ``out[i + 1] K``.  One launch at any length (stop 44 ran one program over all
+    windows up to 8k of them, 50 us on soc-BlogCatalog's 5.5k, and ``torch.cumsum`` plus the
+    padding beyond: four launches)."""
+    t = tl.atomic_add(ws_ptr + 4, 1)
+    i = t * BLOCK + tl.arange(0, BLOCK)
+    live = i < n
+    x = tl.load(x_ptr + i, mask=live, other=0)
+    first = _look_back(ws_ptr + 8, ws_ptr + 5, t, tl.sum(x, 0), LOOK, SLEEP)
+    out = first + tl.cumsum(x, 0)
+    tl.store(out_ptr + i, out, mask=live)
+    window = live & (i < n - 1)
+    # out[i] is window i's first block: the running sum before x[i + 1], its blocks
+    _pad_cols(block_cols_ptr, out, tl.load(count_ptr + i, mask=window, other=0),
+              out + tl.load(x_ptr + i + 1, mask=window, other=0), window, BLOCK_K)
 
 
 @triton.jit
@@ -477,17 +482,6 @@ def _edge_slot_kernel(row_ptr, col_ptr, code_ptr, window_ptr_ptr, block_cols_ptr
     _check_order(flag_ptr, row_ptr, code_ptr, e, row, rank.to(tl.int64), mask, 1)
     if VALUES:
         tl.atomic_add(tiles_ptr + slot, tl.load(vals_ptr + e, mask=mask, other=0.0), mask=mask, sem="relaxed")
-
-
-@triton.jit
-def _pad_cols_kernel(window_ptr_ptr, count_ptr, block_cols_ptr, num_windows, BLOCK_K: tl.constexpr,
-                     BLOCK: tl.constexpr):
-    """Zeros in the condensed columns past each window's last (its last block's tail: fewer
-    than ``K`` slots a window), so that ``block_cols`` needs no memset pass."""
-    w = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = w < num_windows
-    _pad_cols(block_cols_ptr, tl.load(window_ptr_ptr + w, mask=live, other=0), tl.load(count_ptr + w, mask=live, other=0),
-              tl.load(window_ptr_ptr + w + 1, mask=live, other=0), live, BLOCK_K)
 
 
 @triton.jit
@@ -673,6 +667,14 @@ def _look_back_sleep() -> int:
     return 0 if getattr(torch.version, "hip", None) else LOOK_BACK_SLEEP_NS
 
 
+def _raise_on_look_back_error(ws: Tensor) -> None:
+    """Under the interpreter: raise where a look-back met a state not yet set (``ws[5]``), a bug
+    with the programs run in order (on the GPU it waits instead: no flag, no sync)."""
+    if interpreting() and int(ws[5]):
+        raise RuntimeError("condense(): a look-back met a window (or scan chunk) not yet counted, "
+                           "with the programs run in order (a bug)")
+
+
 class _Outputs:
     """The arrays that the per-window paths write: ``window_ptr``, and the block arrays (and the
     tile values, zeroed, where the slot pass adds them: ``fused``) allocated for the bound
@@ -774,9 +776,7 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
                 out.values, out.tiles, num_rows, big),
                dict(WINDOW=window, BLOCK_K=block_k, **classes, VALUES=out.fused, LOOK=LOOK_BACK,
                     SLEEP=_look_back_sleep()), warps)
-        if interpreting() and int(ws[5]):
-            raise RuntimeError("condense(): the fused pass's look-back met a window not yet counted, "
-                               "with the programs run in order (a bug)")
+        _raise_on_look_back_error(ws)
         return out.condensed(ws)
     num_words = -(-max(int(num_src), 1) // 32)
     # the big windows' bit sets in shared memory (CUDA through CuPy) where they fit and the work
@@ -793,6 +793,7 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     # the big windows' bit sets and prefix counts: a slot counter, then int32 pairs (any tensor
     # where there are none: that branch is not compiled)
     triton_big = bool(num_big) and not cuda_big
+    out = _Outputs(num_edges, num_windows, window, block_k, values, device)
     scratch = torch.zeros(2 + 2 * num_big * num_words, dtype=torch.int32, device=device) if triton_big else code
     if num_big < num_windows or triton_big:     # the sorts (and the bit sets in global memory)
         launch(_window_rank_kernel, (num_windows,),
@@ -802,14 +803,10 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     if cuda_big:
         translate_cuda.rank_big_windows(rowptr.to(torch.int64), col, code, blocks, counts, num_windows, CAPS[-1],
                                         window, block_k, num_words)
-    out = _Outputs(num_edges, num_windows, window, block_k, values, device)
-    if num_windows < SCAN_WINDOWS:    # the scan pads the columns too
-        launch(_scan_kernel, (1,), (blocks, out.window_ptr, counts, out.block_cols, num_windows + 1),
-               dict(BLOCK_K=block_k, BLOCK=SCAN_BLOCK), 4)
-    else:
-        torch.cumsum(blocks, 0, out=out.window_ptr)
-        launch(_pad_cols_kernel, (triton.cdiv(num_windows, WINDOW_BLOCK),),
-               (out.window_ptr, counts, out.block_cols, num_windows), dict(BLOCK_K=block_k, BLOCK=WINDOW_BLOCK), 4)
+    launch(_scan_kernel, (triton.cdiv(num_windows + 1, SCAN_BLOCK),),     # the scan pads the columns too
+           (blocks, out.window_ptr, counts, out.block_cols, ws, num_windows + 1),
+           dict(BLOCK_K=block_k, BLOCK=SCAN_BLOCK, LOOK=LOOK_BACK, SLEEP=_look_back_sleep()), 4)
+    _raise_on_look_back_error(ws)
     if num_edges:
         launch(_edge_slot_kernel, (triton.cdiv(num_edges, BLOCK),),
                (row, col, code, out.window_ptr, out.block_cols, out.block_window, out.edge_index, ws[2:],
