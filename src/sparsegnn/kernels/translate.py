@@ -12,8 +12,9 @@ neighbour) and numbers the runs (``rank``, ``tl.cumsum`` of the marks); per edge
     edge_index_e = (window_ptr[w] + rank / K) W K + (row_e mod W) K + rank mod K
     block_cols[window_ptr[w] K + rank] = col_e  (first edges of a run)
 
-(the columns past ``c_w`` in a window's last block: zeros, a small pass over the windows);
-the same pass sets the order flag where an edge's rank is below its predecessor's in the
+(``window_ptr`` by a scan over chunks of 256 windows, each chunk's offset by the same
+decoupled look-back as the fused pass below; it also writes the zeros past ``c_w`` in a
+window's last block); the edge pass sets the order flag where an edge's rank is below its predecessor's in the
 row (``formats.tiles.rows_ordered``) and adds each edge's value into its tile slot (atomics;
 ``index_add_`` after it where deterministic algorithms are asked for or the values need a
 gradient).
@@ -757,7 +758,8 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     if len(CAPS) > 5:
         raise ValueError(f"condense(): at most 5 size classes, CAPS = {CAPS}")
     # [largest window, windows over CAPS[-1] edges, the order flag, edges of those windows, the
-    # fused pass's ticket, -, -, -, a look-back state per window]
+    # fused pass's (or the scan's) ticket, the look-back's error flag, -, -, a look-back state
+    # per window (or scan chunk)]
     one = num_windows <= SIZES_ONE_PROGRAM
     ws = (torch.empty if one else torch.zeros)(8 + num_windows, dtype=torch.int64, device=device)
     launch(_window_sizes_kernel, (1 if one else triton.cdiv(num_windows, BLOCK),),
