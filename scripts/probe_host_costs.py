@@ -58,7 +58,7 @@ def main() -> None:
         g = bench_graph(name, device="cuda", real=name in REAL_SUITE)
         num_windows = -(-g.num_nodes // 16)
         one = num_windows <= kt.SIZES_ONE_PROGRAM
-        sizes = torch.zeros(4, dtype=torch.int64, device="cuda")
+        sizes = torch.zeros(8 + num_windows, dtype=torch.int64, device="cuda")   # as condense's ws
 
         def sizes_launch():
             launch(kt._window_sizes_kernel, (1 if one else triton.cdiv(num_windows, kt.BLOCK),),

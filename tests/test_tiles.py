@@ -397,7 +397,7 @@ def test_window_sizes_kernel_writes_every_field(one_program):
     import sparsegnn.kernels.translate as kt
 
     rowptr, _, _ = _window_graph((3, 70, 0, 16, 17, 200, 5), 4, 50, last_rows=2)
-    # 4 fields, the ticket, 3 unused, 7 look-back states, one past the end (never written)
+    # 4 fields, the ticket, the look-back's error flag, 2 unused, 7 look-back states, one past the end (never written)
     ws = torch.full((16,), 12345, dtype=torch.int64) if one_program else torch.zeros(16, dtype=torch.int64)
     ws[-1] = 777
     ws = ws.to(DEVICE)
@@ -408,12 +408,19 @@ def test_window_sizes_kernel_writes_every_field(one_program):
     assert got[8:] == [0] * 7 + [777]
 
 
-@pytest.mark.parametrize("num_windows,chunk", [(1, 16), (15, 16), (16, 16), (37, 16), (700, 256), (3000, 256)])
-def test_scan_sums_the_block_counts_and_pads_each_windows_last_block(num_windows, chunk):
+@pytest.mark.parametrize("order", ["together", "last_first"])
+@pytest.mark.parametrize("num_windows,chunk", [
+    (1, 16), (15, 16), (16, 16), (37, 16), (700, 256), (3000, 256),
+    pytest.param(200_000, 256, marks=pytest.mark.skipif(DEVICE != "cuda", reason="782 chunks side by side: "
+                                                        "the GPU's look-back waits (slow in the interpreter)"))])
+def test_scan_sums_the_block_counts_and_pads_each_windows_last_block(num_windows, chunk, order):
     """``_scan_kernel``: ``window_ptr = cumsum([0, blocks...])`` over chunks of ``chunk`` windows,
     each chunk's offset found by the look-back (several chunks where ``num_windows + 1 >
     chunk``), and zeros in ``block_cols`` from each window's last column to its last block's
-    end, no write elsewhere (sentinels stay); every chunk took one ticket, no look-back error."""
+    end, no write elsewhere (sentinels stay); every chunk took one ticket, no look-back error.
+    ``last_first``: one chunk a launch, the last first, its ticket and the earlier chunks'
+    states preset (the interpreter runs programs in ticket order, which would hide a chunk
+    that read its number from ``program_id`` instead of the ticket)."""
     import triton
     import sparsegnn.kernels.translate as kt
 
@@ -430,17 +437,45 @@ def test_scan_sums_the_block_counts_and_pads_each_windows_last_block(num_windows
     out = torch.full((num_windows + 1,), sentinel, dtype=torch.int64, device=DEVICE)
     ws = torch.zeros(8 + num_windows, dtype=torch.int64, device=DEVICE)
     chunks = triton.cdiv(num_windows + 1, chunk)
-    kt.launch(kt._scan_kernel, (chunks,), (x.to(DEVICE), out, counts.to(torch.int32).to(DEVICE), block_cols, ws,
-                                           num_windows + 1),
-              dict(BLOCK_K=k, BLOCK=chunk, LOOK=kt.LOOK_BACK, SLEEP=kt._look_back_sleep()), 4)
+    # chunk t's inclusive prefix: the cumsum at its last entry
+    states = [4 * int(window_ptr[min((t + 1) * chunk, num_windows + 1) - 1]) + 2 for t in range(chunks)]
+    args = (x.to(DEVICE), out, counts.to(torch.int32).to(DEVICE), block_cols, ws, num_windows + 1)
+    constexprs = dict(BLOCK_K=k, BLOCK=chunk, LOOK=kt.LOOK_BACK, SLEEP=kt._look_back_sleep())
+    if order == "together":
+        kt.launch(kt._scan_kernel, (chunks,), args, constexprs, 4)
+    else:
+        for t in reversed(range(chunks)):
+            ws[8:8 + t] = torch.tensor(states[:t], dtype=torch.int64)
+            ws[8 + t:] = 0
+            ws[4] = t
+            kt.launch(kt._scan_kernel, (1,), args, constexprs, 4)
     assert out.cpu().tolist() == window_ptr.tolist()
     expected = torch.full(((total + 1) * k,), sentinel, dtype=torch.int64)
     for w in range(num_windows):
         expected[int(window_ptr[w]) * k + int(counts[w]):int(window_ptr[w + 1]) * k] = 0
     assert torch.equal(block_cols.cpu().flatten(), expected)
-    assert ws[4].item() == chunks and ws[5].item() == 0
-    assert ws[8:8 + chunks].cpu().tolist() == [4 * int(window_ptr[min((t + 1) * chunk, num_windows + 1) - 1]) + 2
-                                              for t in range(chunks)]
+    assert ws[5].item() == 0
+    if order == "together":
+        assert ws[4].item() == chunks
+        assert ws[8:8 + chunks].cpu().tolist() == states
+
+
+@pytest.mark.parametrize("num_windows", [3, 4, 7, 8, 9])
+def test_three_pass_translation_at_the_scans_chunk_boundaries(num_windows, monkeypatch):
+    """The sorts, the scan and the slot pass (fused pass off) with scan chunks of 4 windows:
+    window counts around multiples of the chunk (``num_windows + 1`` entries: a chunk holding
+    only ``window_ptr``'s last entry where ``num_windows`` is a multiple) give the reference's
+    arrays."""
+    from sparsegnn.formats.tiles import _condense
+    import sparsegnn.kernels.translate as kt
+
+    monkeypatch.setattr(kt, "SCAN_BLOCK", 4)
+    monkeypatch.setattr(kt, "FUSED_WINDOWS", False)
+    counts = tuple((7 * w) % 40 for w in range(num_windows))
+    rowptr, row, col = _window_graph(counts, 16, 300, seed=num_windows)
+    expected = _condense(rowptr, row, col, 300, 16, 8)
+    got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 300, 16, 8)
+    _assert_index_arrays_equal(got, expected)
 
 
 @pytest.mark.parametrize("window_number,look", [(0, 4), (1, 4), (9, 4), (9, 16), (300, 128)])

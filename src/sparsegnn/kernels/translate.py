@@ -14,10 +14,10 @@ neighbour) and numbers the runs (``rank``, ``tl.cumsum`` of the marks); per edge
 
 (``window_ptr`` by a scan over chunks of 256 windows, each chunk's offset by the same
 decoupled look-back as the fused pass below; it also writes the zeros past ``c_w`` in a
-window's last block); the edge pass sets the order flag where an edge's rank is below its predecessor's in the
-row (``formats.tiles.rows_ordered``) and adds each edge's value into its tile slot (atomics;
-``index_add_`` after it where deterministic algorithms are asked for or the values need a
-gradient).
+window's last block); the edge pass sets the order flag where an edge's rank is below its
+predecessor's in the row (``formats.tiles.rows_ordered``) and adds each edge's value into its
+tile slot (atomics; ``index_add_`` after it where deterministic algorithms are asked for or the
+values need a gradient).
 
 The sorting pass sorts each window at its size class (``CAPS``: a window of 40 edges
 sorts 64 lanes, not 1024), all classes in one launch.  Host syncs: the window sizes (the
@@ -263,11 +263,11 @@ def _window_sizes_kernel(rowptr_ptr, out_ptr, num_rows, num_windows, big, WINDOW
                        BLOCK: tl.constexpr):
     """``out[0]``: the most edges of any window; ``out[1]``: windows of more than ``big`` edges;
     ``out[2] = 1`` (the order flag, cleared by the slot pass: ``_check_order``); ``out[3]``: the
-    edges of the windows over ``big``; ``out[4]`` (the fused pass's ticket), ``out[5]`` (its
-    look-back's error flag) and ``out[8 + w]`` (window ``w``'s look-back state: ``_look_back``)
-    zero.  With ``ONE``, one program walks every window and stores (``out`` needs no zeros: one
-    launch less on graphs of few windows); else one program per ``BLOCK`` windows adds into the
-    zeroed ``out`` by atomics."""
+    edges of the windows over ``big``; ``out[4]`` (the fused pass's or the scan's ticket),
+    ``out[5]`` (the look-back's error flag) and ``out[8 + w]`` (window or scan chunk ``w``'s
+    look-back state: ``_look_back``) zero.  With ``ONE``, one program walks every window and
+    stores them (``out`` needs no zeros: one launch less on graphs of few windows); else one
+    program per ``BLOCK`` windows adds into the zeroed ``out`` by atomics (the zeros stay)."""
     if ONE:
         largest = tl.zeros([], dtype=tl.int64)
         num_big = tl.zeros([], dtype=tl.int64)
@@ -438,9 +438,9 @@ def _pad_cols(block_cols_ptr, first_block, count, end_block, live, BLOCK_K: tl.c
 def _scan_kernel(x_ptr, out_ptr, count_ptr, block_cols_ptr, ws_ptr, n, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr,
                  LOOK: tl.constexpr, SLEEP: tl.constexpr):
     """``out = cumsum(x)`` by a single-pass scan, ``BLOCK`` entries a program: the program that
-    takes ticket ``t`` (``ws[4]``, zeroed by the window sizes) sums entries ``t BLOCK ..``, finds
-    the sum before them by ``_look_back`` over the chunks' states (``ws[8 + t]``, zeroed; error
-    flag ``ws[5]``) and writes its part of the cumsum; and the padding zeros: window
+    takes ticket ``t`` (``ws[4]``, zero before: ``_window_sizes_kernel``) sums entries ``t BLOCK
+    ..``, finds the sum before them by ``_look_back`` over the chunks' states (``ws[8 + t]``,
+    zero before; error flag ``ws[5]``) and writes its part of the cumsum; and the padding zeros: window
     ``i`` (``x[i + 1]`` blocks, ``count[i]`` columns) pads ``block_cols`` from ``out[i] K +
     count[i]`` to ``out[i + 1] K``.  One launch at any length (stop 44 ran one program over all
     windows up to 8k of them, 50 us on soc-BlogCatalog's 5.5k, and ``torch.cumsum`` plus the
@@ -505,7 +505,7 @@ def _look_back(state_ptr, error_ptr, w, blocks, LOOK: tl.constexpr, SLEEP: tl.co
     waits on earlier ones only: no deadlock.  ``SLEEP < 0``: programs run one at a time in
     ticket order (the Triton interpreter), so every earlier state is set and a zero is a bug:
     the look-back stores 1 in ``error[0]`` and ends (the caller raises) instead of spinning
-    forever."""
+    forever.  ``_scan_kernel``'s chunks use it alike (``w`` a chunk, ``blocks`` its sum)."""
     tl.atomic_xchg(state_ptr + w, blocks * 4 + 1)
     lane = tl.arange(0, LOOK)
     first = tl.zeros([], dtype=tl.int64)
