@@ -10,6 +10,9 @@ translation is host-bound).  Per graph, median microseconds per call over ``--ca
 - ``unfused``: the same with ``kernels.translate.FUSED_WINDOWS`` off (sorts, scan and slot pass
   in three launches).
 
+With ``--profile N``, also the N functions of most internal time in a cProfile of
+``translate`` with edge values (as ``time_tiles.py`` translates), per call::
+
     PYTHONPATH=src SPARSEGNN_DATA=.data python scripts/probe_host_costs.py cora,deezer,DD
 """
 import argparse
@@ -53,6 +56,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("graphs")
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--profile", type=int, default=0, help="print the N costliest functions (own time) of "
+                        "translate with edge values, per call")
     args = parser.parse_args()
     for name in args.graphs.split(","):
         g = bench_graph(name, device="cuda", real=name in REAL_SUITE)
@@ -80,6 +85,29 @@ def main() -> None:
         for tag, (fn, sync_each) in pieces.items():
             line.append(f"{tag} {_median_us(fn, args.calls, sync_each):7.1f}")
         print("  ".join(line) + "  (us)", flush=True)
+        if args.profile:
+            _profile(g, args.calls, args.profile)
+
+
+def _profile(g, calls: int, top: int) -> None:
+    """cProfile of ``translate`` with random edge values: the ``top`` functions by own time, us a call."""
+    import cProfile
+    import pstats
+
+    vals = torch.rand(g.num_edges, device="cuda") + 0.5
+    run = lambda: translate(g.rowptr, g.col, g.num_src, vals, row=g.row, condense=kt.condense)  # noqa: E731
+    for _ in range(3):
+        run()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        run()
+    prof.disable()
+    stats = pstats.Stats(prof).stats
+    rows = sorted(((tt, ct, f"{Path(f).name}:{line} {fn}") for (f, line, fn), (_, _, tt, ct, _) in stats.items()),
+                  reverse=True)[:top]
+    for tt, ct, where in rows:
+        print(f"    own {1e6 * tt / calls:7.1f} us  cumulative {1e6 * ct / calls:7.1f} us  {where}", flush=True)
 
 
 if __name__ == "__main__":

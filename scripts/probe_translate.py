@@ -12,7 +12,8 @@
 - ``unfused``: graphs the fused pass would take, by the sorts, the scan and the slot pass
   (three launches); ``look32`` / ``look512`` / ``look1024``: the fused pass's look-back
   reading that many windows a step; ``no-sleep``: its waits without ``nanosleep`` (stop 44);
-  ``sizes-one``: the window sizes by one program up to 64k windows, as until stop 44.
+  ``sizes-one``: the window sizes by one program up to 64k windows, as until stop 44;
+  ``caps1024``: windows over 1024 edges ranked by bit sets, not sorted (stop 45).
 
 The edge values are random (as ``time_tiles.py`` gives them), unless ``--no-values``.
 
@@ -58,7 +59,8 @@ VARIANTS = {"tensor ops": None, "triton": kt.condense,
             "look512": _patched(LOOK_BACK=512),
             "look1024": _patched(LOOK_BACK=1024),
             "no-sleep": _patched(LOOK_BACK_SLEEP_NS=0),         # its waiting programs read again at once (0)
-            "sizes-one": _patched(SIZES_ONE_PROGRAM=64 * kt.BLOCK)}  # window sizes by one program to 64k windows (stop 44)
+            "sizes-one": _patched(SIZES_ONE_PROGRAM=64 * kt.BLOCK),  # window sizes by one program to 64k windows (stop 44)
+            "caps1024": _patched(CAPS=(64, 256, 1024))}         # windows over 1024 edges by bit sets, not 2048-lane sorts
 
 
 def _print_timeline(prof, label: str) -> None:
