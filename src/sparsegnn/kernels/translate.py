@@ -438,11 +438,11 @@ def _pad_cols(block_cols_ptr, first_block, count, end_block, live, BLOCK_K: tl.c
 def _scan_kernel(x_ptr, out_ptr, count_ptr, block_cols_ptr, ws_ptr, n, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr,
                  LOOK: tl.constexpr, SLEEP: tl.constexpr):
     """``out = cumsum(x)`` by a single-pass scan, ``BLOCK`` entries a program: the program that
-    takes ticket ``t`` (``ws[4]``, zero before: ``_window_sizes_kernel``) sums entries ``t BLOCK
-    ..``, finds the sum before them by ``_look_back`` over the chunks' states (``ws[8 + t]``,
-    zero before; error flag ``ws[5]``) and writes its part of the cumsum; and the padding zeros: window
-    ``i`` (``x[i + 1]`` blocks, ``count[i]`` columns) pads ``block_cols`` from ``out[i] K +
-    count[i]`` to ``out[i + 1] K``.  One launch at any length (stop 44 ran one program over all
+    takes ticket ``t`` (``ws[4]``, zero before: ``_window_sizes_kernel``) sums entries
+    ``t BLOCK ..``, finds the sum before them by ``_look_back`` over the chunks' states
+    (``ws[8 + t]``, zero before; error flag ``ws[5]``) and writes its part of the cumsum; and
+    the padding zeros: window ``i`` (``x[i + 1]`` blocks, ``count[i]`` columns) pads
+    ``block_cols`` from ``out[i] K + count[i]`` to ``out[i + 1] K``.  One launch at any length (stop 44 ran one program over all
     windows up to 8k of them, 50 us on soc-BlogCatalog's 5.5k, and ``torch.cumsum`` plus the
     padding beyond: four launches)."""
     t = tl.atomic_add(ws_ptr + 4, 1)
