@@ -8,7 +8,8 @@
 # adam: eager epochs with fused and foreach Adam, interleaved (scripts/time_adam.py); probe: translation's
 # kernels, syncs and host time per op (scripts/probe_translate.py); host: host cost of a translation's
 # pieces and the fused pass against the three passes (scripts/probe_host_costs.py); fused: GPU time of
-# the fused pass against the three passes and its look-back variants (probe_translate.py --top).
+# the fused pass against the three passes and its look-back variants (probe_translate.py --top); cudaall:
+# host-timed translations as the library builds them, every window's bit set in CUDA against the Triton sorts.
 set -o pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1 SPARSEGNN_DATA=${SPARSEGNN_DATA:-.data}
 OUT=${OUT:-/tmp/sparsegnn-out}; mkdir -p "$OUT"
@@ -35,6 +36,10 @@ for stage in "$@"; do
     fused) timeout 300 python3 scripts/probe_translate.py ${FUSED_GRAPHS:-cora,deezer,PROTEINS_full,tox21,ppi,flickr} \
              --variants ${VARIANTS:-triton,unfused,look32} --no-values --top 2 2>&1 | grep -v Warn | tee "$OUT/fused.txt" \
              | tail -40 ;;
+    cudaall) timeout 400 python3 scripts/probe_translate.py \
+               ${CUDAALL_GRAPHS:-soc-BlogCatalog,ppi,artist,flickr,wikipedia,deezer,twitch,pubmed,com-amazon,yelp} \
+               --library --variants ${VARIANTS:-no-cuda-all,triton,cuda-all-256,cuda-all-512,cuda-all-w64} ${TOP:+--top $TOP} \
+               2>&1 | grep -v Warn | tee "$OUT/cudaall.txt" | tail -60 ;;
     tiles) timeout 300 python3 scripts/time_tiles.py --graphs ${GRAPHS:-cora,citeseer,wikipedia,deezer,twitch,reddit-threads-10k} \
              --dims ${DIMS:-32,64,128,256} 2>&1 | tee "$OUT/tiles.md" | tail -30 ;;
   esac

@@ -13,7 +13,14 @@
   (three launches); ``look32`` / ``look512`` / ``look1024``: the fused pass's look-back
   reading that many windows a step; ``no-sleep``: its waits without ``nanosleep`` (stop 44);
   ``sizes-one``: the window sizes by one program up to 64k windows, as until stop 44;
-  ``caps1024``: windows over 1024 edges ranked by bit sets, not sorted (stop 45).
+  ``caps1024``: windows over 1024 edges ranked by bit sets, not sorted (stop 45);
+  ``no-cuda-all``: the Triton sorts where every window's bit set in CUDA would run (stop 46),
+  ``cuda-all-256`` / ``cuda-all-512``: that kernel at 256 / 512 threads a block (128 shipped),
+  ``cuda-all-w64``: taken up to 64 bit-set words per mean window edge (16 shipped);
+  ``cupy-call``: the CUDA kernels launched by CuPy's call, not ``cuLaunchKernel`` (stop 46).
+
+With ``--library`` each call is timed as ``time_tiles.py`` and the library build the tiles:
+the structure, then the tile values by ``tiles_of`` (``index_add_``), not in the slot pass.
 
 The edge values are random (as ``time_tiles.py`` gives them), unless ``--no-values``.
 
@@ -25,6 +32,7 @@ one profiled call per graph and variant (host launches, syncs and kernels on one
 import argparse
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -50,6 +58,17 @@ def _patched(**names):
     return run
 
 
+def _cupy_call(*args, **kwargs):
+    """``kt.condense`` with the CUDA kernels launched by CuPy's ``RawKernel`` call (as until stop 46)."""
+    from sparsegnn.kernels import _cupy
+
+    saved, _cupy.DIRECT = _cupy.DIRECT, False
+    try:
+        return kt.condense(*args, **kwargs)
+    finally:
+        _cupy.DIRECT = saved
+
+
 VARIANTS = {"tensor ops": None, "triton": kt.condense,
             "sorted": _patched(BIG_WORDS=0, BIG_WORDS_PER_EDGE=0, CUDA_BIG_WINDOWS=False),
             "bits8": _patched(BIG_WORDS_PER_EDGE=8),
@@ -60,7 +79,12 @@ VARIANTS = {"tensor ops": None, "triton": kt.condense,
             "look1024": _patched(LOOK_BACK=1024),
             "no-sleep": _patched(LOOK_BACK_SLEEP_NS=0),         # its waiting programs read again at once (0)
             "sizes-one": _patched(SIZES_ONE_PROGRAM=64 * kt.BLOCK),  # window sizes by one program to 64k windows (stop 44)
-            "caps1024": _patched(CAPS=(64, 256, 1024))}         # windows over 1024 edges by bit sets, not 2048-lane sorts
+            "caps1024": _patched(CAPS=(64, 256, 1024)),         # windows over 1024 edges by bit sets, not 2048-lane sorts
+            "no-cuda-all": _patched(CUDA_ALL_WINDOWS=False),     # the Triton sorts, as until stop 45
+            "cuda-all-256": _patched(CUDA_ALL_THREADS=256),      # every window's bit set: threads a block
+            "cuda-all-512": _patched(CUDA_ALL_THREADS=512),
+            "cuda-all-w64": _patched(CUDA_ALL_WORDS_PER_EDGE=64),  # also where words are up to 64x the mean edges
+            "cupy-call": _cupy_call}                             # CuPy kernels by CuPy's call, not cuLaunchKernel
 
 
 def _print_timeline(prof, label: str) -> None:
@@ -87,6 +111,8 @@ def main() -> None:
     parser.add_argument("--variants", default="tensor ops,triton,sorted")
     parser.add_argument("--trace", default="", help="directory for Chrome traces of one call each")
     parser.add_argument("--no-values", action="store_true", help="translate the structure only")
+    parser.add_argument("--library", action="store_true",
+                        help="as the library and time_tiles.py: the structure, then the tile values by tiles_of")
     parser.add_argument("--top", type=int, default=0, help="print the N costliest kernels of each profiled call")
     parser.add_argument("--timeline", action="store_true",
                         help="print one profiled call's host calls (CUDA runtime, syncs) and kernels on one time line")
@@ -98,8 +124,17 @@ def main() -> None:
         line = [f"{name:20s} E={g.num_edges:>9d}"]
         for tag in args.variants.split(","):
             index_work = VARIANTS[tag]
-            run = lambda: translate(g.rowptr, g.col, g.num_src, g.edge_val, row=g.row,  # noqa: E731
-                                    condense=index_work)
+            def run(index_work=index_work):
+                if not args.library:
+                    return translate(g.rowptr, g.col, g.num_src, g.edge_val, row=g.row, condense=index_work)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                tiles = translate(g.rowptr, g.col, g.num_src, row=g.row, condense=index_work)
+                if g.edge_val is not None:
+                    tiles.block_vals = tiles.tiles_of(g.edge_val)
+                torch.cuda.synchronize()
+                tiles.stats.ms = 1e3 * (time.perf_counter() - t0)
+                return tiles
             for _ in range(2):
                 run()
             ms = statistics.median(run().stats.ms for _ in range(10))

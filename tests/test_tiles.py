@@ -1,6 +1,7 @@
 """Sparse graph translation (formats/tiles.py) against loops over the raw edge list."""
 import copy
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -32,6 +33,17 @@ def _on_host(tiles):
     return host
 
 
+@pytest.fixture(autouse=True)
+def _triton_ranks_by_default(monkeypatch):
+    """The tests here choose their ranking path: every window's bit set in CUDA
+    (``CUDA_ALL_WINDOWS``, on by default, where CuPy runs) would take most of their small
+    graphs on a GPU, and the Triton sorts they test would not run there; the tests of that
+    path turn it on."""
+    import sparsegnn.kernels.translate as kt
+
+    monkeypatch.setattr(kt, "CUDA_ALL_WINDOWS", False)
+
+
 def _sorted_key_calls(monkeypatch) -> list:
     """A list that grows by one at each call of the Triton translation's sorted-keys path."""
     import sparsegnn.kernels.translate as kt
@@ -44,7 +56,8 @@ def _sorted_key_calls(monkeypatch) -> list:
 def _big_window_launches(monkeypatch) -> list:
     """A list that grows at each launch ranking big windows: ``"triton"`` for the Triton
     translation's per-window kernel with its big-window branch (``BIG``) compiled in, ``"cuda"``
-    for ``kernels.translate_cuda`` (bit sets in shared memory; CuPy and a GPU)."""
+    for ``kernels.translate_cuda`` (bit sets in shared memory; CuPy and a GPU), ``"cuda-all"``
+    for that kernel ranking every window (``big = -1``)."""
     import sparsegnn.kernels.translate as kt
 
     calls, real, real_cuda = [], kt.launch, kt.translate_cuda.rank_big_windows
@@ -55,7 +68,7 @@ def _big_window_launches(monkeypatch) -> list:
         return real(kernel, grid, args, constexprs, *rest)
 
     def counted_cuda(*args):
-        calls.append("cuda")
+        calls.append("cuda-all" if args[6] == -1 else "cuda")
         return real_cuda(*args)
 
     monkeypatch.setattr(kt, "launch", counted)
@@ -351,7 +364,8 @@ def test_cuda_big_windows_only_where_the_bit_set_fits_and_the_work_pays(monkeypa
     assert big == ["triton"]
 
 
-def _rank_big_windows_torch(rowptr, col, code, blocks, counts, num_windows, big, window, block_k, num_words):
+def _rank_big_windows_torch(rowptr, col, code, blocks, counts, num_windows, big, window, block_k, num_words,
+                            threads=None):
     """``kernels.translate_cuda.rank_big_windows``'s contract by tensor ops (its module doc)."""
     num_rows = rowptr.numel() - 1
     blocks[0] = 0
@@ -387,6 +401,91 @@ def test_cuda_big_windows_share_the_work_with_the_triton_sorts(counts, last_rows
     for name, a, b in zip(("window_ptr", "block_window", "block_cols", "edge_index"), got,
                           _condense(rowptr, row, col, 3000, 16, 16)):
         assert torch.equal(a.cpu(), b), name
+
+
+def _flipped_rows(rowptr, col):
+    """``col`` with each row's columns reversed (descending: not ordered where a row has two)."""
+    return torch.cat([col[int(rowptr[r]):int(rowptr[r + 1])].flip(0) for r in range(rowptr.numel() - 1)])
+
+
+@pytest.mark.skipif(not _cuda_kernels(), reason="every window's bit set in CUDA needs CuPy and a GPU")
+@pytest.mark.parametrize("threads", [32, 128, 512])
+@pytest.mark.parametrize("counts,window,block_k,num_src,index_dtype,last_rows", [
+    ((5, 0, 300, 64, 1, 0), 16, 16, 700, torch.int32, None),        # empty windows, first and between
+    ((0, 40, 2049, 3, 5000, 17), 16, 16, 3000, torch.int64, 5),     # big windows too; a last window of 5 rows
+    ((700, 33, 0, 129), 16, 8, 40, torch.int64, None),              # 40 columns: many duplicates, K = 8
+    ((90, 91, 92, 93, 94), 4, 16, 20_000, torch.int32, 3),          # windows of 4 rows, columns spread
+    ((1,) * 40, 8, 16, 64, torch.int64, 1),                         # one edge a window
+])
+def test_cuda_all_windows_equal_the_reference(counts, window, block_k, num_src, index_dtype, last_rows, threads,
+                                              monkeypatch):
+    """``CUDA_ALL_WINDOWS``: every window ranked by its bit set in shared memory (one launch, no
+    Triton sort), at any block size, equal to the tensor-op reference element for element;
+    the order flag, also with the rows' columns reversed; the tile values added in the slot
+    pass equal ``tile_values``'s."""
+    from sparsegnn.formats.tiles import _condense, rows_ordered, tile_values
+    import sparsegnn.kernels.translate as kt
+
+    monkeypatch.setattr(kt, "CUDA_ALL_WINDOWS", True)
+    monkeypatch.setattr(kt, "CUDA_ALL_THREADS", threads)
+    monkeypatch.setattr(kt, "CUDA_ALL_WORDS_PER_EDGE", 10 ** 6)     # whatever the words per edge
+    monkeypatch.setattr(kt, "FUSED_WINDOWS", False)
+    rowptr, row, col = _window_graph(counts, window, num_src, seed=len(counts), last_rows=last_rows)
+    values = torch.rand(row.numel(), dtype=torch.float64) + 0.5
+    for cols in (col, _flipped_rows(rowptr, col)):
+        expected = _condense(rowptr, row, cols, num_src, window, block_k)
+        expected_vals = tile_values(expected[3], expected[2].shape[0], window, block_k, values)
+        launched, big = _launched_kernels(monkeypatch), _big_window_launches(monkeypatch)
+        got = kt.condense(rowptr.to(index_dtype).to(DEVICE), row.to(index_dtype).to(DEVICE),
+                          cols.to(index_dtype).to(DEVICE), num_src, window, block_k, values=values.to(DEVICE))
+        assert big == ["cuda-all"] and kt._window_rank_kernel not in launched
+        _assert_index_arrays_equal(got, expected)
+        assert torch.allclose(got.block_vals.cpu(), expected_vals, rtol=1e-6, atol=1e-6)
+        assert bool(got.ordered) is bool(rows_ordered(expected[3], row))
+    assert not bool(got.ordered) or all(int(rowptr[r + 1] - rowptr[r]) < 2 for r in range(rowptr.numel() - 1))
+
+
+@pytest.mark.parametrize("words_per_edge,fused_windows,cuda_all", [
+    (None, False, True),       # words * windows exactly at the bound: taken
+    (-1, False, False),        # one edge's worth short: the Triton sorts
+    (None, True, False),       # a graph the fused pass takes keeps it
+])
+def test_cuda_all_windows_only_where_the_words_are_few_for_the_edges(words_per_edge, fused_windows, cuda_all,
+                                                                     monkeypatch):
+    """``condense`` ranks every window by the CUDA bit sets where the bit sets' words over all
+    windows are at most ``CUDA_ALL_WORDS_PER_EDGE`` times the edges and the fused pass does not
+    run (the kernel stood in for by its contract in tensor ops, so CI checks the choice without
+    a GPU); the big windows then need no sorted keys even where their Triton scratch would not
+    fit; equal to the reference either way."""
+    from sparsegnn.formats.tiles import _condense
+    import sparsegnn.kernels.translate as kt
+
+    counts = (3, 2100, 0, 70, 17)                   # 2190 edges, 5 windows, one big
+    rowptr, row, col = _window_graph(counts, 16, 3200)      # 100 words a window
+    monkeypatch.setattr(kt, "CUDA_ALL_WINDOWS", True)
+    monkeypatch.setattr(kt, "CUDA_ALL_WORDS_PER_EDGE", Fraction(5 * 100 + (words_per_edge or 0), sum(counts)))
+    monkeypatch.setattr(kt, "FUSED_WINDOWS", fused_windows)
+    monkeypatch.setattr(kt, "FUSED_SMALL_WINDOW", 10 ** 6)       # (the big window aside)
+    monkeypatch.setattr(kt, "CAPS", (64, 256, 1024, 4096))       # no big window: the fused pass may run
+    monkeypatch.setattr(kt, "CUDA_MIN_WORK", 10 ** 9)            # the big windows' CUDA kernel never pays
+    monkeypatch.setattr(kt.translate_cuda, "fits", lambda num_words, col: True)
+    monkeypatch.setattr(kt.translate_cuda, "rank_big_windows", _rank_big_windows_torch)
+    launched, big, taken = _launched_kernels(monkeypatch), _big_window_launches(monkeypatch), _sorted_key_calls(monkeypatch)
+    got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 3200, 16, 16)
+    assert (big == ["cuda-all"]) is cuda_all
+    assert (kt._window_rank_kernel in launched) is (not cuda_all and not fused_windows)
+    assert (kt._fused_windows_kernel in launched) is fused_windows
+    assert not taken
+    _assert_index_arrays_equal(got, _condense(rowptr, row, col, 3200, 16, 16))
+    # a big window whose Triton scratch is over BIG_WORDS: sorted keys, unless every window goes to CUDA
+    monkeypatch.setattr(kt, "CAPS", (64, 256, 1024, 2048))
+    monkeypatch.setattr(kt, "BIG_WORDS", 0)
+    monkeypatch.setattr(kt, "BIG_WORDS_PER_EDGE", 0)
+    monkeypatch.setattr(kt, "FUSED_WINDOWS", False)
+    got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 3200, 16, 16)
+    assert bool(taken) is (words_per_edge is not None)
+    assert big == (["cuda-all"] if cuda_all else []) + ([] if taken else ["cuda-all"])
+    _assert_index_arrays_equal(got, _condense(rowptr, row, col, 3200, 16, 16))
 
 
 @pytest.mark.parametrize("one_program", [True, False])

@@ -37,13 +37,79 @@ def _stream(device: torch.device):
     return stream
 
 
-def launch(kernel, grid: int, threads: int, args: tuple, device: torch.device, shared_mem: int = 0) -> None:
-    """Run a CuPy ``kernel`` on the current torch stream of ``device`` (``grid`` blocks of
-    ``threads``), raising the kernel's dynamic shared-memory limit where ``shared_mem`` needs it
-    (its default is 48 KB less the kernel's static shared memory, so the check is not against
-    48 KB)."""
+#: ``cuLaunchKernel`` directly (:func:`launch`'s fast path); off: CuPy's ``RawKernel`` call each time.
+DIRECT = True
+#: Per (kernel, device): the ``CUfunction`` and the dynamic shared memory it is allowed.
+_FUNCTIONS: dict = {}
+_CTYPES: dict = {}
+
+
+def _ctypes_of(value):
+    """The ctypes value of a NumPy / CuPy scalar argument (KeyError for other types)."""
+    if not _CTYPES:
+        import ctypes
+
+        import numpy
+
+        _CTYPES.update({numpy.uint64: ctypes.c_uint64, numpy.int64: ctypes.c_int64, numpy.int32: ctypes.c_int32,
+                        numpy.uint32: ctypes.c_uint32, numpy.float32: ctypes.c_float,
+                        numpy.float64: ctypes.c_double})
+    return _CTYPES[type(value)](value)
+
+
+def _raw_stream(device: torch.device) -> int:
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return get(device.index) if get is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+def _direct(kernel, grid: int, threads: int, args: tuple, device: torch.device, shared_mem: int) -> bool:
+    """``cuLaunchKernel`` with the arguments packed by ctypes: about a tenth of CuPy's call
+    (its device and stream context managers, the attribute query, the argument conversion).
+    False (nothing launched) where it cannot run: no current CUDA context on this thread, an
+    argument of another type, a CuPy without these entry points."""
+    import ctypes
+
     import cupy
 
+    driver = cupy.cuda.driver
+    if not hasattr(driver, "launchKernel"):
+        return False
+    key = (id(kernel), device.index)
+    entry = _FUNCTIONS.get(key)
+    if entry is None:
+        if device.index != torch.cuda.current_device():
+            return False
+        try:
+            function = kernel.kernel if hasattr(kernel, "kernel") else kernel
+            entry = _FUNCTIONS[key] = [int(function.ptr), kernel.max_dynamic_shared_size_bytes, kernel]
+        except AttributeError:
+            return False
+    if shared_mem > entry[1]:
+        with cupy.cuda.Device(device.index):
+            kernel.max_dynamic_shared_size_bytes = shared_mem
+        entry[1] = shared_mem
+    if not driver.ctxGetCurrent():
+        return False
+    try:
+        values = [_ctypes_of(a) for a in args]
+    except KeyError:
+        return False
+    params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+    driver.launchKernel(entry[0], grid, 1, 1, threads, 1, 1, shared_mem, _raw_stream(device),
+                        ctypes.addressof(params), 0)
+    return True
+
+
+def launch(kernel, grid: int, threads: int, args: tuple, device: torch.device, shared_mem: int = 0) -> None:
+    """Run a CuPy ``kernel`` on the current torch stream of ``device`` (``grid`` blocks of
+    ``threads``; ``args`` NumPy / CuPy scalars), raising the kernel's dynamic shared-memory
+    limit where ``shared_mem`` needs it (its default is 48 KB less the kernel's static shared
+    memory, so the check is not against 48 KB).  By ``cuLaunchKernel`` directly where it can
+    (:func:`_direct`), else by CuPy's call."""
+    import cupy
+
+    if DIRECT and _direct(kernel, grid, threads, args, device, shared_mem):
+        return
     with cupy.cuda.Device(device.index), _stream(device):
         if shared_mem and kernel.max_dynamic_shared_size_bytes < shared_mem:
             kernel.max_dynamic_shared_size_bytes = shared_mem

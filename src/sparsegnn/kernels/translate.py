@@ -50,6 +50,13 @@ or ``M >= 2^31``, the graph takes the sorted keys.  Where the big windows' work 
 ``kernels.translate_cuda`` ranks them there instead (CuPy, no scratch; the Triton kernel
 then sorts only the small windows, and is not launched where every window is big).
 
+**Every window by its bit set in CUDA** (``CUDA_ALL_WINDOWS``: where the fused pass does not run,
+CuPy runs and the ``ceil(M / 32)`` words are few for the edges, at most
+``CUDA_ALL_WORDS_PER_EDGE`` times a window's mean): the same CUDA kernel ranks every window,
+a block of ``CUDA_ALL_THREADS`` each, and no Triton sort runs.  A block clears and scans its
+bit set once, where a sort of ``n`` lanes takes ``~log2(n)^2 / 2`` passes over them: H100,
+soc-BlogCatalog's ranking 191 -> 28 us, ppi's 69 -> ~12 (stop 46).
+
 **Sorted keys** (big windows whose bit sets would not fit, or ``K > CAPS[0]``): keys
 ``key_e = (row_e >> log2 W) * M + col_e`` made unique and sorted by ``torch.unique`` (keys
 only); then, with ``u`` the sorted distinct keys, window ``w`` owning keys
@@ -115,6 +122,15 @@ BIG_WORDS, BIG_WORDS_PER_EDGE = 2 ** 24, 2
 #:   (one block an SM past 114 KB): 100k windows would cost ~0.75 ms of empty waves (review,
 #:   stop 43; reddit and ogbn-proteins: every window big).
 CUDA_BIG_WINDOWS, CUDA_MIN_WORK, CUDA_BIG_SHARE = True, 2 ** 23, 4
+#: Every window by ``kernels.translate_cuda``'s bit sets (one block of ``CUDA_ALL_THREADS`` a
+#: window, no Triton sorts) where the fused pass does not run, CuPy runs, the bit set fits and
+#: its ``ceil(M / 32)`` words are at most ``CUDA_ALL_WORDS_PER_EDGE`` times a window's mean
+#: edges (module doc).  H100, host-timed translation with the tile values, sorts / bit sets,
+#: two runs: soc-BlogCatalog (7.4 words a mean edge) 0.62-0.67 / 0.44 ms, artist (3.0)
+#: 0.50-0.52 / 0.39-0.42, flickr (15.7) 0.37-0.38 / 0.35-0.37, ppi (7.7) 0.35 / 0.33-0.36; at 64
+#: words a mean edge com-amazon (118) and yelp (72) lost 0.07-0.14 ms; 128 threads a block:
+#: 256 / 512 were no better (stop 46).
+CUDA_ALL_WINDOWS, CUDA_ALL_WORDS_PER_EDGE, CUDA_ALL_THREADS = True, 16, 128
 #: Graphs without big windows in one launch after the window sizes (``_fused_windows_kernel``:
 #: sort, look-back scan of the blocks and the slot writes per window), not three.
 FUSED_WINDOWS = True
@@ -714,7 +730,8 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
              values: Optional[Tensor] = None) -> Condensed:
     """:class:`Condensed` tiles of a CSR graph (the definitions of ``formats.tiles.translate``;
     module doc): per window in one launch where ``K <= CAPS[0]`` (windows over ``CAPS[-1]``
-    edges by their bit sets, where those fit), else by sorted keys; ``block_vals``: the tiles of
+    edges by their bit sets, where those fit; every window by its bit set in CUDA where the
+    words are few for the edges), else by sorted keys; ``block_vals``: the tiles of
     ``values`` (their sums per slot, as ``formats.tiles.tile_values``) where the slot pass adds
     them, else None (no values; values that need a gradient; deterministic algorithms; the
     sorted keys): ``translate`` then builds them with ``index_add_``; ``ordered`` from the edge
@@ -781,23 +798,30 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         _raise_on_look_back_error(ws)
         return out.condensed(ws)
     num_words = -(-max(int(num_src), 1) // 32)
-    # the big windows' bit sets in shared memory (CUDA through CuPy) where they fit and the work
-    # pays for CuPy's launch, else in global scratch (Triton) where that fits, else sorted keys
+    # every window's bit set in shared memory (CUDA through CuPy) where the words are few for
+    # the edges; else the big windows' there where they fit and the work pays for CuPy's
+    # launch, else in global scratch (Triton) where that fits, else sorted keys
     narrow = num_src < 2 ** 31                      # int32 columns in the bit sets
+    cuda_all = (CUDA_ALL_WINDOWS and narrow and num_words * num_windows <= CUDA_ALL_WORDS_PER_EDGE * num_edges
+                and translate_cuda.fits(num_words, col))
     scratch_words = num_big * num_words
-    cuda_big = (scratch_words + big_edges >= CUDA_MIN_WORK and CUDA_BIG_SHARE * num_big >= num_windows
-                and CUDA_BIG_WINDOWS and narrow and translate_cuda.fits(num_words, col))
-    if num_big and not cuda_big and (not narrow or scratch_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges)):
+    cuda_big = not cuda_all and (scratch_words + big_edges >= CUDA_MIN_WORK and CUDA_BIG_SHARE * num_big >= num_windows
+                                 and CUDA_BIG_WINDOWS and narrow and translate_cuda.fits(num_words, col))
+    if (num_big and not (cuda_all or cuda_big)
+            and (not narrow or scratch_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges))):
         return _condense_sorted(row, col, num_src, num_windows, window, block_k, largest)
     code = torch.empty(num_edges, dtype=torch.int32, device=device)
     blocks = torch.empty(num_windows + 1, dtype=torch.int64, device=device)
     counts = torch.empty(num_windows, dtype=torch.int32, device=device)
     # the big windows' bit sets and prefix counts: a slot counter, then int32 pairs (any tensor
     # where there are none: that branch is not compiled)
-    triton_big = bool(num_big) and not cuda_big
+    triton_big = bool(num_big) and not (cuda_all or cuda_big)
     out = _Outputs(num_edges, num_windows, window, block_k, values, device)
     scratch = torch.zeros(2 + 2 * num_big * num_words, dtype=torch.int32, device=device) if triton_big else code
-    if num_big < num_windows or triton_big:     # the sorts (and the bit sets in global memory)
+    if cuda_all:
+        translate_cuda.rank_big_windows(rowptr.to(torch.int64), col, code, blocks, counts, num_windows, -1,
+                                        window, block_k, num_words, CUDA_ALL_THREADS)
+    elif num_big < num_windows or triton_big:     # the sorts (and the bit sets in global memory)
         launch(_window_rank_kernel, (num_windows,),
                (rowptr, col, code, blocks, counts, scratch, num_rows, big, num_words),
                dict(WINDOW=window, BLOCK_K=block_k, **classes, BIG=triton_big, BLOCK=BLOCK),

@@ -31,7 +31,8 @@ from torch import Tensor
 
 from . import _cupy
 
-#: Threads per block (one block per window).
+#: Threads per block (one block per window) for the big windows; :func:`rank_big_windows` takes
+#: others (``translate.CUDA_ALL_THREADS`` where it ranks every window).
 THREADS = 512
 
 _SOURCE = r"""
@@ -71,6 +72,10 @@ rank_big_windows(const long long* __restrict__ rowptr, const COL_T* __restrict__
     const long long r1 = r0 + window < num_rows ? r0 + window : num_rows;
     const long long e0 = rowptr[r0], e1 = rowptr[r1];
     if (e1 - e0 <= big) return;
+    if (e1 == e0) {                                     // (big < 0: every window) an empty window
+        if (threadIdx.x == 0) { blocks[w + 1] = 0; counts[w] = 0; }
+        return;
+    }
     for (int i = threadIdx.x; i < num_words; i += THREADS) bits[i] = 0u;
     if (threadIdx.x == 0) { s_lo = 0x7fffffff; s_hi = -1; }
     __syncthreads();
@@ -137,13 +142,14 @@ rank_big_windows(const long long* __restrict__ rowptr, const COL_T* __restrict__
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(col_bits: int, device_index: int):
-    """The kernel for int32 / int64 columns, loaded on device ``device_index``; None where it does
-    not compile or load there (then :func:`fits` is False and the Triton bit sets run)."""
+def _kernel(col_bits: int, device_index: int, threads: int = THREADS):
+    """The kernel for int32 / int64 columns and ``threads`` a block (a multiple of 32, at most
+    1024), loaded on device ``device_index``; None where it does not compile or load there
+    (then :func:`fits` is False and the Triton bit sets run)."""
     import cupy
 
     col_t = "long long" if col_bits == 64 else "int"
-    options = ("--std=c++14", f"-DTHREADS={THREADS}", f"-DCOL_T={col_t}")
+    options = ("--std=c++14", f"-DTHREADS={threads}", f"-DCOL_T={col_t}")
     try:
         with cupy.cuda.Device(device_index):
             kernel = cupy.RawModule(code=_SOURCE, options=options).get_function("rank_big_windows")
@@ -172,10 +178,11 @@ def _bits(col: Tensor) -> int:
 
 
 def rank_big_windows(rowptr: Tensor, col: Tensor, code: Tensor, blocks: Tensor, counts: Tensor, num_windows: int,
-                     big: int, window: int, block_k: int, num_words: int) -> None:
-    """Rank the edges of every window of more than ``big`` edges (module doc) into ``code``, and
-    write those windows' ``blocks[w + 1]``, ``counts[w]`` (and ``blocks[0] = 0``); other windows
-    are left as they are.  Call only where :func:`fits`.
+                     big: int, window: int, block_k: int, num_words: int, threads: int = THREADS) -> None:
+    """Rank the edges of every window of more than ``big`` edges (module doc; ``big = -1``: every
+    window, the empty ones too) into ``code``, and write those windows' ``blocks[w + 1]``,
+    ``counts[w]`` (and ``blocks[0] = 0``); other windows are left as they are.  ``threads`` a
+    block (a multiple of 32, at most 1024).  Call only where :func:`fits`.
 
     Shapes:
         rowptr: [N + 1] int64; col: [E] int32 or int64 (columns < 32 num_words), both contiguous;
@@ -186,5 +193,5 @@ def rank_big_windows(rowptr: Tensor, col: Tensor, code: Tensor, blocks: Tensor, 
     ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
     args = (ptr(rowptr), ptr(col), ptr(code), ptr(blocks), ptr(counts), cupy.int64(rowptr.numel() - 1),
             cupy.int64(big), cupy.int32(window), cupy.int32(block_k), cupy.int32(num_words))
-    _cupy.launch(_kernel(_bits(col), col.device.index), num_windows, THREADS, args, col.device,
+    _cupy.launch(_kernel(_bits(col), col.device.index, threads), num_windows, threads, args, col.device,
                  shared_bytes(num_words))
