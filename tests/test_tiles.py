@@ -488,6 +488,30 @@ def test_cuda_all_windows_only_where_the_words_are_few_for_the_edges(words_per_e
     _assert_index_arrays_equal(got, _condense(rowptr, row, col, 3200, 16, 16))
 
 
+@pytest.mark.parametrize("counts,big_mean", [((3, 2100, 0, 70, 17), False), ((3000, 2500, 2049, 700), True)])
+def test_cuda_all_windows_block_size_follows_the_mean_window(counts, big_mean, monkeypatch):
+    """Every window by the CUDA bit sets at ``CUDA_ALL_THREADS`` threads a block, or at the big
+    windows' ``translate_cuda.THREADS`` where the mean window holds over ``CAPS[-1]`` edges
+    (the kernel stood in for by its contract, which records the block size)."""
+    from sparsegnn.formats.tiles import _condense
+    import sparsegnn.kernels.translate as kt
+
+    seen = []
+
+    def stand_in(*args):
+        seen.append(args[10])
+        return _rank_big_windows_torch(*args)
+
+    monkeypatch.setattr(kt, "CUDA_ALL_WINDOWS", True)
+    monkeypatch.setattr(kt, "CUDA_ALL_THREADS", 96)
+    monkeypatch.setattr(kt.translate_cuda, "fits", lambda num_words, col: True)
+    monkeypatch.setattr(kt.translate_cuda, "rank_big_windows", stand_in)
+    rowptr, row, col = _window_graph(counts, 16, 3200)
+    got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 3200, 16, 16)
+    assert seen == [kt.translate_cuda.THREADS if big_mean else 96]
+    _assert_index_arrays_equal(got, _condense(rowptr, row, col, 3200, 16, 16))
+
+
 @pytest.mark.parametrize("one_program", [True, False])
 def test_window_sizes_kernel_writes_every_field(one_program):
     """``_window_sizes_kernel`` over an output holding garbage (one program: nothing zeroes it) or

@@ -129,7 +129,8 @@ CUDA_BIG_WINDOWS, CUDA_MIN_WORK, CUDA_BIG_SHARE = True, 2 ** 23, 4
 #: two runs: soc-BlogCatalog (7.4 words a mean edge) 0.62-0.67 / 0.44 ms, artist (3.0)
 #: 0.50-0.52 / 0.39-0.42, flickr (15.7) 0.37-0.38 / 0.35-0.37, ppi (7.7) 0.35 / 0.33-0.36; at 64
 #: words a mean edge com-amazon (118) and yelp (72) lost 0.07-0.14 ms; 128 threads a block:
-#: 256 / 512 were no better (stop 46).
+#: 256 / 512 were no better (stop 46); where the mean window is big (over ``CAPS[-1]`` edges:
+#: reddit, ogbn-proteins) the big windows' 512 (``translate_cuda.THREADS``).
 CUDA_ALL_WINDOWS, CUDA_ALL_WORDS_PER_EDGE, CUDA_ALL_THREADS = True, 16, 128
 #: Graphs without big windows in one launch after the window sizes (``_fused_windows_kernel``:
 #: sort, look-back scan of the blocks and the slot writes per window), not three.
@@ -818,9 +819,10 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     triton_big = bool(num_big) and not (cuda_all or cuda_big)
     out = _Outputs(num_edges, num_windows, window, block_k, values, device)
     scratch = torch.zeros(2 + 2 * num_big * num_words, dtype=torch.int32, device=device) if triton_big else code
-    if cuda_all:
+    if cuda_all:      # (windows of big ones on average: the big windows' block size)
+        threads = CUDA_ALL_THREADS if num_edges <= CAPS[-1] * num_windows else translate_cuda.THREADS
         translate_cuda.rank_big_windows(rowptr.to(torch.int64), col, code, blocks, counts, num_windows, -1,
-                                        window, block_k, num_words, CUDA_ALL_THREADS)
+                                        window, block_k, num_words, threads)
     elif num_big < num_windows or triton_big:     # the sorts (and the bit sets in global memory)
         launch(_window_rank_kernel, (num_windows,),
                (rowptr, col, code, blocks, counts, scratch, num_rows, big, num_words),
