@@ -390,7 +390,7 @@ def test_cuda_big_windows_share_the_work_with_the_triton_sorts(counts, last_rows
     import sparsegnn.kernels.translate as kt
 
     monkeypatch.setattr(kt, "CUDA_MIN_WORK", 0)
-    monkeypatch.setattr(kt.translate_cuda, "fits", lambda num_words, col: True)
+    monkeypatch.setattr(kt.translate_cuda, "fits", lambda num_words, col, threads=None: True)
     monkeypatch.setattr(kt.translate_cuda, "rank_big_windows", _rank_big_windows_torch)
     launched = _launched_kernels(monkeypatch)
     big = _big_window_launches(monkeypatch)
@@ -468,7 +468,7 @@ def test_cuda_all_windows_only_where_the_words_are_few_for_the_edges(words_per_e
     monkeypatch.setattr(kt, "FUSED_SMALL_WINDOW", 10 ** 6)       # (the big window aside)
     monkeypatch.setattr(kt, "CAPS", (64, 256, 1024, 4096))       # no big window: the fused pass may run
     monkeypatch.setattr(kt, "CUDA_MIN_WORK", 10 ** 9)            # the big windows' CUDA kernel never pays
-    monkeypatch.setattr(kt.translate_cuda, "fits", lambda num_words, col: True)
+    monkeypatch.setattr(kt.translate_cuda, "fits", lambda num_words, col, threads=None: True)
     monkeypatch.setattr(kt.translate_cuda, "rank_big_windows", _rank_big_windows_torch)
     launched, big, taken = _launched_kernels(monkeypatch), _big_window_launches(monkeypatch), _sorted_key_calls(monkeypatch)
     got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 3200, 16, 16)
@@ -488,28 +488,42 @@ def test_cuda_all_windows_only_where_the_words_are_few_for_the_edges(words_per_e
     _assert_index_arrays_equal(got, _condense(rowptr, row, col, 3200, 16, 16))
 
 
-@pytest.mark.parametrize("counts,big_mean", [((3, 2100, 0, 70, 17), False), ((3000, 2500, 2049, 700), True)])
+@pytest.mark.parametrize("counts,big_mean", [((3, 2100, 0, 70, 17), False), ((2048, 2048), False),
+                                             ((3000, 2500, 2049, 700), True)])
 def test_cuda_all_windows_block_size_follows_the_mean_window(counts, big_mean, monkeypatch):
     """Every window by the CUDA bit sets at ``CUDA_ALL_THREADS`` threads a block, or at the big
     windows' ``translate_cuda.THREADS`` where the mean window holds over ``CAPS[-1]`` edges
-    (the kernel stood in for by its contract, which records the block size)."""
+    (exactly ``CAPS[-1]``: not over), with ``fits`` asked at that block size; one launch, also
+    where the big windows' own CUDA launch would run; where the kernel does not fit, the
+    Triton sorts (the kernel stood in for by its contract, which records the block size)."""
     from sparsegnn.formats.tiles import _condense
     import sparsegnn.kernels.translate as kt
 
-    seen = []
+    seen, asked = [], []
 
     def stand_in(*args):
         seen.append(args[10])
         return _rank_big_windows_torch(*args)
 
+    fit = [True]
     monkeypatch.setattr(kt, "CUDA_ALL_WINDOWS", True)
     monkeypatch.setattr(kt, "CUDA_ALL_THREADS", 96)
-    monkeypatch.setattr(kt.translate_cuda, "fits", lambda num_words, col: True)
+    monkeypatch.setattr(kt, "FUSED_WINDOWS", False)
+    monkeypatch.setattr(kt, "CUDA_MIN_WORK", 0)               # the big windows' own launch would pay
+    monkeypatch.setattr(kt, "CUDA_BIG_SHARE", 10 ** 6)
+    monkeypatch.setattr(kt.translate_cuda, "fits", lambda num_words, col, threads=None: asked.append(threads) or fit[0])
     monkeypatch.setattr(kt.translate_cuda, "rank_big_windows", stand_in)
     rowptr, row, col = _window_graph(counts, 16, 3200)
+    expected = _condense(rowptr, row, col, 3200, 16, 16)
+    launched = _launched_kernels(monkeypatch)
     got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 3200, 16, 16)
-    assert seen == [kt.translate_cuda.THREADS if big_mean else 96]
-    _assert_index_arrays_equal(got, _condense(rowptr, row, col, 3200, 16, 16))
+    threads = kt.translate_cuda.THREADS if big_mean else 96
+    assert seen == [threads] and asked == [threads] and kt._window_rank_kernel not in launched
+    _assert_index_arrays_equal(got, expected)
+    fit[0] = False                                            # no CuPy, or the bit set too large
+    got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 3200, 16, 16)
+    assert seen == [threads] and kt._window_rank_kernel in launched
+    _assert_index_arrays_equal(got, expected)
 
 
 @pytest.mark.parametrize("one_program", [True, False])

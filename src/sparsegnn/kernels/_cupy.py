@@ -63,10 +63,11 @@ def _raw_stream(device: torch.device) -> int:
 
 
 def _direct(kernel, grid: int, threads: int, args: tuple, device: torch.device, shared_mem: int) -> bool:
-    """``cuLaunchKernel`` with the arguments packed by ctypes: about a tenth of CuPy's call
-    (its device and stream context managers, the attribute query, the argument conversion).
-    False (nothing launched) where it cannot run: no current CUDA context on this thread, an
-    argument of another type, a CuPy without these entry points."""
+    """``cuLaunchKernel`` with the arguments packed by ctypes, skipping CuPy's call (its device
+    and stream context managers, the attribute query, the argument conversion): H100, 20-45 us
+    less host time in a translation (stop 46).  False (nothing launched) where it cannot run:
+    ``device`` not torch's current device, no current CUDA context on this thread, an argument
+    of another type (Python ints and floats included), a CuPy without these entry points."""
     import ctypes
 
     import cupy
@@ -74,11 +75,11 @@ def _direct(kernel, grid: int, threads: int, args: tuple, device: torch.device, 
     driver = cupy.cuda.driver
     if not hasattr(driver, "launchKernel"):
         return False
+    if device.index != torch.cuda.current_device():     # cuLaunchKernel runs in the current context
+        return False
     key = (id(kernel), device.index)
     entry = _FUNCTIONS.get(key)
     if entry is None:
-        if device.index != torch.cuda.current_device():
-            return False
         try:
             function = kernel.kernel if hasattr(kernel, "kernel") else kernel
             entry = _FUNCTIONS[key] = [int(function.ptr), kernel.max_dynamic_shared_size_bytes, kernel]
@@ -95,7 +96,7 @@ def _direct(kernel, grid: int, threads: int, args: tuple, device: torch.device, 
     except KeyError:
         return False
     params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-    driver.launchKernel(entry[0], grid, 1, 1, threads, 1, 1, shared_mem, _raw_stream(device),
+    driver.launchKernel(entry[0], max(1, grid), 1, 1, threads, 1, 1, shared_mem, _raw_stream(device),
                         ctypes.addressof(params), 0)
     return True
 

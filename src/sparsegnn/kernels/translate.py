@@ -6,7 +6,9 @@ order puts window ``w``'s edges at ``rowptr[w W] .. rowptr[(w + 1) W]``, so one 
 window sorts them in registers, ``(col, local edge) -> col * CAP + local`` with ``tl.sort``
 (int32 where it fits), marks the first edge of each column run (``tl.gather`` of the left
 neighbour) and numbers the runs (``rank``, ``tl.cumsum`` of the marks); per edge it stores
-``code = 2 rank + first``.  With ``c_w`` distinct columns, then one pass over the edges:
+``code = 2 rank + first`` (on a GPU with CuPy where the column bit sets are small for the
+edges, every window is ranked by its bit set instead: below).  With ``c_w`` distinct columns,
+then one pass over the edges:
 
     blocks_w   = ceil(c_w / K);  window_ptr = [0, cumsum(blocks_w)]
     edge_index_e = (window_ptr[w] + rank / K) W K + (row_e mod W) K + rank mod K
@@ -50,10 +52,11 @@ or ``M >= 2^31``, the graph takes the sorted keys.  Where the big windows' work 
 ``kernels.translate_cuda`` ranks them there instead (CuPy, no scratch; the Triton kernel
 then sorts only the small windows, and is not launched where every window is big).
 
-**Every window by its bit set in CUDA** (``CUDA_ALL_WINDOWS``: where the fused pass does not run,
-CuPy runs and the ``ceil(M / 32)`` words are few for the edges, at most
-``CUDA_ALL_WORDS_PER_EDGE`` times a window's mean): the same CUDA kernel ranks every window,
-a block of ``CUDA_ALL_THREADS`` each, and no Triton sort runs.  A block clears and scans its
+**Every window by its bit set in CUDA** (``CUDA_ALL_WINDOWS``, a switch of its own: where the
+fused pass does not run, CuPy runs, the bit set fits a block's shared memory and its
+``ceil(M / 32)`` words are few for the edges, at most ``CUDA_ALL_WORDS_PER_EDGE`` times a
+window's mean): the same CUDA kernel ranks every window, a block of ``CUDA_ALL_THREADS`` each
+(the big windows' 512 where the mean window is over ``CAPS[-1]`` edges), and no Triton sort runs.  A block clears and scans its
 bit set once, where a sort of ``n`` lanes takes ``~log2(n)^2 / 2`` passes over them: H100,
 soc-BlogCatalog's ranking 191 -> 28 us, ppi's 69 -> ~12 (stop 46).
 
@@ -803,11 +806,14 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     # the edges; else the big windows' there where they fit and the work pays for CuPy's
     # launch, else in global scratch (Triton) where that fits, else sorted keys
     narrow = num_src < 2 ** 31                      # int32 columns in the bit sets
+    # (windows of big ones on average: the big windows' block size)
+    threads = CUDA_ALL_THREADS if num_edges <= CAPS[-1] * num_windows else translate_cuda.THREADS
     cuda_all = (CUDA_ALL_WINDOWS and narrow and num_words * num_windows <= CUDA_ALL_WORDS_PER_EDGE * num_edges
-                and translate_cuda.fits(num_words, col))
+                and translate_cuda.fits(num_words, col, threads))
     scratch_words = num_big * num_words
     cuda_big = not cuda_all and (scratch_words + big_edges >= CUDA_MIN_WORK and CUDA_BIG_SHARE * num_big >= num_windows
-                                 and CUDA_BIG_WINDOWS and narrow and translate_cuda.fits(num_words, col))
+                                 and CUDA_BIG_WINDOWS and narrow and translate_cuda.fits(num_words, col,
+                                                                                        translate_cuda.THREADS))
     if (num_big and not (cuda_all or cuda_big)
             and (not narrow or scratch_words > max(BIG_WORDS, BIG_WORDS_PER_EDGE * num_edges))):
         return _condense_sorted(row, col, num_src, num_windows, window, block_k, largest)
@@ -819,8 +825,7 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     triton_big = bool(num_big) and not (cuda_all or cuda_big)
     out = _Outputs(num_edges, num_windows, window, block_k, values, device)
     scratch = torch.zeros(2 + 2 * num_big * num_words, dtype=torch.int32, device=device) if triton_big else code
-    if cuda_all:      # (windows of big ones on average: the big windows' block size)
-        threads = CUDA_ALL_THREADS if num_edges <= CAPS[-1] * num_windows else translate_cuda.THREADS
+    if cuda_all:
         translate_cuda.rank_big_windows(rowptr.to(torch.int64), col, code, blocks, counts, num_windows, -1,
                                         window, block_k, num_words, threads)
     elif num_big < num_windows or triton_big:     # the sorts (and the bit sets in global memory)

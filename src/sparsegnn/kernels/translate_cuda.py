@@ -1,5 +1,5 @@
-"""The big windows of the sparse graph translation as a CUDA kernel compiled at run time (CuPy
-``RawModule``, NVRTC): the window's bit set in shared memory.
+"""The big windows (or every window) of the sparse graph translation as a CUDA kernel compiled
+at run time (CuPy ``RawModule``, NVRTC): the window's bit set in shared memory.
 
 ``kernels.translate._rank_by_bits`` (Triton) ranks a big window's edges by a bit set of its
 columns in global memory: an ``atomic_or`` per edge into L2, the words' prefix counts written
@@ -19,7 +19,9 @@ as the Triton kernel:
     code_e        = 2 (prefix[c >> 5] + popcount(bits[c >> 5] & (2^(c & 31) - 1))) + 1
     blocks[w + 1] = ceil(count / K), counts[w] = count      (count: the window's distinct columns)
 
-Windows of at most ``big`` edges return at once (the Triton kernel sorts them).  Deterministic.
+Windows of at most ``big`` edges return at once (the Triton kernel sorts them); with ``big =
+-1`` every window is ranked here, the empty ones writing zero counts
+(``translate.CUDA_ALL_WINDOWS``: no Triton sort).  Deterministic.
 """
 from __future__ import annotations
 
@@ -154,8 +156,8 @@ def _kernel(col_bits: int, device_index: int, threads: int = THREADS):
         with cupy.cuda.Device(device_index):
             kernel = cupy.RawModule(code=_SOURCE, options=options).get_function("rank_big_windows")
     except Exception as error:    # noqa: BLE001 - NVRTC or the driver missing or broken: not here
-        warnings.warn(f"translate: the CUDA big-window kernel is unavailable ({error}); using the Triton bit sets",
-                      RuntimeWarning)
+        warnings.warn(f"translate: the CUDA bit-set kernel ({threads} threads) is unavailable ({error}); "
+                      "using the Triton sorts and bit sets", RuntimeWarning)
         return None
     return kernel
 
@@ -165,12 +167,13 @@ def shared_bytes(num_words: int) -> int:
     return 8 * num_words
 
 
-def fits(num_words: int, col: Tensor) -> bool:
-    """Whether the kernel can rank big windows of ``num_words`` bit-set words here: CuPy and a GPU,
-    int32 or int64 columns, and the bit set with its prefix counts within a block's shared memory."""
+def fits(num_words: int, col: Tensor, threads: int = THREADS) -> bool:
+    """Whether the kernel at ``threads`` a block can rank windows of ``num_words`` bit-set words
+    here: CuPy and a GPU, int32 or int64 columns, the bit set with its prefix counts within a
+    block's shared memory, and the kernel compiled and loaded."""
     return (col.is_cuda and col.dtype in (torch.int32, torch.int64) and _cupy.available()
             and shared_bytes(num_words) + 1024 <= _cupy.shared_bytes_optin(col.device)
-            and _kernel(_bits(col), col.device.index) is not None)
+            and _kernel(_bits(col), col.device.index, threads) is not None)
 
 
 def _bits(col: Tensor) -> int:
@@ -182,7 +185,11 @@ def rank_big_windows(rowptr: Tensor, col: Tensor, code: Tensor, blocks: Tensor, 
     """Rank the edges of every window of more than ``big`` edges (module doc; ``big = -1``: every
     window, the empty ones too) into ``code``, and write those windows' ``blocks[w + 1]``,
     ``counts[w]`` (and ``blocks[0] = 0``); other windows are left as they are.  ``threads`` a
-    block (a multiple of 32, at most 1024).  Call only where :func:`fits`.
+    block (a multiple of 32, at most 1024: the warp shuffles use full masks).  Call only where
+    :func:`fits` at the same ``threads``.
+
+    Raises:
+        ValueError: ``threads`` not a multiple of 32 in ``[32, 1024]``.
 
     Shapes:
         rowptr: [N + 1] int64; col: [E] int32 or int64 (columns < 32 num_words), both contiguous;
@@ -190,6 +197,8 @@ def rank_big_windows(rowptr: Tensor, col: Tensor, code: Tensor, blocks: Tensor, 
     """
     import cupy
 
+    if not (32 <= threads <= 1024 and threads % 32 == 0):
+        raise ValueError(f"rank_big_windows(): threads must be a multiple of 32 in [32, 1024], got {threads}")
     ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
     args = (ptr(rowptr), ptr(col), ptr(code), ptr(blocks), ptr(counts), cupy.int64(rowptr.numel() - 1),
             cupy.int64(big), cupy.int32(window), cupy.int32(block_k), cupy.int32(num_words))
