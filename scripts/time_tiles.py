@@ -97,7 +97,7 @@ def _graphs(spec: str, max_edges: int) -> List[tuple]:
     return out
 
 
-def _translate_timed(g: Graph, calls: int = 11) -> Tuple[object, Tuple[float, float]]:
+def _translate_timed(g: Graph, calls: int = 11, warmup_ms: float = 0.0) -> Tuple[object, Tuple[float, float]]:
     """The graph's tiles as the library builds them before its first tile SpMM
     (``translate_graph``: the graph's cached rows of the edges, ``kernels.translate.condense``;
     the dense tiles of the edge values, ``tiles_of``, where ``ops.tiles.tile_encoding`` picks
@@ -105,7 +105,9 @@ def _translate_timed(g: Graph, calls: int = 11) -> Tuple[object, Tuple[float, fl
     (allocator, kernels, the cached rows), returned with the 25th and 75th percentiles: one
     call's time swings by +-50 % with the host's jitter, and a slow spell of the H100 host
     covered 3 of 5 calls once (stop 41: PROTEINS_full 0.98 ms, 0.24-0.36 ms in the runs before
-    and beside it)."""
+    and beside it).  ``warmup_ms``: translations run back to back for that long before the
+    timed ones (the GPU at its steady clocks, as the epochs it is compared with are; one warm
+    call where 0)."""
     def run():
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -115,7 +117,10 @@ def _translate_timed(g: Graph, calls: int = 11) -> Tuple[object, Tuple[float, fl
         torch.cuda.synchronize()
         tiles.stats.ms = 1e3 * (time.perf_counter() - t0)
         return tiles
+    start = time.perf_counter()
     run()
+    while 1e3 * (time.perf_counter() - start) < warmup_ms:
+        run()
     times = [run().stats.ms for _ in range(calls - 1)]   # each TileGraph freed before the next
     tiles = run()
     times = sorted(times + [tiles.stats.ms])
@@ -342,6 +347,8 @@ def main() -> int:
     parser.add_argument("--sddmm-dims", default="32,128")
     parser.add_argument("--no-spmm", action="store_true", help="time the SDDMM only")
     parser.add_argument("--capture", action="store_true", help="time CUDA-graph replays (no host cost)")
+    parser.add_argument("--translate-warmup-ms", type=float, default=0.0,
+                        help="translations run back to back this long before the timed ones")
     parser.add_argument("--reorder", default="", help="comma list of Graph.reorder methods (real suite only)")
     parser.add_argument("--out", default="/tmp/sparsegnn-out")
     parser.add_argument("--max-edges", type=int, default=10**9, help="paper stand-ins up to this many edges")
@@ -388,7 +395,7 @@ def main() -> int:
                 torch.cuda.synchronize()
                 orders.append((method, g, 1e3 * (time.perf_counter() - r0)))
         for order, g, reorder_ms in orders:
-            tiles, quartiles = _translate_timed(g)
+            tiles, quartiles = _translate_timed(g, warmup_ms=args.translate_warmup_ms)
             s = tiles.stats
             base = dict(suite=suite, graph=name, order=order, nodes=g.num_nodes, nnz=g.num_edges,
                         reorder_ms=reorder_ms, windows=s.windows, blocks_plain=s.blocks_plain, blocks=s.blocks,
