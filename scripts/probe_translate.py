@@ -17,7 +17,9 @@
   ``no-cuda-all``: the Triton sorts where every window's bit set in CUDA would run (stop 46),
   ``cuda-all-256`` / ``cuda-all-512``: that kernel at 256 / 512 threads a block (128 shipped),
   ``cuda-all-w64``: taken up to 64 bit-set words per mean window edge (16 shipped);
-  ``cupy-call``: the CUDA kernels launched by CuPy's call, not ``cuLaunchKernel`` (stop 46).
+  ``cupy-call``: the CUDA kernels launched by CuPy's call, not ``cuLaunchKernel`` (stop 46);
+  ``read-sizes``: the window sizes read back where every window goes to the CUDA bit sets (as
+  until stop 46; a graph without big windows then takes the fused pass).
 
 With ``--library`` each call is timed as ``time_tiles.py`` and the library build the tiles:
 the structure, then the tile values by ``tiles_of`` (``index_add_``), not in the slot pass.
@@ -84,7 +86,8 @@ VARIANTS = {"tensor ops": None, "triton": kt.condense,
             "cuda-all-256": _patched(CUDA_ALL_THREADS=256),      # every window's bit set: threads a block
             "cuda-all-512": _patched(CUDA_ALL_THREADS=512),
             "cuda-all-w64": _patched(CUDA_ALL_WORDS_PER_EDGE=64),  # also where words are up to 64x the mean edges
-            "cupy-call": _cupy_call}                             # CuPy kernels by CuPy's call, not cuLaunchKernel
+            "cupy-call": _cupy_call,
+            "read-sizes": _patched(FUSED_MAX_WINDOWS=10 ** 9)}  # the window sizes read back always (fused where it may)                             # CuPy kernels by CuPy's call, not cuLaunchKernel
 
 
 def _print_timeline(prof, label: str) -> None:

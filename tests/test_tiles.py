@@ -526,6 +526,38 @@ def test_cuda_all_windows_block_size_follows_the_mean_window(counts, big_mean, m
     _assert_index_arrays_equal(got, expected)
 
 
+@pytest.mark.parametrize("max_windows,small_window,read,fused", [
+    (2, 100, False, False),    # over FUSED_MAX_WINDOWS windows, mean 438 edges over 100: no read-back
+    (2, 438, True, False),     # mean exactly FUSED_SMALL_WINDOW: the fused pass might run, read
+    (10, 100, True, False),    # few windows: read (then the big window keeps the fused pass out)
+    (10, 3000, True, True),    # no big window and few windows (CAPS up to 4096): fused, CuPy not asked
+])
+def test_cuda_all_windows_without_the_sizes_read_back(max_windows, small_window, read, fused, monkeypatch):
+    """Where every window goes to the CUDA bit sets and the fused pass cannot run (over
+    ``FUSED_MAX_WINDOWS`` windows and a mean window over ``FUSED_SMALL_WINDOW`` edges), the
+    window sizes are not read back (one host sync less); elsewhere they are, and a graph the
+    fused pass takes never asks CuPy (``fits``: its first call compiles the kernel); the
+    tiles equal the reference's either way."""
+    from sparsegnn.formats.tiles import _condense
+    import sparsegnn.kernels.translate as kt
+
+    reads, asked, real_read = [], [], kt._read_sizes
+    monkeypatch.setattr(kt, "_read_sizes", lambda ws: reads.append(1) or real_read(ws))
+    monkeypatch.setattr(kt, "CUDA_ALL_WINDOWS", True)
+    monkeypatch.setattr(kt, "FUSED_MAX_WINDOWS", max_windows)
+    monkeypatch.setattr(kt, "FUSED_SMALL_WINDOW", small_window)
+    if fused:
+        monkeypatch.setattr(kt, "CAPS", (64, 256, 1024, 4096))
+    monkeypatch.setattr(kt.translate_cuda, "fits", lambda num_words, col, threads=None: asked.append(1) or True)
+    monkeypatch.setattr(kt.translate_cuda, "rank_big_windows", _rank_big_windows_torch)
+    big = _big_window_launches(monkeypatch)
+    rowptr, row, col = _window_graph((3, 2100, 0, 70, 17), 16, 3200)      # 2190 edges, 5 windows
+    got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 3200, 16, 16)
+    assert bool(reads) is read and bool(asked) is not fused
+    assert big == ([] if fused else ["cuda-all"])
+    _assert_index_arrays_equal(got, _condense(rowptr, row, col, 3200, 16, 16))
+
+
 @pytest.mark.parametrize("one_program", [True, False])
 def test_window_sizes_kernel_writes_every_field(one_program):
     """``_window_sizes_kernel`` over an output holding garbage (one program: nothing zeroes it) or

@@ -688,6 +688,13 @@ def _look_back_sleep() -> int:
     return 0 if getattr(torch.version, "hip", None) else LOOK_BACK_SLEEP_NS
 
 
+def _read_sizes(ws: Tensor) -> tuple:
+    """``(largest window, windows over CAPS[-1] edges, their edges)`` from the window sizes'
+    output: a host sync."""
+    largest, num_big, _, big_edges = ws[:4].tolist()
+    return largest, num_big, big_edges
+
+
 def _raise_on_look_back_error(ws: Tensor) -> None:
     """Under the interpreter: raise where a look-back met a state not yet set (``ws[5]``), a bug
     with the programs run in order (on the GPU it waits instead: no flag, no sync)."""
@@ -752,7 +759,8 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         block_cols [B, K], edge_index [E] (all int64), block_vals [B, W, K] float32, ordered [] bool.
 
     Two host syncs: the window sizes (at the start, the queue empty: the largest window, and
-    the count and edges of those over ``CAPS[-1]``), and the block count, read last (two
+    the count and edges of those over ``CAPS[-1]``; not read where every window goes to the
+    CUDA bit sets and the fused pass cannot run), and the block count, read last (two
     launches in all where the fused pass runs: module doc)
     (a fourth sync, ``torch.unique``'s, where the sorted keys run after the count): the block
     arrays (and the tile values) are allocated for the bound ``B <= (E + windows (K - 1)) / K``
@@ -785,31 +793,40 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     ws = (torch.empty if one else torch.zeros)(8 + num_windows, dtype=torch.int64, device=device)
     launch(_window_sizes_kernel, (1 if one else triton.cdiv(num_windows, BLOCK),),
            (rowptr, ws, num_rows, num_windows, CAPS[-1]), dict(WINDOW=window, ONE=one, BLOCK=BLOCK), 4)
-    largest, num_big, _, big_edges = ws[:4].tolist()
     big = max(int(num_src), 1)                      # sorts after every column
-    caps = tuple(c for c in CAPS if c < largest) + tuple(c for c in CAPS if c >= largest)[:1]
-    classes = dict(CAP0=caps[0], CAP1=caps[min(1, len(caps) - 1)], CAP2=caps[min(2, len(caps) - 1)],
-                   CAP3=caps[min(3, len(caps) - 1)], CAP4=caps[-1], CLASSES=len(caps),
-                   KEY64=sum(1 << i for i, cap in enumerate(caps) if (big + 1) * cap >= 2 ** 31))
-    warps = max(1, min(8, caps[-1] // 256))         # at most 8 lanes a thread (stop 38)
-    if not num_big and FUSED_WINDOWS and (num_windows <= FUSED_MAX_WINDOWS or largest <= FUSED_SMALL_WINDOW):
-        out = _Outputs(num_edges, num_windows, window, block_k, values, device)
-        launch(_fused_windows_kernel, (num_windows,),
-               (rowptr, row, col, ws, out.window_ptr, out.block_cols, out.block_window, out.edge_index,
-                out.values, out.tiles, num_rows, big),
-               dict(WINDOW=window, BLOCK_K=block_k, **classes, VALUES=out.fused, LOOK=LOOK_BACK,
-                    SLEEP=_look_back_sleep()), warps)
-        _raise_on_look_back_error(ws)
-        return out.condensed(ws)
     num_words = -(-max(int(num_src), 1) // 32)
     # every window's bit set in shared memory (CUDA through CuPy) where the words are few for
-    # the edges; else the big windows' there where they fit and the work pays for CuPy's
-    # launch, else in global scratch (Triton) where that fits, else sorted keys
+    # the edges (not where the fused pass runs); else the big windows' there where they fit and
+    # the work pays for CuPy's launch, else in global scratch (Triton) where that fits, else sorted keys
     narrow = num_src < 2 ** 31                      # int32 columns in the bit sets
     # (windows of big ones on average: the big windows' block size)
     threads = CUDA_ALL_THREADS if num_edges <= CAPS[-1] * num_windows else translate_cuda.THREADS
-    cuda_all = (CUDA_ALL_WINDOWS and narrow and num_words * num_windows <= CUDA_ALL_WORDS_PER_EDGE * num_edges
+    few_words = (CUDA_ALL_WINDOWS and narrow
+                 and num_words * num_windows <= CUDA_ALL_WORDS_PER_EDGE * num_edges)
+    # where the fused pass cannot run (over FUSED_MAX_WINDOWS windows, the largest at least the
+    # mean, over FUSED_SMALL_WINDOW edges) the choice needs no read-back (one sync less); the
+    # fused graphs never ask CuPy (``fits`` compiles the kernel on its first call)
+    cuda_all = (few_words and num_windows > FUSED_MAX_WINDOWS and num_edges > FUSED_SMALL_WINDOW * num_windows
                 and translate_cuda.fits(num_words, col, threads))
+    if cuda_all:
+        num_big = big_edges = 0                     # (not used where every window goes to CUDA)
+    else:
+        largest, num_big, big_edges = _read_sizes(ws)
+        caps = tuple(c for c in CAPS if c < largest) + tuple(c for c in CAPS if c >= largest)[:1]
+        classes = dict(CAP0=caps[0], CAP1=caps[min(1, len(caps) - 1)], CAP2=caps[min(2, len(caps) - 1)],
+                       CAP3=caps[min(3, len(caps) - 1)], CAP4=caps[-1], CLASSES=len(caps),
+                       KEY64=sum(1 << i for i, cap in enumerate(caps) if (big + 1) * cap >= 2 ** 31))
+        warps = max(1, min(8, caps[-1] // 256))         # at most 8 lanes a thread (stop 38)
+        if not num_big and FUSED_WINDOWS and (num_windows <= FUSED_MAX_WINDOWS or largest <= FUSED_SMALL_WINDOW):
+            out = _Outputs(num_edges, num_windows, window, block_k, values, device)
+            launch(_fused_windows_kernel, (num_windows,),
+                   (rowptr, row, col, ws, out.window_ptr, out.block_cols, out.block_window, out.edge_index,
+                    out.values, out.tiles, num_rows, big),
+                   dict(WINDOW=window, BLOCK_K=block_k, **classes, VALUES=out.fused, LOOK=LOOK_BACK,
+                        SLEEP=_look_back_sleep()), warps)
+            _raise_on_look_back_error(ws)
+            return out.condensed(ws)
+        cuda_all = few_words and translate_cuda.fits(num_words, col, threads)
     scratch_words = num_big * num_words
     cuda_big = not cuda_all and (scratch_words + big_edges >= CUDA_MIN_WORK and CUDA_BIG_SHARE * num_big >= num_windows
                                  and CUDA_BIG_WINDOWS and narrow and translate_cuda.fits(num_words, col,
