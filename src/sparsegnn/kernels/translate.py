@@ -56,9 +56,11 @@ then sorts only the small windows, and is not launched where every window is big
 fused pass does not run, CuPy runs, the bit set fits a block's shared memory and its
 ``ceil(M / 32)`` words are few for the edges, at most ``CUDA_ALL_WORDS_PER_EDGE`` times a
 window's mean): the same CUDA kernel ranks every window, a block of ``CUDA_ALL_THREADS`` each
-(the big windows' 512 where the mean window is over ``CAPS[-1]`` edges), and no Triton sort runs.  A block clears and scans its
-bit set once, where a sort of ``n`` lanes takes ``~log2(n)^2 / 2`` passes over them: H100,
-soc-BlogCatalog's ranking 191 -> 28 us, ppi's 69 -> ~12 (stop 46).
+(the big windows' 512 where the mean window is over ``CAPS[-1]`` edges), and no Triton sort
+runs.  A block clears and scans its bit set once, where a sort of ``n`` lanes takes
+``~log2(n)^2 / 2`` passes over them: H100, soc-BlogCatalog's ranking 191 -> 28 us, ppi's
+69 -> ~12 (stop 46).  Where the fused pass cannot run either way (over ``FUSED_MAX_WINDOWS``
+windows, a mean window over ``FUSED_SMALL_WINDOW`` edges) the window sizes are not read back.
 
 **Sorted keys** (big windows whose bit sets would not fit, or ``K > CAPS[0]``): keys
 ``key_e = (row_e >> log2 W) * M + col_e`` made unique and sorted by ``torch.unique`` (keys
