@@ -464,9 +464,9 @@ def _scan_kernel(x_ptr, out_ptr, count_ptr, block_cols_ptr, ws_ptr, n, BLOCK_K: 
     ``t BLOCK ..``, finds the sum before them by ``_look_back`` over the chunks' states
     (``ws[8 + t]``, zero before; error flag ``ws[5]``) and writes its part of the cumsum; and
     the padding zeros: window ``i`` (``x[i + 1]`` blocks, ``count[i]`` columns) pads
-    ``block_cols`` from ``out[i] K + count[i]`` to ``out[i + 1] K``.  One launch at any length (stop 44 ran one program over all
-    windows up to 8k of them, 50 us on soc-BlogCatalog's 5.5k, and ``torch.cumsum`` plus the
-    padding beyond: four launches)."""
+    ``block_cols`` from ``out[i] K + count[i]`` to ``out[i + 1] K``.  One launch at any length
+    (stop 44 ran one program over all windows up to 8k of them, 50 us on soc-BlogCatalog's 5.5k,
+    and ``torch.cumsum`` plus the padding beyond: four launches)."""
     t = tl.atomic_add(ws_ptr + 4, 1)
     i = t * BLOCK + tl.arange(0, BLOCK)
     live = i < n
