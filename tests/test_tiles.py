@@ -316,7 +316,7 @@ def test_cuda_big_windows_equal_the_reference_and_the_triton_bit_sets(counts, wi
     monkeypatch.setattr(kt, "CUDA_MIN_WORK", 0)         # these windows are below the work that pays CuPy's launch
     monkeypatch.setattr(kt, "CUDA_BIG_SHARE", 10 ** 6)  # and some hold one big window of several
     # each row's columns reversed: descending, so not ordered where a row has two columns
-    flipped = torch.cat([col[int(rowptr[r]):int(rowptr[r + 1])].flip(0) for r in range(rowptr.numel() - 1)])
+    flipped = _flipped_rows(rowptr, col)
     for cols in (col, flipped):
         args = (rowptr.to(index_dtype).to(DEVICE), row.to(index_dtype).to(DEVICE), cols.to(index_dtype).to(DEVICE),
                 num_src, window, block_k)
