@@ -19,7 +19,11 @@
   ``cuda-all-w64``: taken up to 64 bit-set words per mean window edge (16 shipped);
   ``cupy-call``: the CUDA kernels launched by CuPy's call, not ``cuLaunchKernel`` (stop 46);
   ``read-sizes``: the window sizes read back where every window goes to the CUDA bit sets (as
-  until stop 46; a graph without big windows then takes the fused pass).
+  until stop 46; a graph without big windows then takes the fused pass);
+  ``no-cuda-windows``: without the whole translation in one CUDA launch (the Triton fused
+  pass or the three passes, as until stop 47); ``cuda-windows-all``: that launch at any
+  number of waves of blocks (shipped: up to ``CUDA_WINDOWS_WAVES``); ``cuda-windows-any``: also
+  at any bit-set words (wherever the bit set fits shared memory).
 
 With ``--library`` each call is timed as ``time_tiles.py`` and the library build the tiles:
 the structure, then the tile values by ``tiles_of`` (``index_add_``), not in the slot pass.
@@ -87,7 +91,10 @@ VARIANTS = {"tensor ops": None, "triton": kt.condense,
             "cuda-all-512": _patched(CUDA_ALL_THREADS=512),
             "cuda-all-w64": _patched(CUDA_ALL_WORDS_PER_EDGE=64),  # also where words are up to 64x the mean edges
             "cupy-call": _cupy_call,
-            "read-sizes": _patched(FUSED_MAX_WINDOWS=10 ** 9)}  # the window sizes read back always (fused where it may)                             # CuPy kernels by CuPy's call, not cuLaunchKernel
+            "read-sizes": _patched(FUSED_MAX_WINDOWS=10 ** 9, CUDA_WINDOWS=False),
+            "no-cuda-windows": _patched(CUDA_WINDOWS=False),     # the Triton passes (and CUDA ranks), as until stop 47
+            "cuda-windows-all": _patched(CUDA_WINDOWS_WAVES=10 ** 9),  # the one CUDA launch at any waves
+            "cuda-windows-any": _patched(CUDA_WINDOWS_WAVES=10 ** 9, CUDA_WINDOWS_WORDS=10 ** 9)}  # and words
 
 
 def _print_timeline(prof, label: str) -> None:

@@ -36,12 +36,13 @@ def _on_host(tiles):
 @pytest.fixture(autouse=True)
 def _triton_ranks_by_default(monkeypatch):
     """The tests here choose their ranking path: every window's bit set in CUDA
-    (``CUDA_ALL_WINDOWS``, on by default, where CuPy runs) would take most of their small
-    graphs on a GPU, and the Triton sorts they test would not run there; the tests of that
-    path turn it on."""
+    (``CUDA_ALL_WINDOWS``, and the whole translation there, ``CUDA_WINDOWS``: on by default,
+    where CuPy runs) would take most of their small graphs on a GPU, and the Triton sorts they
+    test would not run there; the tests of those paths turn them on."""
     import sparsegnn.kernels.translate as kt
 
     monkeypatch.setattr(kt, "CUDA_ALL_WINDOWS", False)
+    monkeypatch.setattr(kt, "CUDA_WINDOWS", False)
 
 
 def _sorted_key_calls(monkeypatch) -> list:
@@ -408,15 +409,20 @@ def _flipped_rows(rowptr, col):
     return torch.cat([col[int(rowptr[r]):int(rowptr[r + 1])].flip(0) for r in range(rowptr.numel() - 1)])
 
 
-@pytest.mark.skipif(not _cuda_kernels(), reason="every window's bit set in CUDA needs CuPy and a GPU")
-@pytest.mark.parametrize("threads", [32, 128, 512])
-@pytest.mark.parametrize("counts,window,block_k,num_src,index_dtype,last_rows", [
+#: Graphs of the CUDA bit-set kernels' GPU tests: ``(counts, window, block_k, num_src, index
+#: dtype, last_rows)`` (``_window_graph``).
+CUDA_BIT_SET_CASES = [
     ((5, 0, 300, 64, 1, 0), 16, 16, 700, torch.int32, None),        # empty windows, first and between
     ((0, 40, 2049, 3, 5000, 17), 16, 16, 3000, torch.int64, 5),     # big windows too; a last window of 5 rows
     ((700, 33, 0, 129), 16, 8, 40, torch.int64, None),              # 40 columns: many duplicates, K = 8
     ((90, 91, 92, 93, 94), 4, 16, 20_000, torch.int32, 3),          # windows of 4 rows, columns spread
-    ((1,) * 40, 8, 16, 64, torch.int64, 1),                         # one edge a window
-])
+    ((1,) * 40, 8, 16, 64, torch.int64, 1),                         # one edge a window: 40 look-back steps
+]
+
+
+@pytest.mark.skipif(not _cuda_kernels(), reason="every window's bit set in CUDA needs CuPy and a GPU")
+@pytest.mark.parametrize("threads", [32, 128, 512])
+@pytest.mark.parametrize("counts,window,block_k,num_src,index_dtype,last_rows", CUDA_BIT_SET_CASES)
 def test_cuda_all_windows_equal_the_reference(counts, window, block_k, num_src, index_dtype, last_rows, threads,
                                               monkeypatch):
     """``CUDA_ALL_WINDOWS``: every window ranked by its bit set in shared memory (one launch, no
@@ -557,6 +563,148 @@ def test_cuda_all_windows_without_the_sizes_read_back(max_windows, small_window,
     assert bool(reads) is read and bool(asked) is not fused
     assert big == ([] if fused else ["cuda-all"])
     _assert_index_arrays_equal(got, _condense(rowptr, row, col, 3200, 16, 16))
+
+
+def _translate_windows_torch(rowptr, row, col, ws, window_ptr, block_cols, block_window, edge_index, values, tiles,
+                             num_windows, window, block_k, num_words, threads):
+    """``kernels.translate_cuda.translate_windows``'s contract by tensor ops (its doc): the
+    reference's arrays written into the outputs, the values added at their slots, the order
+    flag into ``ws[2]``."""
+    from sparsegnn.formats.tiles import _condense, rows_ordered
+
+    assert ws.numel() == 4 + num_windows and not ws.any()      # zeros, as the look-back needs
+    assert col.max() < 32 * num_words if col.numel() else True
+    ptr, win, cols, slots, _ = _condense(rowptr, row, col, 32 * num_words, window, block_k)
+    window_ptr.copy_(ptr)
+    block_cols[:cols.shape[0]] = cols
+    block_window[:win.numel()] = win
+    edge_index.copy_(slots)
+    if values is not None:
+        tiles.view(-1).index_add_(0, slots, values)
+    ws[2] = int(rows_ordered(slots, row))
+
+
+def _cuda_windows_calls(monkeypatch, real=None) -> list:
+    """A list that grows by one at each call of ``translate_cuda.translate_windows`` (``real``
+    runs it: the CUDA kernel, or its contract in tensor ops)."""
+    import sparsegnn.kernels.translate as kt
+
+    calls, real = [], real or kt.translate_cuda.translate_windows
+    monkeypatch.setattr(kt.translate_cuda, "translate_windows", lambda *a: calls.append(a[-1]) or real(*a))
+    return calls
+
+
+@pytest.mark.skipif(not _cuda_kernels(), reason="the translation in one CUDA launch needs CuPy and a GPU")
+@pytest.mark.parametrize("threads", [32, 128, 512])
+@pytest.mark.parametrize("counts,window,block_k,num_src,index_dtype,last_rows", CUDA_BIT_SET_CASES + [
+    ((0, 0, 0, 1, 0, 0, 0), 16, 16, 50, torch.int32, 2),            # one edge, windows without any
+    ((0,) * 7, 16, 16, 50, torch.int64, 2),                         # no edges at all
+    (tuple((i * 37) % 301 for i in range(3000)), 16, 16, 5000, torch.int32, None),   # 3000 windows
+])
+def test_cuda_windows_translate_in_one_launch_equal_to_the_reference(counts, window, block_k, num_src, index_dtype,
+                                                                     last_rows, threads, monkeypatch):
+    """``CUDA_WINDOWS``: the whole translation in one CUDA launch (no Triton kernel, no window
+    sizes read back), at any block size, equal to the tensor-op reference element for element,
+    also over 3000 windows (look-backs over many windows still running, 5 calls); the order
+    flag, also with the rows' columns reversed; the tile values added there equal
+    ``tile_values``'s."""
+    from sparsegnn.formats.tiles import _condense, rows_ordered, tile_values
+    import sparsegnn.kernels.translate as kt
+
+    monkeypatch.setattr(kt, "CUDA_WINDOWS", True)
+    monkeypatch.setattr(kt, "CUDA_WINDOWS_WAVES", 10 ** 9)          # whatever the waves
+    monkeypatch.setattr(kt, "CUDA_ALL_THREADS", threads)
+    reads, real_read = [], kt._read_sizes
+    monkeypatch.setattr(kt, "_read_sizes", lambda ws: reads.append(1) or real_read(ws))
+    rowptr, row, col = _window_graph(counts, window, num_src, seed=len(counts), last_rows=last_rows)
+    values = torch.rand(row.numel(), dtype=torch.float64) + 0.5
+    for cols in (col, _flipped_rows(rowptr, col)):
+        expected = _condense(rowptr, row, cols, num_src, window, block_k)
+        expected_vals = tile_values(expected[3], expected[2].shape[0], window, block_k, values)
+        for _ in range(5 if len(counts) > 1000 else 1):
+            launched, calls = _launched_kernels(monkeypatch), _cuda_windows_calls(monkeypatch)
+            got = kt.condense(rowptr.to(index_dtype).to(DEVICE), row.to(index_dtype).to(DEVICE),
+                              cols.to(index_dtype).to(DEVICE), num_src, window, block_k, values=values.to(DEVICE))
+            assert calls == [threads] and not launched and not reads
+            _assert_index_arrays_equal(got, expected)
+            assert torch.allclose(got.block_vals.cpu(), expected_vals, rtol=1e-6, atol=1e-6)
+            assert bool(got.ordered) is bool(rows_ordered(expected[3], row))
+    assert not bool(got.ordered) or all(int(rowptr[r + 1] - rowptr[r]) < 2 for r in range(rowptr.numel() - 1))
+
+
+@pytest.mark.parametrize("counts,resident,words,fit,taken", [
+    ((3, 2100, 0, 70, 17), 5, 100, True, True),    # 5 windows in one wave of 5 blocks, 100 words: one launch
+    ((3, 2100, 0, 70, 17), 4, 100, True, False),   # two waves (CUDA_WINDOWS_WAVES = 1): the Triton passes
+    ((3, 2100, 0, 70, 17), 5, 99, True, False),    # the bit set over CUDA_WINDOWS_WORDS
+    ((3, 2100, 0, 70, 17), 5, 100, False, False),  # no CuPy, or the kernel does not load
+    ((2047, 2049), 5, 100, True, True),            # a mean window of CAPS[-1] edges (one window over)
+    ((2048, 2049), 5, 100, True, False),           # a mean window over CAPS[-1] edges
+])
+def test_cuda_windows_only_where_few_waves_of_small_windows(counts, resident, words, fit, taken, monkeypatch):
+    """``condense`` translates in one CUDA launch where the mean window holds at most
+    ``CAPS[-1]`` edges, the bit set at most ``CUDA_WINDOWS_WORDS`` words, the windows fill at
+    most ``CUDA_WINDOWS_WAVES`` waves of resident blocks (asked at the block size and words)
+    and the kernel fits (asked for ``translate_windows``): then no Triton kernel runs and no
+    window size is read back; else the Triton passes.  The kernel stood in for by its
+    contract in tensor ops (CI checks the choice and the outputs' wiring without a GPU); equal
+    to the reference either way, the tile values too."""
+    from sparsegnn.formats.tiles import _condense, tile_values
+    import sparsegnn.kernels.translate as kt
+
+    rowptr, row, col = _window_graph(counts, 16, 3200)      # 100 words
+    asked, waves = [], []
+    monkeypatch.setattr(kt, "CUDA_WINDOWS", True)
+    monkeypatch.setattr(kt, "CUDA_WINDOWS_WAVES", 1)
+    monkeypatch.setattr(kt, "CUDA_WINDOWS_WORDS", words)
+    monkeypatch.setattr(kt.translate_cuda, "resident_blocks",
+                        lambda num_words, threads, device: waves.append((num_words, threads)) or resident)
+    monkeypatch.setattr(kt.translate_cuda, "fits", lambda num_words, col, threads=None, name="rank_big_windows":
+                        asked.append((name, threads)) or (fit and name == "translate_windows"))
+    calls = _cuda_windows_calls(monkeypatch, _translate_windows_torch)
+    launched = _launched_kernels(monkeypatch)
+    reads, real_read = [], kt._read_sizes
+    monkeypatch.setattr(kt, "_read_sizes", lambda ws: reads.append(1) or real_read(ws))
+    values = torch.rand(row.numel(), dtype=torch.float64) + 0.5
+    got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 3200, 16, 16, values=values.to(DEVICE))
+    assert calls == ([kt.CUDA_ALL_THREADS] if taken else [])
+    assert bool(launched) is not taken and bool(reads) is not taken
+    small = sum(counts) <= kt.CAPS[-1] * len(counts)
+    assert waves == ([(100, kt.CUDA_ALL_THREADS)] if small and words == 100 else [])
+    assert (("translate_windows", kt.CUDA_ALL_THREADS) in asked) is (small and words == 100 and resident == 5)
+    expected = _condense(rowptr, row, col, 3200, 16, 16)
+    _assert_index_arrays_equal(got, expected)
+    assert torch.allclose(got.block_vals.cpu(), tile_values(expected[3], expected[2].shape[0], 16, 16, values),
+                          rtol=1e-6, atol=1e-6)
+    assert bool(got.ordered)
+
+
+def test_resident_blocks_follow_threads_and_shared_memory(monkeypatch):
+    """Blocks resident at once: SMs x the fewest of threads an SM / threads a block, shared
+    memory an SM / (the bit set with its prefix counts + 2 KB), 32; 0 off CUDA."""
+    from sparsegnn.kernels import translate_cuda
+
+    assert translate_cuda.resident_blocks(100, 128, torch.device("cpu")) == 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(translate_cuda, "_sm_limits", lambda index: (132, 2048, 228 * 1024))
+    cuda = torch.device("cuda", 0)
+    assert translate_cuda.resident_blocks(100, 128, cuda) == 132 * 16           # threads bound
+    assert translate_cuda.resident_blocks(100, 32, cuda) == 132 * 32            # 32 blocks an SM at most
+    assert translate_cuda.resident_blocks(8192, 128, cuda) == 132 * 3           # 66 KB a block
+    assert translate_cuda.resident_blocks(28_000, 128, cuda) == 132             # 226 KB: one
+    assert translate_cuda.resident_blocks(30_000, 128, cuda) == 0               # none fits
+
+
+def test_cuda_windows_rejects_bad_threads_and_workspace():
+    """``translate_windows`` checks its block size and its workspace's length before any launch."""
+    from sparsegnn.kernels import translate_cuda
+
+    e = torch.zeros(3, dtype=torch.int64)
+    with pytest.raises(ValueError, match="threads must be a multiple of 32"):
+        translate_cuda.translate_windows(e, e, e, torch.zeros(6, dtype=torch.int64), e, e, e, e, None, None,
+                                         2, 16, 16, 1, 48)
+    with pytest.raises(ValueError, match="ws must be 6 int64 zeros"):
+        translate_cuda.translate_windows(e, e, e, torch.zeros(5, dtype=torch.int64), e, e, e, e, None, None,
+                                         2, 16, 16, 1, 128)
 
 
 @pytest.mark.parametrize("one_program", [True, False])

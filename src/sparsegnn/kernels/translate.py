@@ -137,6 +137,19 @@ CUDA_BIG_WINDOWS, CUDA_MIN_WORK, CUDA_BIG_SHARE = True, 2 ** 23, 4
 #: 256 / 512 were no better (stop 46); where the mean window is big (over ``CAPS[-1]`` edges:
 #: reddit, ogbn-proteins) the big windows' 512 (``translate_cuda.THREADS``).
 CUDA_ALL_WINDOWS, CUDA_ALL_WORDS_PER_EDGE, CUDA_ALL_THREADS = True, 16, 128
+#: The whole translation in one CUDA launch (``kernels.translate_cuda.translate_windows``: per
+#: window the bit set's ranks, the look-back scan of the blocks and the slot writes; no window
+#: sizes read back, no size classes) where CuPy runs, the mean window holds at most ``CAPS[-1]``
+#: edges, the bit set has at most ``CUDA_WINDOWS_WORDS`` words (64 KB of shared memory with its
+#: prefix counts: at least 3 blocks an SM) and the windows fill at most ``CUDA_WINDOWS_WAVES``
+#: waves of resident blocks.  Its time is waves of blocks, each a latency-bound chain (ticket,
+#: three passes, look-back), so it wins where the host's launches and syncs cost more than the
+#: waves.  H100, host-timed translation with the tile values, Triton passes / one launch (stop
+#: 47): cora 0.52 / 0.40 ms, lastfm 0.29 / 0.22, deezer 0.48 / 0.34, pubmed 0.81 / 0.34, ppi (3
+#: waves) 0.61 / 0.37, soc-BlogCatalog (4) 0.62 / 0.54, flickr 0.67 / 0.44, tox21 (12) 0.44 /
+#: 0.28; against: reddit-threads-10k (37 waves) GPU 0.09 -> 0.20 ms, DD (79 waves) 0.10 -> 1.38,
+#: com-amazon 0.11 -> 1.43, yelp 1.06 -> 5.3; reddit (a mean window of 7.9k edges) 2.7 -> 4.3.
+CUDA_WINDOWS, CUDA_WINDOWS_WORDS, CUDA_WINDOWS_WAVES = True, 8192, 16
 #: Graphs without big windows in one launch after the window sizes (``_fused_windows_kernel``:
 #: sort, look-back scan of the blocks and the slot writes per window), not three.
 FUSED_WINDOWS = True
@@ -715,10 +728,13 @@ class _Outputs:
     def __init__(self, num_edges: int, num_windows: int, window: int, block_k: int, values: Optional[Tensor],
                  device) -> None:
         self.bound = (num_edges + num_windows * (block_k - 1)) // block_k
-        self.window_ptr = torch.empty(num_windows + 1, dtype=torch.int64, device=device)
-        self.block_cols = torch.empty((self.bound, block_k), dtype=torch.int64, device=device)
-        self.block_window = torch.empty(self.bound, dtype=torch.int64, device=device)
-        self.edge_index = torch.empty(num_edges, dtype=torch.int64, device=device)
+        # two allocations: the per-window and per-edge arrays, the per-block ones (copied out
+        # of theirs where the bound is far over the blocks made: ``condensed``)
+        edges = torch.empty(num_windows + 1 + num_edges, dtype=torch.int64, device=device)
+        self.window_ptr, self.edge_index = edges[:num_windows + 1], edges[num_windows + 1:]
+        blocks = torch.empty(self.bound * (block_k + 1), dtype=torch.int64, device=device)
+        self.block_cols = blocks[:self.bound * block_k].view(self.bound, block_k)
+        self.block_window = blocks[self.bound * block_k:]
         # the tile values added by the slot pass (atomics, as index_add_'s), unless deterministic
         # algorithms are asked for or the values need a gradient: then left to the caller (index_add_)
         self.fused = (values is not None and not values.requires_grad
@@ -788,6 +804,25 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         return _condense_sorted(row, col, num_src, num_windows, window, block_k)
     if len(CAPS) > 5:
         raise ValueError(f"condense(): at most 5 size classes, CAPS = {CAPS}")
+    big = max(int(num_src), 1)                      # sorts after every column
+    num_words = -(-max(int(num_src), 1) // 32)
+    # every window's bit set in shared memory (CUDA through CuPy) where the words are few for
+    # the edges: the whole translation in one launch where the windows are few, else the
+    # ranks there (not where the fused pass runs); else the big windows' there where they fit and
+    # the work pays for CuPy's launch, else in global scratch (Triton) where that fits, else sorted keys
+    narrow = num_src < 2 ** 31                      # int32 columns in the bit sets
+    # (windows of big ones on average: the big windows' block size)
+    threads = CUDA_ALL_THREADS if num_edges <= CAPS[-1] * num_windows else translate_cuda.THREADS
+    if (CUDA_WINDOWS and narrow and num_edges <= CAPS[-1] * num_windows and num_words <= CUDA_WINDOWS_WORDS
+            and num_windows <= CUDA_WINDOWS_WAVES * translate_cuda.resident_blocks(num_words, threads, device)
+            and translate_cuda.fits(num_words, col, threads, "translate_windows")):
+        ws = torch.zeros(4 + num_windows, dtype=torch.int64, device=device)
+        out = _Outputs(num_edges, num_windows, window, block_k, values, device)
+        translate_cuda.translate_windows(rowptr.to(torch.int64), row.to(torch.int64), col, ws, out.window_ptr,
+                                         out.block_cols, out.block_window, out.edge_index,
+                                         out.values if out.fused else None, out.tiles if out.fused else None,
+                                         num_windows, window, block_k, num_words, threads)
+        return out.condensed(ws)
     # [largest window, windows over CAPS[-1] edges, the order flag, edges of those windows, the
     # fused pass's (or the scan's) ticket, the look-back's error flag, -, -, a look-back state
     # per window (or scan chunk)]
@@ -795,16 +830,7 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     ws = (torch.empty if one else torch.zeros)(8 + num_windows, dtype=torch.int64, device=device)
     launch(_window_sizes_kernel, (1 if one else triton.cdiv(num_windows, BLOCK),),
            (rowptr, ws, num_rows, num_windows, CAPS[-1]), dict(WINDOW=window, ONE=one, BLOCK=BLOCK), 4)
-    big = max(int(num_src), 1)                      # sorts after every column
-    num_words = -(-max(int(num_src), 1) // 32)
-    # every window's bit set in shared memory (CUDA through CuPy) where the words are few for
-    # the edges (not where the fused pass runs); else the big windows' there where they fit and
-    # the work pays for CuPy's launch, else in global scratch (Triton) where that fits, else sorted keys
-    narrow = num_src < 2 ** 31                      # int32 columns in the bit sets
-    # (windows of big ones on average: the big windows' block size)
-    threads = CUDA_ALL_THREADS if num_edges <= CAPS[-1] * num_windows else translate_cuda.THREADS
-    few_words = (CUDA_ALL_WINDOWS and narrow
-                 and num_words * num_windows <= CUDA_ALL_WORDS_PER_EDGE * num_edges)
+    few_words = CUDA_ALL_WINDOWS and narrow and num_words * num_windows <= CUDA_ALL_WORDS_PER_EDGE * num_edges
     # where the fused pass cannot run (over FUSED_MAX_WINDOWS windows, the largest at least the
     # mean, over FUSED_SMALL_WINDOW edges) the choice needs no read-back (one sync less); the
     # fused graphs never ask CuPy (``fits`` compiles the kernel on its first call)
