@@ -26,10 +26,8 @@ from sparsegnn import Graph, sddmm, spmm  # noqa: E402
 from sparsegnn.bench.harness import bench_graph  # noqa: E402
 from sparsegnn.datasets.suite import REAL_SUITE  # noqa: E402
 from sparsegnn.datasets.synthetic import SUITES  # noqa: E402
-from sparsegnn.formats.tiles import translate  # noqa: E402
 from sparsegnn.kernels.spmm_tiles import sddmm_tiles, spmm_tiles  # noqa: E402
-from sparsegnn.kernels.translate import condense  # noqa: E402
-from sparsegnn.ops.tiles import TC_FAMILY, _run_sum, tile_encoding  # noqa: E402
+from sparsegnn.ops.tiles import TC_FAMILY, _run_sum, tile_encoding, translate_graph  # noqa: E402
 from sparsegnn.tune import lookup  # noqa: E402
 
 #: (swap, block_f, num_warps, chunk) launch configs of the tile SpMM
@@ -100,7 +98,8 @@ def _graphs(spec: str, max_edges: int) -> List[tuple]:
 def _translate_timed(g: Graph, calls: int = 11, warmup_ms: float = 0.0) -> Tuple[object, Tuple[float, float]]:
     """The graph's tiles as the library builds them before its first tile SpMM
     (``translate_graph``: the graph's cached rows of the edges, ``kernels.translate.condense``;
-    the dense tiles of the edge values, ``tiles_of``, where ``ops.tiles.tile_encoding`` picks
+    the dense tiles of the edge values, ``tiles_of`` (whole tiles by ``kernels.translate_cuda.fill_tiles``),
+    where ``ops.tiles.tile_encoding`` picks
     them; with runs the values are read per edge); ``stats.ms`` the median of ``calls`` translations after a warm one
     (allocator, kernels, the cached rows), returned with the 25th and 75th percentiles: one
     call's time swings by +-50 % with the host's jitter, and a slow spell of the H100 host
@@ -111,7 +110,7 @@ def _translate_timed(g: Graph, calls: int = 11, warmup_ms: float = 0.0) -> Tuple
     def run():
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        tiles = translate(g.rowptr, g.col, g.num_src, row=g.row, condense=condense)
+        tiles = translate_graph(g)
         if tile_encoding(tiles) == "dense" and g.edge_val is not None:
             tiles.block_vals = tiles.tiles_of(g.edge_val)
         torch.cuda.synchronize()

@@ -142,14 +142,14 @@ CUDA_ALL_WINDOWS, CUDA_ALL_WORDS_PER_EDGE, CUDA_ALL_THREADS = True, 16, 128
 #: sizes read back, no size classes) where CuPy runs, the mean window holds at most ``CAPS[-1]``
 #: edges, the bit set has at most ``CUDA_WINDOWS_WORDS`` words (64 KB of shared memory with its
 #: prefix counts: at least 3 blocks an SM) and the windows fill at most ``CUDA_WINDOWS_WAVES``
-#: waves of resident blocks.  Its time is waves of blocks, each a latency-bound chain (ticket,
+#: waves of resident blocks of ``CUDA_WINDOWS_THREADS``.  Its time is waves of blocks, each a latency-bound chain (ticket,
 #: three passes, look-back), so it wins where the host's launches and syncs cost more than the
 #: waves.  H100, host-timed translation with the tile values, Triton passes / one launch (stop
 #: 47): cora 0.52 / 0.40 ms, lastfm 0.29 / 0.22, deezer 0.48 / 0.34, pubmed 0.81 / 0.34, ppi (3
 #: waves) 0.61 / 0.37, soc-BlogCatalog (4) 0.62 / 0.54, flickr 0.67 / 0.44, tox21 (12) 0.44 /
 #: 0.28; against: reddit-threads-10k (37 waves) GPU 0.09 -> 0.20 ms, DD (79 waves) 0.10 -> 1.38,
 #: com-amazon 0.11 -> 1.43, yelp 1.06 -> 5.3; reddit (a mean window of 7.9k edges) 2.7 -> 4.3.
-CUDA_WINDOWS, CUDA_WINDOWS_WORDS, CUDA_WINDOWS_WAVES = True, 8192, 16
+CUDA_WINDOWS, CUDA_WINDOWS_WORDS, CUDA_WINDOWS_WAVES, CUDA_WINDOWS_THREADS = True, 8192, 16, 128
 #: Graphs without big windows in one launch after the window sizes (``_fused_windows_kernel``:
 #: sort, look-back scan of the blocks and the slot writes per window), not three.
 FUSED_WINDOWS = True
@@ -814,14 +814,15 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     # (windows of big ones on average: the big windows' block size)
     threads = CUDA_ALL_THREADS if num_edges <= CAPS[-1] * num_windows else translate_cuda.THREADS
     if (CUDA_WINDOWS and narrow and num_edges <= CAPS[-1] * num_windows and num_words <= CUDA_WINDOWS_WORDS
-            and num_windows <= CUDA_WINDOWS_WAVES * translate_cuda.resident_blocks(num_words, threads, device)
-            and translate_cuda.fits(num_words, col, threads, "translate_windows")):
+            and num_windows <= CUDA_WINDOWS_WAVES * translate_cuda.resident_blocks(num_words, CUDA_WINDOWS_THREADS,
+                                                                                   device)
+            and translate_cuda.fits(num_words, col, CUDA_WINDOWS_THREADS, "translate_windows")):
         ws = torch.zeros(4 + num_windows, dtype=torch.int64, device=device)
         out = _Outputs(num_edges, num_windows, window, block_k, values, device)
         translate_cuda.translate_windows(rowptr.to(torch.int64), row.to(torch.int64), col, ws, out.window_ptr,
                                          out.block_cols, out.block_window, out.edge_index,
                                          out.values if out.fused else None, out.tiles if out.fused else None,
-                                         num_windows, window, block_k, num_words, threads)
+                                         num_windows, window, block_k, num_words, CUDA_WINDOWS_THREADS)
         return out.condensed(ws)
     # [largest window, windows over CAPS[-1] edges, the order flag, edges of those windows, the
     # fused pass's (or the scan's) ticket, the look-back's error flag, -, -, a look-back state
