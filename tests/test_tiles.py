@@ -1123,6 +1123,19 @@ def test_translation_values_are_checked_differentiable_and_not_over_allocated():
         assert t.untyped_storage().nbytes() == t.numel() * t.element_size()
 
 
+@pytest.mark.parametrize("counts", [(5, 0, 40), (5, 0, 40, 7), (3,) * 17])
+def test_condensed_arrays_start_on_16_bytes(counts):
+    """The arrays ``condense`` carves out of its two allocations each start 16-byte aligned
+    (window counts odd and even), as fresh allocations do: the kernels that read them later are
+    specialised on it (vector loads)."""
+    import sparsegnn.kernels.translate as kt
+
+    rowptr, row, col = _window_graph(counts, 16, 300)
+    got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 300, 16, 16)
+    for name in ("window_ptr", "block_window", "block_cols", "edge_index"):
+        assert getattr(got, name).data_ptr() % 16 == 0, name
+
+
 def test_translation_builds_values_and_statistics_only_when_asked(monkeypatch):
     """Without edge values the tile array of ones is built on first read (weighted calls build
     their own); the statistics are counted on first read, once; ``translate_graph`` passes the

@@ -729,12 +729,16 @@ class _Outputs:
                  device) -> None:
         self.bound = (num_edges + num_windows * (block_k - 1)) // block_k
         # two allocations: the per-window and per-edge arrays, the per-block ones (copied out
-        # of theirs where the bound is far over the blocks made: ``condensed``)
-        edges = torch.empty(num_windows + 1 + num_edges, dtype=torch.int64, device=device)
-        self.window_ptr, self.edge_index = edges[:num_windows + 1], edges[num_windows + 1:]
-        blocks = torch.empty(self.bound * (block_k + 1), dtype=torch.int64, device=device)
+        # of theirs where the bound is far over the blocks made: ``condensed``); each array
+        # starts on 128 bytes, as a fresh allocation would (Triton specialises on 16-byte
+        # alignment: vector loads and stores)
+        start = -(-(num_windows + 1) // 16) * 16
+        edges = torch.empty(start + num_edges, dtype=torch.int64, device=device)
+        self.window_ptr, self.edge_index = edges[:num_windows + 1], edges[start:]
+        start = -(-(self.bound * block_k) // 16) * 16
+        blocks = torch.empty(start + self.bound, dtype=torch.int64, device=device)
         self.block_cols = blocks[:self.bound * block_k].view(self.bound, block_k)
-        self.block_window = blocks[self.bound * block_k:]
+        self.block_window = blocks[start:]
         # the tile values added by the slot pass (atomics, as index_add_'s), unless deterministic
         # algorithms are asked for or the values need a gradient: then left to the caller (index_add_)
         self.fused = (values is not None and not values.requires_grad
