@@ -27,8 +27,7 @@
   ``cuda-windows-256``: its blocks of 64 / 256 threads; ``cuda-windows-8``: at most 8 waves.
 
 With ``--library`` each call is timed as ``time_tiles.py`` and the library build the tiles:
-the structure, then the tile values by ``tiles_of`` (whole tiles by ``translate_cuda.fill_tiles``;
-``index-add``: by ``index_add_`` into zeros, as until stop 47), not in the slot pass.
+the structure, then the tile values by ``tiles_of`` (``index_add_``), not in the slot pass.
 
 The edge values are random (as ``time_tiles.py`` gives them), unless ``--no-values``.
 
@@ -50,7 +49,6 @@ import sparsegnn.kernels.translate as kt  # noqa: E402
 from sparsegnn.bench.harness import bench_graph  # noqa: E402
 from sparsegnn.datasets.suite import REAL_SUITE  # noqa: E402
 from sparsegnn.formats.tiles import translate  # noqa: E402
-from sparsegnn.kernels import translate_cuda  # noqa: E402
 
 
 def _patched(**names):
@@ -100,9 +98,7 @@ VARIANTS = {"tensor ops": None, "triton": kt.condense,
             "cuda-windows-any": _patched(CUDA_WINDOWS_WAVES=10 ** 9, CUDA_WINDOWS_WORDS=10 ** 9),  # and words
             "cuda-windows-64": _patched(CUDA_WINDOWS_THREADS=64),  # its blocks of 64 threads (128 shipped)
             "cuda-windows-256": _patched(CUDA_WINDOWS_THREADS=256),
-            "cuda-windows-8": _patched(CUDA_WINDOWS_WAVES=8),    # at most 8 waves (16 shipped)
-            "index-add": kt.condense,     # with --library: the tile values by index_add_, not fill_tiles
-            "fill-48": kt.condense}       # with --library: fill_tiles 48 tiles a chunk (FILL_CHUNK, 16 shipped)
+            "cuda-windows-8": _patched(CUDA_WINDOWS_WAVES=8)}    # at most 8 waves (16 shipped)
 
 
 def _print_timeline(prof, label: str) -> None:
@@ -135,7 +131,6 @@ def main() -> None:
     parser.add_argument("--timeline", action="store_true",
                         help="print one profiled call's host calls (CUDA runtime, syncs) and kernels on one time line")
     args = parser.parse_args()
-    saved_chunk = translate_cuda.FILL_CHUNK
     for name in args.graphs.split(","):
         g = bench_graph(name, device="cuda", real=name in REAL_SUITE)
         if not args.no_values:
@@ -146,15 +141,12 @@ def main() -> None:
             def run(index_work=index_work):
                 if not args.library:
                     return translate(g.rowptr, g.col, g.num_src, g.edge_val, row=g.row, condense=index_work)
-                saved, translate_cuda.FILL_CHUNK = translate_cuda.FILL_CHUNK, 48 if tag == "fill-48" else saved_chunk
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
-                tiles = translate(g.rowptr, g.col, g.num_src, row=g.row, condense=index_work,
-                                  fill=None if tag == "index-add" else translate_cuda.fill_tiles)
+                tiles = translate(g.rowptr, g.col, g.num_src, row=g.row, condense=index_work)
                 if g.edge_val is not None:
                     tiles.block_vals = tiles.tiles_of(g.edge_val)
                 torch.cuda.synchronize()
-                translate_cuda.FILL_CHUNK = saved
                 tiles.stats.ms = 1e3 * (time.perf_counter() - t0)
                 return tiles
             for _ in range(2):

@@ -98,8 +98,7 @@ def _graphs(spec: str, max_edges: int) -> List[tuple]:
 def _translate_timed(g: Graph, calls: int = 11, warmup_ms: float = 0.0) -> Tuple[object, Tuple[float, float]]:
     """The graph's tiles as the library builds them before its first tile SpMM
     (``translate_graph``: the graph's cached rows of the edges, ``kernels.translate.condense``;
-    the dense tiles of the edge values, ``tiles_of`` (whole tiles by ``kernels.translate_cuda.fill_tiles``),
-    where ``ops.tiles.tile_encoding`` picks
+    the dense tiles of the edge values, ``tiles_of``, where ``ops.tiles.tile_encoding`` picks
     them; with runs the values are read per edge); ``stats.ms`` the median of ``calls`` translations after a warm one
     (allocator, kernels, the cached rows), returned with the 25th and 75th percentiles: one
     call's time swings by +-50 % with the host's jitter, and a slow spell of the H100 host

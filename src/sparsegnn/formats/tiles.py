@@ -125,7 +125,6 @@ class TileGraph:
     _ordered: object = None
     rowptr: Optional[Tensor] = None
     _schedules: Dict[int, "TileSchedule"] = field(default_factory=dict, repr=False)
-    _fill: Optional[Callable] = field(default=None, repr=False)
 
     @property
     def ordered(self) -> bool:
@@ -172,15 +171,7 @@ class TileGraph:
         indices first on CUDA, and the out-of-place ``index_add`` copies the tiles (yelp:
         0.9 GB, 0.6 ms).  It adds with atomics, so three or more duplicates of one edge may
         sum in a different order from call to call (bit-reproducible under
-        ``torch.use_deterministic_algorithms``, where PyTorch makes it deterministic).
-
-        Where :func:`translate` was given a ``fill`` (``ops/tiles.py``: whole tiles by a CUDA
-        kernel), float32 tiles come from it unless it declines (returns None)."""
-        if self._fill is not None and dtype == torch.float32 and self.rowptr is not None:
-            tiles = self._fill(self.rowptr, self.window_ptr, self.edge_index, values, self.num_blocks, self.window,
-                               self.block_k)
-            if tiles is not None:
-                return tiles
+        ``torch.use_deterministic_algorithms``, where PyTorch makes it deterministic)."""
         return tile_values(self.edge_index, self.num_blocks, self.window, self.block_k, values, dtype)
 
 
@@ -316,7 +307,7 @@ def _count_stats(rowptr: Tensor, col: Tensor, edge_index: Tensor, num_src: int, 
 
 def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tensor] = None,
               window: int = 16, block_k: int = 16, row: Optional[Tensor] = None,
-              condense: Optional[Callable] = None, fill: Optional[Callable] = None) -> TileGraph:
+              condense: Optional[Callable] = None) -> TileGraph:
     """Translate a CSR graph into condensed tiles (see the module doc).
 
     Args:
@@ -332,10 +323,6 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
             order flag (missing or None: built here by :func:`tile_values`, :func:`rows_ordered`);
             default the tensor-op reference (``ops/tiles.py`` passes
             ``kernels.translate.condense`` on CUDA).
-        fill: ``fill(rowptr, window_ptr, edge_index, values, num_blocks, window, block_k)`` ->
-            float32 tiles of ``values`` (None: ones), or None where it declines: kept on the
-            result for :meth:`TileGraph.tiles_of` (``ops/tiles.py`` passes
-            ``kernels.translate_cuda.fill_tiles`` on CUDA); default :func:`tile_values`.
 
     Returns:
         :class:`TileGraph` with its :class:`TileStats`.
@@ -373,15 +360,15 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     parts = tuple((condense or _condense)(rowptr, row, col, num_src, window, block_k, values=edge_val))
     window_ptr, block_window, block_cols, edge_index, block_vals, ordered = parts + (None,) * (6 - len(parts))
     num_blocks = block_cols.shape[0]
+    if edge_val is not None and block_vals is None:
+        block_vals = tile_values(edge_index, num_blocks, window, block_k, edge_val)
     if ordered is None:
         ordered = rows_ordered(edge_index, row)
     count = functools.partial(_count_stats, rowptr, col, edge_index, num_src, num_blocks, window, block_k)
     stats = TileStats(num_windows, num_blocks, 0.0, count, window * block_k)
     tiles = TileGraph(window, block_k, num_rows, int(num_src), window_ptr, block_window,
                       block_cols, block_vals, edge_index, stats, ordered,
-                      rowptr.to(torch.int64).contiguous(), _fill=fill)     # as the runs kernel reads it
-    if edge_val is not None and block_vals is None:
-        tiles.block_vals = tiles.tiles_of(edge_val)
+                      rowptr.to(torch.int64).contiguous())     # as the runs kernel reads it
     sync()
     stats.ms = 1000.0 * (time.perf_counter() - start)
     return tiles

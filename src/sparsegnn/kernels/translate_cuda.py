@@ -272,41 +272,7 @@ translate_windows(const long long* __restrict__ rowptr, const long long* __restr
         }
     }
 }
-
-// The dense tile values of a translated graph, whole tiles at a time (no zero fill of global
-// memory, no global atomics): one block a window, its blocks CHUNK tiles at a time summed in
-// shared memory from the window's edges whose slots fall in them (values null: 1 an edge), then
-// stored with coalesced writes.
-extern "C" __global__ void __launch_bounds__(THREADS)
-fill_tiles(const long long* __restrict__ rowptr, const long long* __restrict__ window_ptr,
-           const long long* __restrict__ edge_index, const float* __restrict__ values, float* __restrict__ tiles,
-           long long num_rows, int window, int block_k, int chunk) {
-    extern __shared__ float acc[];                       // [chunk * window * block_k]
-    const long long w = blockIdx.x;
-    const long long r0 = w * window;
-    const long long r1 = r0 + window < num_rows ? r0 + window : num_rows;
-    const long long e0 = rowptr[r0], e1 = rowptr[r1];
-    const long long area = (long long)window * block_k;
-    const long long b1 = window_ptr[w + 1];
-    for (long long c0 = window_ptr[w]; c0 < b1; c0 += chunk) {
-        const long long lo = c0 * area, hi = (c0 + chunk < b1 ? c0 + chunk : b1) * area;
-        for (long long i = threadIdx.x; i < hi - lo; i += THREADS) acc[i] = 0.f;
-        __syncthreads();
-        for (long long e = e0 + threadIdx.x; e < e1; e += THREADS) {
-            const long long s = edge_index[e];
-            if (s >= lo && s < hi) atomicAdd(&acc[s - lo], values ? values[e] : 1.f);
-        }
-        __syncthreads();
-        for (long long i = threadIdx.x; i < hi - lo; i += THREADS) tiles[lo + i] = acc[i];
-        __syncthreads();
-    }
-}
 """
-
-#: Tiles a block of ``fill_tiles`` sums at a time in shared memory (16 KB at 16 x 16 fp32).
-FILL_CHUNK = 16
-#: Threads a block of ``fill_tiles``.
-FILL_THREADS = 256
 
 
 @functools.lru_cache(maxsize=None)
@@ -431,39 +397,3 @@ def translate_windows(rowptr: Tensor, row: Tensor, col: Tensor, ws: Tensor, wind
             cupy.int32(window), cupy.int32(block_k), cupy.int32(num_words))
     _cupy.launch(_kernel(_bits(col), col.device.index, threads, "translate_windows"), num_windows, threads, args,
                  col.device, shared_bytes(num_words))
-
-
-def fill_tiles(rowptr: Tensor, window_ptr: Tensor, edge_index: Tensor, values: Optional[Tensor], num_blocks: int,
-               window: int, block_k: int) -> Optional[Tensor]:
-    """``[num_blocks, W, K]`` float32 tiles holding ``values`` (None: 1 an edge) summed at the
-    edges' slots ``edge_index`` (``formats.tiles.tile_values``'s result) by whole tiles (kernel
-    ``fill_tiles``: no zero fill, no global atomics); None where it does not run (no CuPy or
-    GPU, values that need a gradient or are not float32, deterministic algorithms asked for:
-    duplicates are summed by shared-memory atomics in any order), and the caller builds them.
-
-    Shapes:
-        rowptr: [N + 1] int64, window_ptr: [ceil(N / W) + 1] int64, edge_index: [E] int64 (CSR
-        order), values: [E] -> [num_blocks, W, K].
-    """
-    if values is not None and (values.requires_grad or values.dtype != torch.float32):
-        return None
-    if torch.are_deterministic_algorithms_enabled() or not edge_index.is_cuda or not _cupy.available():
-        return None
-    area = window * block_k
-    if 4 * FILL_CHUNK * area + 1024 > _cupy.shared_bytes_optin(edge_index.device):
-        return None
-    kernel = _kernel(64, edge_index.device.index, FILL_THREADS, "fill_tiles")
-    if kernel is None:
-        return None
-    import cupy
-
-    tiles = torch.empty((num_blocks, window, block_k), dtype=torch.float32, device=edge_index.device)
-    num_windows = window_ptr.numel() - 1
-    values = None if values is None else values.contiguous()
-    if num_windows and num_blocks:
-        ptr = lambda t: cupy.uint64(0 if t is None else t.data_ptr())  # noqa: E731
-        args = (ptr(rowptr), ptr(window_ptr), ptr(edge_index), ptr(values),
-                ptr(tiles), cupy.int64(rowptr.numel() - 1), cupy.int32(window), cupy.int32(block_k),
-                cupy.int32(FILL_CHUNK))
-        _cupy.launch(kernel, num_windows, FILL_THREADS, args, edge_index.device, 4 * FILL_CHUNK * area)
-    return tiles

@@ -37,17 +37,14 @@ def translate_graph(graph: Graph, window: int = 16, block_k: int = 16):
     Where Triton runs (CUDA, or the interpreter) the index work is
     ``kernels.translate.condense``: a sort per window in registers (a bit set per window over
     2048 edges), 2 kernels for the structure of a small graph (one fused pass), up to 10 on
-    large ones, instead of ~60 (the reference's); on CUDA the float32 tile values by whole tiles
-    (``kernels.translate_cuda.fill_tiles``, where CuPy runs)."""
+    large ones, instead of ~60 (the reference's)."""
     from ..formats.tiles import translate
 
-    condense = fill = None
+    condense = None
     if (graph.rowptr.is_cuda and triton_available()) or interpreting():
         from ..kernels.translate import condense
-    if graph.rowptr.is_cuda:
-        from ..kernels.translate_cuda import fill_tiles as fill
     return translate(graph.rowptr, graph.col, graph.num_src, window=window, block_k=block_k, row=graph.row,
-                     condense=condense, fill=fill)
+                     condense=condense)
 
 
 def tiles_of_graph(graph: Graph, window: int = 16, block_k: int = 16):
