@@ -336,7 +336,8 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     per window in registers (a bit set per window of more than 2048 edges), 2 kernels for the
     structure of a small graph (the fused pass, stop 44), 7-10 on large ones
     (``scripts/probe_translate.py``; stop 43), two more for the dense tile values
-    (``tile_values``); two host syncs (three where the Triton path falls back to sorted keys).
+    (``tile_values``); two host syncs (three where the Triton path falls back to sorted keys;
+    one where the small graphs' translation runs in one CUDA launch, stop 47).
     The statistics are counted when first read (:class:`TileStats`), the tile values are added
     by the Triton slot pass or one ``index_add_`` (stop 37: with two more ``unique`` calls, a
     ``bincount`` and a sorting ``index_put``, 151 kernels and 9 syncs, translation took

@@ -22,6 +22,16 @@ as the Triton kernel:
 Windows of at most ``big`` edges return at once (the Triton kernel sorts them); with ``big =
 -1`` every window is ranked here, the empty ones writing zero counts
 (``translate.CUDA_ALL_WINDOWS``: no Triton sort).  Deterministic.
+
+``translate_windows`` (``translate.CUDA_WINDOWS``: small graphs) does the whole translation in
+one launch: windows numbered by a ticket (``ws[0]``), each one's bit set over only the words
+between its smallest and largest column (batched graphs touch few), the same ranks, then its
+first block by a decoupled look-back (state ``ws[4 + w]``: ``blocks << 2 | 1`` once counted,
+``inclusive << 2 | 2`` once its prefix is known; a warp reads 32 earlier windows a step and
+waits only on windows that started before it, so it cannot deadlock), and the writes of the
+Triton slot pass and scan (``translate._edge_slot_kernel``, ``_scan_kernel``); the order flag
+(``ws[2]``) by the last window to finish (``ws[1]`` counts them).  The index arrays are
+deterministic; tile values are added by float atomics.
 """
 from __future__ import annotations
 
