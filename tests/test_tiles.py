@@ -607,7 +607,7 @@ def test_cuda_windows_translate_in_one_launch_equal_to_the_reference(counts, win
     sizes read back), at any block size, equal to the tensor-op reference element for element,
     also over 3000 windows (look-backs over many windows still running, 5 calls); the order
     flag, also with the rows' columns reversed; the tile values added there equal
-    ``tile_values``'s."""
+    ``tile_values``'s, and none are written without values (null pointers)."""
     from sparsegnn.formats.tiles import _condense, rows_ordered, tile_values
     import sparsegnn.kernels.translate as kt
 
@@ -621,26 +621,33 @@ def test_cuda_windows_translate_in_one_launch_equal_to_the_reference(counts, win
     for cols in (col, _flipped_rows(rowptr, col)):
         expected = _condense(rowptr, row, cols, num_src, window, block_k)
         expected_vals = tile_values(expected[3], expected[2].shape[0], window, block_k, values)
-        for _ in range(5 if len(counts) > 1000 else 1):
+        for run in range(5 if len(counts) > 1000 else 2):
+            vals = values.to(DEVICE) if run % 2 == 0 else None      # and without values: null pointers
             launched, calls = _launched_kernels(monkeypatch), _cuda_windows_calls(monkeypatch)
             got = kt.condense(rowptr.to(index_dtype).to(DEVICE), row.to(index_dtype).to(DEVICE),
-                              cols.to(index_dtype).to(DEVICE), num_src, window, block_k, values=values.to(DEVICE))
+                              cols.to(index_dtype).to(DEVICE), num_src, window, block_k, values=vals)
             assert calls == [threads] and not launched and not reads
             _assert_index_arrays_equal(got, expected)
-            assert torch.allclose(got.block_vals.cpu(), expected_vals, rtol=1e-6, atol=1e-6)
+            if vals is not None:
+                assert torch.allclose(got.block_vals.cpu(), expected_vals, rtol=1e-6, atol=1e-6)
+            else:
+                assert got.block_vals is None
             assert bool(got.ordered) is bool(rows_ordered(expected[3], row))
     assert not bool(got.ordered) or all(int(rowptr[r + 1] - rowptr[r]) < 2 for r in range(rowptr.numel() - 1))
 
 
-@pytest.mark.parametrize("counts,resident,words,fit,taken", [
-    ((3, 2100, 0, 70, 17), 5, 100, True, True),    # 5 windows in one wave of 5 blocks, 100 words: one launch
-    ((3, 2100, 0, 70, 17), 4, 100, True, False),   # two waves (CUDA_WINDOWS_WAVES = 1): the Triton passes
-    ((3, 2100, 0, 70, 17), 5, 99, True, False),    # the bit set over CUDA_WINDOWS_WORDS
-    ((3, 2100, 0, 70, 17), 5, 100, False, False),  # no CuPy, or the kernel does not load
-    ((2047, 2049), 5, 100, True, True),            # a mean window of CAPS[-1] edges (one window over)
-    ((2048, 2049), 5, 100, True, False),           # a mean window over CAPS[-1] edges
+@pytest.mark.parametrize("counts,resident,waves_max,words,fit,taken", [
+    ((3, 2100, 0, 70, 17), 5, 1, 100, True, True),    # 5 windows in one wave of 5 blocks, 100 words: one launch
+    ((3, 2100, 0, 70, 17), 4, 1, 100, True, False),   # two waves (CUDA_WINDOWS_WAVES = 1): the Triton passes
+    ((3, 2100, 0, 70, 17), 3, 2, 100, True, True),    # two waves of 3, two allowed
+    ((3, 2100, 0, 70, 17), 2, 2, 100, True, False),   # three waves of 2, two allowed
+    ((3, 2100, 0, 70, 17), 5, 1, 99, True, False),    # the bit set over CUDA_WINDOWS_WORDS
+    ((3, 2100, 0, 70, 17), 5, 1, 100, False, False),  # no CuPy, or the kernel does not load
+    ((2047, 2049), 5, 1, 100, True, True),            # a mean window of CAPS[-1] edges (one window over)
+    ((2048, 2049), 5, 1, 100, True, False),           # a mean window over CAPS[-1] edges
 ])
-def test_cuda_windows_only_where_few_waves_of_small_windows(counts, resident, words, fit, taken, monkeypatch):
+def test_cuda_windows_only_where_few_waves_of_small_windows(counts, resident, waves_max, words, fit, taken,
+                                                            monkeypatch):
     """``condense`` translates in one CUDA launch where the mean window holds at most
     ``CAPS[-1]`` edges, the bit set at most ``CUDA_WINDOWS_WORDS`` words, the windows fill at
     most ``CUDA_WINDOWS_WAVES`` waves of resident blocks (asked at the block size and words)
@@ -654,7 +661,7 @@ def test_cuda_windows_only_where_few_waves_of_small_windows(counts, resident, wo
     rowptr, row, col = _window_graph(counts, 16, 3200)      # 100 words
     asked, waves = [], []
     monkeypatch.setattr(kt, "CUDA_WINDOWS", True)
-    monkeypatch.setattr(kt, "CUDA_WINDOWS_WAVES", 1)
+    monkeypatch.setattr(kt, "CUDA_WINDOWS_WAVES", waves_max)
     monkeypatch.setattr(kt, "CUDA_WINDOWS_THREADS", 96)
     monkeypatch.setattr(kt, "CUDA_WINDOWS_WORDS", words)
     monkeypatch.setattr(kt.translate_cuda, "resident_blocks",
@@ -671,12 +678,43 @@ def test_cuda_windows_only_where_few_waves_of_small_windows(counts, resident, wo
     assert bool(launched) is not taken and bool(reads) is not taken
     small = sum(counts) <= kt.CAPS[-1] * len(counts)
     assert waves == ([(100, 96)] if small and words == 100 else [])
-    assert (("translate_windows", 96) in asked) is (small and words == 100 and resident == 5)
+    assert (("translate_windows", 96) in asked) is (small and words == 100 and resident * waves_max >= 5)
     expected = _condense(rowptr, row, col, 3200, 16, 16)
     _assert_index_arrays_equal(got, expected)
     assert torch.allclose(got.block_vals.cpu(), tile_values(expected[3], expected[2].shape[0], 16, 16, values),
                           rtol=1e-6, atol=1e-6)
     assert bool(got.ordered)
+
+
+@pytest.mark.parametrize("values_kind", ["none", "grad", "deterministic", "fused"])
+def test_cuda_windows_adds_only_fused_values(values_kind, monkeypatch):
+    """The one-launch translation gets the values and the zeroed tiles only where it adds them
+    (values without a gradient, no deterministic algorithms asked for); else null pointers (not
+    the placeholders the Triton passes get), and ``translate`` builds the tiles by
+    ``index_add_``: equal to ``tile_values`` either way (the kernel stood in for by its contract)."""
+    from sparsegnn.formats.tiles import tile_values
+    import sparsegnn.kernels.translate as kt
+
+    rowptr, row, col = _window_graph((3, 200, 0, 70, 17), 16, 3200)
+    monkeypatch.setattr(kt, "CUDA_WINDOWS", True)
+    monkeypatch.setattr(kt.translate_cuda, "resident_blocks", lambda num_words, threads, device: 10)
+    monkeypatch.setattr(kt.translate_cuda, "fits", lambda num_words, col, threads=None, name="": True)
+    passed = []
+    monkeypatch.setattr(kt.translate_cuda, "translate_windows",
+                        lambda *a: passed.append((a[8], a[9])) or _translate_windows_torch(*a))
+    values = None if values_kind == "none" else (torch.rand(row.numel(), dtype=torch.float64) + 0.5).to(DEVICE)
+    if values_kind == "grad":
+        values.requires_grad_()
+    if values_kind == "deterministic":
+        monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    tiles = translate(rowptr.to(DEVICE), col.to(DEVICE), 3200, values, row=row.to(DEVICE), condense=kt.condense)
+    (vals, tile_array), = passed
+    assert (vals is None and tile_array is None) is (values_kind != "fused")
+    if values_kind == "fused":
+        assert vals.dtype == torch.float32 and tile_array.dtype == torch.float32
+    expected = tile_values(tiles.edge_index.cpu(), tiles.num_blocks, 16, 16,
+                           None if values is None else values.detach().cpu())
+    assert torch.allclose(tiles.block_vals.detach().cpu(), expected, rtol=1e-6, atol=1e-6)
 
 
 def test_resident_blocks_follow_threads_and_shared_memory(monkeypatch):
@@ -691,6 +729,8 @@ def test_resident_blocks_follow_threads_and_shared_memory(monkeypatch):
     assert translate_cuda.resident_blocks(100, 128, cuda) == 132 * 16           # threads bound
     assert translate_cuda.resident_blocks(100, 32, cuda) == 132 * 32            # 32 blocks an SM at most
     assert translate_cuda.resident_blocks(8192, 128, cuda) == 132 * 3           # 66 KB a block
+    assert translate_cuda.resident_blocks(7040, 128, cuda) == 132 * 4           # 4 x (56320 + 2048) B exactly
+    assert translate_cuda.resident_blocks(7041, 128, cuda) == 132 * 3           # 8 bytes more: 3
     assert translate_cuda.resident_blocks(28_000, 128, cuda) == 132             # 226 KB: one
     assert translate_cuda.resident_blocks(30_000, 128, cuda) == 0               # none fits
 
@@ -1062,16 +1102,18 @@ def test_translation_values_are_checked_differentiable_and_not_over_allocated():
 
 
 @pytest.mark.parametrize("counts", [(5, 0, 40), (5, 0, 40, 7), (3,) * 17])
-def test_condensed_arrays_start_on_16_bytes(counts):
-    """The arrays ``condense`` carves out of its two allocations each start 16-byte aligned
-    (window counts odd and even), as fresh allocations do: the kernels that read them later are
-    specialised on it (vector loads)."""
+def test_condensed_arrays_start_on_128_bytes(counts):
+    """The arrays ``condense`` carves out of its two allocations each start 128 bytes into their
+    storage (window counts odd and even; a fresh allocation's alignment or more): the kernels
+    that read them later are specialised on 16-byte alignment (vector loads)."""
     import sparsegnn.kernels.translate as kt
 
     rowptr, row, col = _window_graph(counts, 16, 300)
     got = kt.condense(rowptr.to(DEVICE), row.to(DEVICE), col.to(DEVICE), 300, 16, 16)
     for name in ("window_ptr", "block_window", "block_cols", "edge_index"):
-        assert getattr(got, name).data_ptr() % 16 == 0, name
+        array = getattr(got, name)
+        assert (array.data_ptr() - array.untyped_storage().data_ptr()) % 128 == 0, name
+        assert array.data_ptr() % 16 == 0, name
 
 
 def test_translation_builds_values_and_statistics_only_when_asked(monkeypatch):

@@ -161,6 +161,9 @@ CUDA_ALL_WINDOWS, CUDA_ALL_WORDS_PER_EDGE, CUDA_ALL_THREADS = True, 16, 128
 #: waves) 0.61 / 0.37, soc-BlogCatalog (4) 0.62 / 0.54, flickr 0.67 / 0.44, tox21 (12) 0.44 /
 #: 0.28; against: reddit-threads-10k (37 waves) GPU 0.09 -> 0.20 ms, DD (79 waves) 0.10 -> 1.38,
 #: com-amazon 0.11 -> 1.43, yelp 1.06 -> 5.3; reddit (a mean window of 7.9k edges) 2.7 -> 4.3.
+#: The gate sees the mean window only (no sizes read back): a graph of one huge hub window among
+#: empty ones passes it, and that window's block then makes its three passes alone while the
+#: later windows' look-backs wait on its count (review, stop 47; not met in the suites).
 CUDA_WINDOWS, CUDA_WINDOWS_WORDS, CUDA_WINDOWS_WAVES, CUDA_WINDOWS_THREADS = True, 8192, 16, 128
 #: Graphs without big windows in one launch after the window sizes (``_fused_windows_kernel``:
 #: sort, look-back scan of the blocks and the slot writes per window), not three.

@@ -167,7 +167,7 @@ __device__ __forceinline__ long long warp_sum64(long long x) {
     return x;
 }
 
-// The whole translation of a graph, one block a window (module doc, "every window in one launch").
+// The whole translation of a graph, one block a window (module doc, translate_windows).
 // ws: [ticket, windows done, order flag (written by the last window), descents seen, a look-back
 // state a window], all zero at the launch.  A state is (blocks << 2) | 1 once the window's own
 // block count is known, (inclusive prefix << 2) | 2 once its first block past it is.
