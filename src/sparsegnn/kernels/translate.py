@@ -154,9 +154,9 @@ CUDA_ALL_WINDOWS, CUDA_ALL_WORDS_PER_EDGE, CUDA_ALL_THREADS = True, 16, 128
 #: sizes read back, no size classes) where CuPy runs, the mean window holds at most ``CAPS[-1]``
 #: edges, the bit set has at most ``CUDA_WINDOWS_WORDS`` words (64 KB of shared memory with its
 #: prefix counts: at least 3 blocks an SM) and the windows fill at most ``CUDA_WINDOWS_WAVES``
-#: waves of resident blocks of ``CUDA_WINDOWS_THREADS``.  Its time is waves of blocks, each a latency-bound chain (ticket,
-#: three passes, look-back), so it wins where the host's launches and syncs cost more than the
-#: waves.  H100, host-timed translation with the tile values, Triton passes / one launch (stop
+#: waves of resident blocks of ``CUDA_WINDOWS_THREADS``.  Its time is waves of blocks, each a
+#: latency-bound chain (ticket, three passes, look-back), so it wins where the host's launches
+#: and syncs cost more than the waves.  H100, host-timed translation with the tile values, Triton passes / one launch (stop
 #: 47): cora 0.52 / 0.40 ms, lastfm 0.29 / 0.22, deezer 0.48 / 0.34, pubmed 0.81 / 0.34, ppi (3
 #: waves) 0.61 / 0.37, soc-BlogCatalog (4) 0.62 / 0.54, flickr 0.67 / 0.44, tox21 (12) 0.44 /
 #: 0.28; against: reddit-threads-10k (37 waves) GPU 0.09 -> 0.20 ms, DD (79 waves) 0.10 -> 1.38,
@@ -795,7 +795,8 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         rowptr: [N + 1], row, col: [E] -> window_ptr [ceil(N / W) + 1], block_window [B],
         block_cols [B, K], edge_index [E] (all int64), block_vals [B, W, K] float32, ordered [] bool.
 
-    Two host syncs: the window sizes (at the start, the queue empty: the largest window, and
+    One host sync where the translation runs in one CUDA launch (``CUDA_WINDOWS``: the block
+    count), else two: the window sizes (at the start, the queue empty: the largest window, and
     the count and edges of those over ``CAPS[-1]``; not read where every window goes to the
     CUDA bit sets and the fused pass cannot run), and the block count, read last (two
     launches in all where the fused pass runs: module doc)
@@ -825,10 +826,11 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         raise ValueError(f"condense(): at most 5 size classes, CAPS = {CAPS}")
     big = max(int(num_src), 1)                      # sorts after every column
     num_words = -(-max(int(num_src), 1) // 32)
-    # every window's bit set in shared memory (CUDA through CuPy) where the words are few for
-    # the edges: the whole translation in one launch where the windows are few, else the
-    # ranks there (not where the fused pass runs); else the big windows' there where they fit and
-    # the work pays for CuPy's launch, else in global scratch (Triton) where that fits, else sorted keys
+    # the whole translation in one CUDA launch where the windows fill few waves of blocks (CuPy:
+    # its first use compiles the module, or loads it from CuPy's cache); else every window's bit
+    # set in shared memory where the words are few for the edges (not where the fused pass
+    # runs); else the big windows' there where they fit and the work pays for CuPy's launch,
+    # else in global scratch (Triton) where that fits, else sorted keys
     narrow = num_src < 2 ** 31                      # int32 columns in the bit sets
     # (windows of big ones on average: the big windows' block size)
     threads = CUDA_ALL_THREADS if num_edges <= CAPS[-1] * num_windows else translate_cuda.THREADS
@@ -853,7 +855,8 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
     few_words = CUDA_ALL_WINDOWS and narrow and num_words * num_windows <= CUDA_ALL_WORDS_PER_EDGE * num_edges
     # where the fused pass cannot run (over FUSED_MAX_WINDOWS windows, the largest at least the
     # mean, over FUSED_SMALL_WINDOW edges) the choice needs no read-back (one sync less); the
-    # fused graphs never ask CuPy (``fits`` compiles the kernel on its first call)
+    # fused graphs do not ask CuPy here (``fits`` compiles the module on its first call; the
+    # one-launch gate above may have)
     cuda_all = (few_words and num_windows > FUSED_MAX_WINDOWS and num_edges > FUSED_SMALL_WINDOW * num_windows
                 and translate_cuda.fits(num_words, col, threads))
     if cuda_all:
