@@ -9,7 +9,9 @@
 # kernels, syncs and host time per op (scripts/probe_translate.py); host: host cost of a translation's
 # pieces and the fused pass against the three passes (scripts/probe_host_costs.py); fused: GPU time of
 # the fused pass against the three passes and its look-back variants (probe_translate.py --top); cudaall:
-# host-timed translations as the library builds them, every window's bit set in CUDA against the Triton sorts.
+# host-timed translations as the library builds them, every window's bit set in CUDA against the Triton sorts;
+# cudawindows: the one-launch translation (translate_cuda.translate_windows) against the Triton paths, its
+# block sizes, and at any waves / words (probe_translate.py variants).
 set -o pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1 SPARSEGNN_DATA=${SPARSEGNN_DATA:-.data}
 OUT=${OUT:-/tmp/sparsegnn-out}; mkdir -p "$OUT"
@@ -40,6 +42,10 @@ for stage in "$@"; do
                ${CUDAALL_GRAPHS:-soc-BlogCatalog,ppi,artist,flickr,wikipedia,deezer,twitch,pubmed,com-amazon,yelp} \
                --library --variants ${VARIANTS:-no-cuda-all,triton,cuda-all-256,cuda-all-512,cuda-all-w64} ${TOP:+--top $TOP} \
                2>&1 | grep -v Warn | tee "$OUT/cudaall.txt" | tail -60 ;;
+    cudawindows) timeout 400 python3 scripts/probe_translate.py \
+               ${CUDAWINDOWS_GRAPHS:-cora,lastfm,deezer,pubmed,ppi,soc-BlogCatalog,flickr,tox21,reddit-threads-10k,DD} \
+               --library --variants ${VARIANTS:-no-cuda-windows,triton,cuda-windows-64,cuda-windows-256,cuda-windows-any} \
+               ${TOP:+--top $TOP} 2>&1 | grep -v Warn | tee "$OUT/cudawindows.txt" | tail -60 ;;
     tiles) timeout 300 python3 scripts/time_tiles.py --graphs ${GRAPHS:-cora,citeseer,wikipedia,deezer,twitch,reddit-threads-10k} \
              --dims ${DIMS:-32,64,128,256} 2>&1 | tee "$OUT/tiles.md" | tail -30 ;;
   esac
