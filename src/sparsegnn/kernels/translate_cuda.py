@@ -61,6 +61,17 @@ __device__ __forceinline__ int warp_inclusive(int x) {
     return x;
 }
 
+// the block's smallest and largest of every thread's lo / hi into s_lo / s_hi (by each warp's
+// first lane; the caller syncs before reading them)
+__device__ __forceinline__ void block_min_max(int lo, int hi, int* s_lo, int* s_hi) {
+    #pragma unroll
+    for (int o = 16; o; o >>= 1) {
+        lo = min(lo, __shfl_xor_sync(FULL, lo, o));
+        hi = max(hi, __shfl_xor_sync(FULL, hi, o));
+    }
+    if ((threadIdx.x & 31) == 0) { atomicMin(s_lo, lo); atomicMax(s_hi, hi); }
+}
+
 // exclusive prefix counts of the set bits over the words [w0, w1) into prefix (a contiguous chunk
 // a thread); returns the window's distinct columns (every thread; s_warp: THREADS / 32 ints)
 __device__ __forceinline__ int prefix_counts(const unsigned int* bits, int* prefix, int w0, int w1, int* s_warp) {
@@ -128,12 +139,7 @@ rank_big_windows(const long long* __restrict__ rowptr, const COL_T* __restrict__
             }
         }
     }
-    #pragma unroll
-    for (int o = 16; o; o >>= 1) {
-        lo = min(lo, __shfl_xor_sync(FULL, lo, o));
-        hi = max(hi, __shfl_xor_sync(FULL, hi, o));
-    }
-    if ((threadIdx.x & 31) == 0) { atomicMin(&s_lo, lo); atomicMax(&s_hi, hi); }
+    block_min_max(lo, hi, &s_lo, &s_hi);
     __syncthreads();
     // 2. exclusive prefix counts over the touched words [w0, w1): a contiguous chunk a thread
     const int count = prefix_counts(bits, prefix, s_lo >> 5, (s_hi >> 5) + 1, s_warp);
@@ -201,17 +207,8 @@ translate_windows(const long long* __restrict__ rowptr, const long long* __restr
         hi = max(hi, c);
         if (e > e0 && row[e - 1] == row[e] && (int)col[e - 1] > c) descent = 1;
     }
-    #pragma unroll
-    for (int o = 16; o; o >>= 1) {
-        lo = min(lo, __shfl_xor_sync(FULL, lo, o));
-        hi = max(hi, __shfl_xor_sync(FULL, hi, o));
-    }
-    descent = __any_sync(FULL, descent);
-    if (lane == 0) {
-        atomicMin(&s_lo, lo);
-        atomicMax(&s_hi, hi);
-        if (descent) s_descent = 1;
-    }
+    block_min_max(lo, hi, &s_lo, &s_hi);
+    if (__any_sync(FULL, descent) && lane == 0) s_descent = 1;
     __syncthreads();
     // 2. the bit set over the touched words [w0, w1) only, then their exclusive prefix counts
     const int w0 = s_hi >= 0 ? s_lo >> 5 : 0, w1 = s_hi >= 0 ? (s_hi >> 5) + 1 : 0;
@@ -348,6 +345,18 @@ def _bits(col: Tensor) -> int:
     return 64 if col.dtype == torch.int64 else 32
 
 
+def _check_threads(name: str, threads: int) -> None:
+    if not (32 <= threads <= 1024 and threads % 32 == 0):
+        raise ValueError(f"{name}(): threads must be a multiple of 32 in [32, 1024], got {threads}")
+
+
+def _ptr(tensor: Optional[Tensor]):
+    """A tensor's device address as a kernel argument (0 for None)."""
+    import cupy
+
+    return cupy.uint64(0 if tensor is None else tensor.data_ptr())
+
+
 def rank_big_windows(rowptr: Tensor, col: Tensor, code: Tensor, blocks: Tensor, counts: Tensor, num_windows: int,
                      big: int, window: int, block_k: int, num_words: int, threads: int = THREADS) -> None:
     """Rank the edges of every window of more than ``big`` edges (module doc; ``big = -1``: every
@@ -363,11 +372,10 @@ def rank_big_windows(rowptr: Tensor, col: Tensor, code: Tensor, blocks: Tensor, 
         rowptr: [N + 1] int64; col: [E] int32 or int64 (columns < 32 num_words), both contiguous;
         code: [E] int32; blocks: [num_windows + 1] int64; counts: [num_windows] int32.
     """
+    _check_threads("rank_big_windows", threads)
     import cupy
 
-    if not (32 <= threads <= 1024 and threads % 32 == 0):
-        raise ValueError(f"rank_big_windows(): threads must be a multiple of 32 in [32, 1024], got {threads}")
-    ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
+    ptr = _ptr
     args = (ptr(rowptr), ptr(col), ptr(code), ptr(blocks), ptr(counts), cupy.int64(rowptr.numel() - 1),
             cupy.int64(big), cupy.int32(window), cupy.int32(block_k), cupy.int32(num_words))
     _cupy.launch(_kernel(_bits(col), col.device.index, threads), num_windows, threads, args, col.device,
@@ -394,14 +402,13 @@ def translate_windows(rowptr: Tensor, row: Tensor, col: Tensor, ws: Tensor, wind
         block_cols: [>= B, K]; block_window: [>= B]; edge_index: [E] (int64); values: [E]
         float32; tiles: [>= B, W, K] float32 zeros (B = the blocks the translation makes).
     """
-    if not (32 <= threads <= 1024 and threads % 32 == 0):
-        raise ValueError(f"translate_windows(): threads must be a multiple of 32 in [32, 1024], got {threads}")
+    _check_threads("translate_windows", threads)
     if ws.numel() != 4 + num_windows or ws.dtype != torch.int64:
         raise ValueError(f"translate_windows(): ws must be {4 + num_windows} int64 zeros, got "
                          f"{ws.numel()} of {ws.dtype}")
     import cupy
 
-    ptr = lambda t: cupy.uint64(0 if t is None else t.data_ptr())  # noqa: E731
+    ptr = _ptr
     args = (ptr(rowptr), ptr(row), ptr(col), ptr(ws), ptr(window_ptr), ptr(block_cols), ptr(block_window),
             ptr(edge_index), ptr(values), ptr(tiles), cupy.int64(rowptr.numel() - 1), cupy.int64(num_windows),
             cupy.int32(window), cupy.int32(block_k), cupy.int32(num_words))
