@@ -113,6 +113,39 @@ def test_the_tool_versions_run_on_a_thread_once_cuda_starts(fresh_prewarm, monke
     _prewarm._after_cuda_init()                     # swallowed: torch would re-raise it to the user
 
 
+def test_the_kernel_sources_are_imported_and_keyed_once_the_package_is_imported(monkeypatch):
+    """After the tool versions the thread imports ``_KERNEL_MODULES`` and computes their
+    kernels' cache keys, but only once ``import sparsegnn`` has finished (never while the main
+    thread may hold an import lock it needs)."""
+    import types
+
+    keyed = []
+
+    class JITFunction:                              # Triton's class name is what it checks
+        @property
+        def cache_key(self):
+            keyed.append(self)
+            return "key"
+
+    module = types.ModuleType("sparsegnn.kernels._fake_first_step")
+    module.kernel, module.helper, module.other = JITFunction(), JITFunction(), object()
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(_prewarm, "_KERNEL_MODULES", ("_fake_first_step", "_no_such_module"))
+    package = sys.modules["sparsegnn"]
+    monkeypatch.setattr(package.__spec__, "_initializing", True, raising=False)   # import still running
+    start = time.monotonic()
+    assert not _prewarm._package_imported(timeout=0.05) and time.monotonic() - start >= 0.05
+    monkeypatch.setattr(_prewarm, "_package_imported", lambda timeout=5.0: False)
+    _prewarm._kernel_sources()
+    assert keyed == []                              # nothing imported or keyed before the package is
+    monkeypatch.undo()
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(_prewarm, "_KERNEL_MODULES", ("_fake_first_step", "_no_such_module"))
+    assert _prewarm._package_imported(timeout=0.05)
+    _prewarm._kernel_sources()                      # the missing module is skipped, not raised
+    assert sorted(map(id, keyed)) == sorted([id(module.kernel), id(module.helper)])
+
+
 def test_a_hashed_key_is_stored_and_a_second_process_installs_it_without_hashing(fresh_prewarm, monkeypatch):
     import triton.runtime.cache as cache
 

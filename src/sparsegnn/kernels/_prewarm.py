@@ -7,7 +7,7 @@ compiler library (``libtriton.so``, ~400-500 MB) and sources, kept in an ``lru_c
 ~0.25 s of reads and hashing on the H100 host, in a first GCN training step of 1.17 s with
 every cache warm (``benchmarks/h100/first_step_profile_2026-11-24_before.txt``).
 
-Four parts, all started by ``import sparsegnn`` (``start``):
+Five parts, all started by ``import sparsegnn`` (``start``):
 
 - **The stored key.**  The key depends only on the bytes of those files, so it is stored under
   the cache root (``<cache root>/triton_key/<stamp>``), where the stamp is a SHA-256 over
@@ -33,12 +33,18 @@ Four parts, all started by ``import sparsegnn`` (``start``):
   architecture: ``start`` queues ``_after_cuda_init`` with ``torch.cuda._lazy_call``, so when the
   script first initialises CUDA (moving its data to the GPU) a second daemon thread fills that
   cache while the script goes on (a subprocess: no GIL held).  ``wait()`` joins it too.
+- **The first step's kernel sources.**  The same thread then imports the SpMM kernel module
+  (each ``@triton.jit`` tokenises its source) and computes its kernels' cache keys (an AST
+  walk each): ~30 ms of Python that a first GCN step paid on its own thread, now overlapping
+  that step's first cuBLAS call (C++ without the GIL).  It waits until ``import sparsegnn``
+  has finished, so it never needs an import lock the main thread holds.
 
 The hashing imports nothing: the packages ``triton_key`` walks are imported (and walked) on
-the calling thread first.  The launch-time imports are of Triton modules only (none of
-sparsegnn's); sparsegnn's own first launch waits for the thread, and other code importing the
-same modules meanwhile (``torch.compile``, a user's Triton kernel) waits on that module's
-import lock, as with any two threads importing one module.  The thread runs for ~0.1-0.3 s
+the calling thread first.  The first thread imports Triton modules only; the second imports
+sparsegnn's SpMM kernel module once the package is imported.  sparsegnn's own first launch
+waits for both threads, and other code importing the same modules meanwhile
+(``torch.compile``, a user's Triton kernel) waits on that module's import lock, as with any
+two threads importing one module.  The thread runs for ~0.1-0.3 s
 after ``import sparsegnn``; a process that forks in that window (Python 3.12 warns about a
 fork while threads run) can set ``SPARSEGNN_PREWARM=0``.  It all runs only
 where kernels will be compiled for a GPU (a CUDA or ROCm build of torch, Triton installed,
@@ -65,6 +71,8 @@ _THREAD: Optional[threading.Thread] = None
 _TOOLS: Optional[threading.Thread] = None
 #: Modules Triton imports on a process's first launch, not at its own import (absent ones are skipped).
 _LAUNCH_IMPORTS = ("triton.experimental.gluon.nvidia.hopper",)
+#: sparsegnn's kernel modules that a first GCN training step launches (``_kernel_sources``).
+_KERNEL_MODULES = ("spmm_csr",)
 #: Triton's subpackages whose modules ``triton_key`` reads (besides ``runtime/cache.py`` and
 #: ``_C/libtriton``).
 _KEYED_PACKAGES = ("compiler", "backends", "language")
@@ -255,13 +263,55 @@ def _tool_versions() -> None:
         pass
 
 
+def _after_cuda_work() -> None:
+    """The second thread's work: the tool versions, then the first step's kernel sources."""
+    _tool_versions()
+    _kernel_sources()
+
+
+def _package_imported(timeout: float = 5.0) -> bool:
+    """Wait (polling, at most ``timeout`` s) until ``import sparsegnn`` has finished, so a module
+    imported on a thread never waits on a lock the importing thread holds; False if it did not."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        package = sys.modules.get(__package__.rpartition(".")[0])
+        spec = getattr(package, "__spec__", None)
+        if package is not None and not getattr(spec, "_initializing", False):
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def _kernel_sources() -> None:
+    """Import the kernel modules a first training step launches (``_KERNEL_MODULES``) and compute
+    their kernels' Triton cache keys: Python work of ~30 ms (each ``@triton.jit`` tokenises its
+    source at import; each key walks its AST) that a first GCN step otherwise pays on its own
+    thread, and that here overlaps the step's first cuBLAS and CUDA module loads (C++ that
+    releases the GIL).  Only Python runs here: no CUDA call, so a CUDA graph capture that the
+    script begins meanwhile cannot be disturbed by this thread."""
+    if not _package_imported():
+        return
+    import importlib
+
+    for name in _KERNEL_MODULES:
+        try:
+            module = importlib.import_module(f".{name}", __package__)
+            for value in list(vars(module).values()):
+                if type(value).__name__ == "JITFunction" and hasattr(type(value), "cache_key"):
+                    value.cache_key                                 # noqa: B018 - fills value.hash
+        except Exception:  # noqa: BLE001 - the first launch imports and hashes it itself
+            pass
+
+
 def _after_cuda_init() -> None:
     """Queued with ``torch.cuda._lazy_call`` by ``start``: runs where CUDA's lazy init ends (on
     the thread that initialised it) and starts ``_tool_versions`` on a daemon thread.  Never
     raises: an exception here would surface as torch's ``DeferredCudaCallError``."""
     global _TOOLS
     try:
-        _TOOLS = threading.Thread(target=_tool_versions, name="sparsegnn-triton-tools", daemon=True)
+        _TOOLS = threading.Thread(target=_after_cuda_work, name="sparsegnn-triton-tools", daemon=True)
         _TOOLS.start()
     except Exception:  # noqa: BLE001 - see the docstring
         pass
