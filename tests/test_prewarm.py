@@ -146,6 +146,31 @@ def test_the_kernel_sources_are_imported_and_keyed_once_the_package_is_imported(
     assert sorted(map(id, keyed)) == sorted([id(module.kernel), id(module.helper)])
 
 
+def test_the_thread_creates_tritons_driver_and_swallows_its_failure(monkeypatch):
+    """``_after_cuda_work`` runs the tool versions, creates Triton's active driver (its C
+    utilities, built by gcc where cached builds are missing) and then the kernel sources; a
+    driver that cannot be created is left to the first launch."""
+    import triton.runtime
+
+    order = []
+
+    class Config:
+        @property
+        def active(self):
+            order.append("driver")
+            if len(order) > 3:
+                raise RuntimeError("0 active drivers")
+            return object()
+
+    monkeypatch.setattr(triton.runtime, "driver", Config())     # what ``from triton.runtime import driver`` finds
+    monkeypatch.setattr(_prewarm, "_tool_versions", lambda: order.append("tools"))
+    monkeypatch.setattr(_prewarm, "_kernel_sources", lambda: order.append("sources"))
+    _prewarm._after_cuda_work()
+    assert order == ["tools", "driver", "sources"]
+    _prewarm._after_cuda_work()                     # the driver raises: swallowed, the sources still run
+    assert order[3:] == ["tools", "driver", "sources"]
+
+
 def test_a_hashed_key_is_stored_and_a_second_process_installs_it_without_hashing(fresh_prewarm, monkeypatch):
     import triton.runtime.cache as cache
 
