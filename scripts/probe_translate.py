@@ -35,6 +35,8 @@ Per variant the CUDA kernels and host syncs of one call; with ``--trace DIR`` a 
 one profiled call per graph and variant (host launches, syncs and kernels on one time line)::
 
     PYTHONPATH=src SPARSEGNN_DATA=.data python scripts/probe_translate.py cora,wikipedia [--trace DIR]
+
+A name ``hub:N`` is a synthetic graph of one hub row over N nodes among rows of one edge.
 """
 import argparse
 import statistics
@@ -101,6 +103,19 @@ VARIANTS = {"tensor ops": None, "triton": kt.condense,
             "cuda-windows-8": _patched(CUDA_WINDOWS_WAVES=8)}    # at most 8 waves (16 shipped)
 
 
+def _hub_graph(name: str):
+    """``hub:N``: N nodes, node 0's row holding an edge to every node, every other row one edge
+    (to ``7919 i mod N``): one huge window among windows of 16 edges, whose mean passes the
+    one-launch path's size checks."""
+    from sparsegnn import Graph
+
+    n = int(name.split(":", 1)[1])
+    rest = torch.arange(1, n)
+    edge_index = torch.stack([torch.cat([torch.arange(n), (rest * 7919) % n]),       # sources
+                              torch.cat([torch.zeros(n, dtype=torch.long), rest])])  # targets: the CSR rows
+    return Graph.from_edge_index(edge_index.cuda(), num_nodes=n)
+
+
 def _print_timeline(prof, label: str) -> None:
     """One profiled call as ``start us, duration us, host|gpu, name`` rows, from the first event:
     the CUDA runtime calls (launches, copies, syncs) and allocations on the host, kernels and
@@ -132,7 +147,7 @@ def main() -> None:
                         help="print one profiled call's host calls (CUDA runtime, syncs) and kernels on one time line")
     args = parser.parse_args()
     for name in args.graphs.split(","):
-        g = bench_graph(name, device="cuda", real=name in REAL_SUITE)
+        g = _hub_graph(name) if name.startswith("hub:") else bench_graph(name, device="cuda", real=name in REAL_SUITE)
         if not args.no_values:
             g = g.with_values(torch.rand(g.num_edges, device="cuda") + 0.5)
         line = [f"{name:20s} E={g.num_edges:>9d}"]
