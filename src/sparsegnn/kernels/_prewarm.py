@@ -47,8 +47,9 @@ the calling thread first.  The first thread imports Triton modules only; the sec
 sparsegnn's SpMM kernel module once the package is imported.  sparsegnn's own first launch
 waits for both threads, and other code importing the same modules meanwhile
 (``torch.compile``, a user's Triton kernel) waits on that module's import lock, as with any
-two threads importing one module.  The thread runs for ~0.1-0.3 s
-after ``import sparsegnn``; a process that forks in that window (Python 3.12 warns about a
+two threads importing one module.  The threads run for ~0.1-0.3 s
+after ``import sparsegnn`` and after CUDA's init (the second up to ~0.4 s where gcc builds
+Triton's driver); a process that forks in that window (Python 3.12 warns about a
 fork while threads run) can set ``SPARSEGNN_PREWARM=0``.  It all runs only
 where kernels will be compiled for a GPU (a CUDA or ROCm build of torch, Triton installed,
 not the interpreter, not a worker process such as a DataLoader's); ``SPARSEGNN_PREWARM=0``
@@ -324,7 +325,7 @@ def _kernel_sources() -> None:
 
 def _after_cuda_init() -> None:
     """Queued with ``torch.cuda._lazy_call`` by ``start``: runs where CUDA's lazy init ends (on
-    the thread that initialised it) and starts ``_tool_versions`` on a daemon thread.  Never
+    the thread that initialised it) and starts ``_after_cuda_work`` on a daemon thread.  Never
     raises: an exception here would surface as torch's ``DeferredCudaCallError``."""
     global _TOOLS
     try:
