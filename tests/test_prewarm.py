@@ -89,22 +89,29 @@ def test_wait_joins_a_running_prewarm(fresh_prewarm, monkeypatch):
 
 def test_the_tool_versions_run_on_a_thread_once_cuda_starts(fresh_prewarm, monkeypatch):
     """``start`` queues ``_after_cuda_init`` for CUDA's lazy init; run there, it starts the
-    thread that fills ``ptxas --version`` and ``wait`` joins it; it never raises into torch."""
+    thread that runs the tool versions, Triton's driver and the kernel sources, in that order,
+    and ``wait`` joins it; it never raises into torch."""
     import threading
 
     import torch
 
-    queued, ran = [], threading.Event()
+    queued, ran, release = [], [], threading.Event()
     monkeypatch.setattr(torch.version, "cuda", "12.8")
     monkeypatch.setattr(torch.cuda, "_lazy_call", lambda fn, **kw: queued.append(fn))
     monkeypatch.setattr(_prewarm, "_TOOLS", None)
-    monkeypatch.setattr(_prewarm, "_tool_versions", lambda: (time.sleep(0.2), ran.set()))
+    monkeypatch.setattr(_prewarm, "_background", lambda store, own: None)     # the key thread ends at once
+    record = lambda name: ran.append((name, threading.current_thread().name))  # noqa: E731
+    monkeypatch.setattr(_prewarm, "_tool_versions", lambda: (release.wait(5), record("tools")))
+    monkeypatch.setattr(_prewarm, "_driver", lambda: record("driver"))
+    monkeypatch.setattr(_prewarm, "_kernel_sources", lambda: record("sources"))
     _prewarm.start(force=True)
     assert queued == [_prewarm._after_cuda_init] and _prewarm._TOOLS is None
     queued[0]()                                     # what torch.cuda._lazy_init does at its end
     assert _prewarm._TOOLS is not None and _prewarm._TOOLS.name == "sparsegnn-triton-tools"
-    _prewarm.wait()
-    assert ran.is_set() and not _prewarm._TOOLS.is_alive()
+    threading.Timer(0.2, release.set).start()
+    _prewarm.wait()                                 # returns only once the tools thread is done
+    assert not _prewarm._TOOLS.is_alive()
+    assert ran == [(name, "sparsegnn-triton-tools") for name in ("tools", "driver", "sources")]
 
     def refuse(*args, **kwargs):
         raise RuntimeError("can't start new thread")
@@ -130,7 +137,7 @@ def test_the_kernel_sources_are_imported_and_keyed_once_the_package_is_imported(
     module = types.ModuleType("sparsegnn.kernels._fake_first_step")
     module.kernel, module.helper, module.other = JITFunction(), JITFunction(), object()
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setattr(_prewarm, "_KERNEL_MODULES", ("_fake_first_step", "_no_such_module"))
+    monkeypatch.setattr(_prewarm, "_KERNEL_MODULES", ("_no_such_module", "_fake_first_step"))
     package = sys.modules["sparsegnn"]
     monkeypatch.setattr(package.__spec__, "_initializing", True, raising=False)   # import still running
     start = time.monotonic()
@@ -140,35 +147,87 @@ def test_the_kernel_sources_are_imported_and_keyed_once_the_package_is_imported(
     assert keyed == []                              # nothing imported or keyed before the package is
     monkeypatch.undo()
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setattr(_prewarm, "_KERNEL_MODULES", ("_fake_first_step", "_no_such_module"))
+    monkeypatch.setattr(_prewarm, "_KERNEL_MODULES", ("_no_such_module", "_fake_first_step"))
     assert _prewarm._package_imported(timeout=0.05)
     _prewarm._kernel_sources()                      # the missing module is skipped, not raised
     assert sorted(map(id, keyed)) == sorted([id(module.kernel), id(module.helper)])
 
 
-def test_the_thread_creates_tritons_driver_and_swallows_its_failure(monkeypatch):
-    """``_after_cuda_work`` runs the tool versions, creates Triton's active driver (its C
-    utilities, built by gcc where cached builds are missing) and then the kernel sources; a
+def test_the_thread_creates_tritons_default_driver_only_and_swallows_its_failure(monkeypatch):
+    """``_after_cuda_work`` runs the tool versions, creates Triton's *default* driver (its C
+    utilities, built by gcc where cached builds are missing; the active one is left for Triton
+    to set, so a script's ``set_active`` is never overwritten) and then the kernel sources; a
     driver that cannot be created is left to the first launch."""
     import triton.runtime
 
     order = []
 
-    class Config:
+    class Config:                                   # Triton's DriverConfig: default, then active from it
+        def __init__(self):
+            self._default = self._active = None
+
+        @property
+        def default(self):
+            order.append("driver")
+            if self.fail:
+                raise RuntimeError("0 active drivers")
+            self._default = object()
+            return self._default
+
         @property
         def active(self):
-            order.append("driver")
-            if len(order) > 3:
-                raise RuntimeError("0 active drivers")
-            return object()
+            raise AssertionError("the thread must not set the active driver")
 
-    monkeypatch.setattr(triton.runtime, "driver", Config())     # what ``from triton.runtime import driver`` finds
+    config = Config()
+    config.fail = False
+    monkeypatch.setattr(triton.runtime, "driver", config)     # what ``from triton.runtime import driver`` finds
     monkeypatch.setattr(_prewarm, "_tool_versions", lambda: order.append("tools"))
     monkeypatch.setattr(_prewarm, "_kernel_sources", lambda: order.append("sources"))
     _prewarm._after_cuda_work()
-    assert order == ["tools", "driver", "sources"]
+    assert order == ["tools", "driver", "sources"] and config._default is not None and config._active is None
+    _prewarm._after_cuda_work()                     # built already: not built again
+    assert order[3:] == ["tools", "sources"]
+    config._default, config.fail = None, True
     _prewarm._after_cuda_work()                     # the driver raises: swallowed, the sources still run
-    assert order[3:] == ["tools", "driver", "sources"]
+    assert order[5:] == ["tools", "driver", "sources"]
+
+
+def test_a_fork_waits_for_the_threads_but_not_for_itself(monkeypatch):
+    """The at-fork hook joins running prewarm threads (so no import lock held by a thread is
+    copied into the child), at most ``FORK_WAIT_S`` each, and skips the calling thread."""
+    import threading
+
+    release = threading.Event()
+    done = []
+    worker = threading.Thread(target=lambda: (release.wait(5), done.append(1)), daemon=True)
+    worker.start()
+    monkeypatch.setattr(_prewarm, "_THREAD", worker)
+    monkeypatch.setattr(_prewarm, "_TOOLS", None)
+    threading.Timer(0.2, release.set).start()
+    t0 = time.monotonic()
+    _prewarm._before_fork()
+    assert done == [1] and time.monotonic() - t0 >= 0.15        # it waited for the thread
+    stuck = threading.Thread(target=lambda: time.sleep(1.0), daemon=True)
+    stuck.start()
+    monkeypatch.setattr(_prewarm, "_THREAD", stuck)
+    monkeypatch.setattr(_prewarm, "FORK_WAIT_S", 0.1)
+    t0 = time.monotonic()
+    _prewarm._before_fork()
+    assert time.monotonic() - t0 < 0.6 and stuck.is_alive()     # bounded by FORK_WAIT_S
+    errors = []
+
+    def from_the_thread():
+        try:
+            _prewarm._before_fork()                 # a fork from the prewarm thread itself
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            errors.append(exc)
+
+    own = threading.Thread(target=from_the_thread, daemon=True)
+    monkeypatch.setattr(_prewarm, "_THREAD", own)
+    monkeypatch.setattr(_prewarm, "FORK_WAIT_S", 2.0)
+    own.start()
+    own.join(3)
+    assert not own.is_alive() and errors == []
 
 
 def test_a_hashed_key_is_stored_and_a_second_process_installs_it_without_hashing(fresh_prewarm, monkeypatch):

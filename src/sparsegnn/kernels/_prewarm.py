@@ -33,14 +33,15 @@ Six parts, all started by ``import sparsegnn`` (``start``):
   architecture: ``start`` queues ``_after_cuda_init`` with ``torch.cuda._lazy_call``, so when the
   script first initialises CUDA (moving its data to the GPU) a second daemon thread fills that
   cache while the script goes on (a subprocess: no GIL held).  ``wait()`` joins it too.
-- **Triton's driver.**  The same thread then creates Triton's active driver, whose C utilities
+- **Triton's driver.**  The same thread then creates Triton's default driver, whose C utilities
   module Triton builds with ``gcc`` where its cache has none (~0.3 s of a first step with empty
   caches, now beside the step's host work).
 - **The first step's kernel sources.**  The same thread then imports the SpMM kernel module
   (each ``@triton.jit`` tokenises its source) and computes its kernels' cache keys (an AST
   walk each): ~30 ms of Python that a first GCN step paid on its own thread, now overlapping
   that step's first cuBLAS call (C++ without the GIL).  It waits until ``import sparsegnn``
-  has finished, so it never needs an import lock the main thread holds.
+  has finished: the modules it imports then depend only on finished ones, so the two threads
+  may wait on each other's import of one module but never in a cycle.
 
 The hashing imports nothing: the packages ``triton_key`` walks are imported (and walked) on
 the calling thread first.  The first thread imports Triton modules only; the second imports
@@ -49,8 +50,10 @@ waits for both threads, and other code importing the same modules meanwhile
 (``torch.compile``, a user's Triton kernel) waits on that module's import lock, as with any
 two threads importing one module.  The threads run for ~0.1-0.3 s
 after ``import sparsegnn`` and after CUDA's init (the second up to ~0.4 s where gcc builds
-Triton's driver); a process that forks in that window (Python 3.12 warns about a
-fork while threads run) can set ``SPARSEGNN_PREWARM=0``.  It all runs only
+Triton's driver).  A fork in that window would copy a module's import lock held by a thread that
+the child does not have (a DataLoader worker importing that module would hang), so ``start``
+registers a hook that, before a fork, waits up to ``FORK_WAIT_S`` for the threads to finish;
+``SPARSEGNN_PREWARM=0`` turns the threads off altogether.  It all runs only
 where kernels will be compiled for a GPU (a CUDA or ROCm build of torch, Triton installed,
 not the interpreter, not a worker process such as a DataLoader's); ``SPARSEGNN_PREWARM=0``
 turns it off.  A failure in it is ignored: the first launch then computes the key itself,
@@ -268,14 +271,19 @@ def _tool_versions() -> None:
 
 
 def _driver() -> None:
-    """Create Triton's active driver: its CUDA utilities module (``load_binary`` and friends) is
+    """Create Triton's default driver: its CUDA utilities module (``load_binary`` and friends) is
     C that Triton compiles with the host compiler on a process's first use where its cache holds
     no build (~0.3 s of ``gcc`` in a first step with empty caches; a library load otherwise).
-    Neither calls CUDA."""
+    With torch loaded, Triton 3.6 and 3.9 make no CUDA call here beyond torch's cached device
+    count.  Only ``driver.default`` is built: the *active* driver is left for Triton to set from
+    it on first use, so a ``driver.set_active(...)`` by the script (Inductor does that) is never
+    overwritten by this thread.  Where the script builds the driver at the same time, Triton
+    (which takes no lock) builds it twice: wasted work, the same result."""
     try:
         from triton.runtime import driver
 
-        driver.active  # noqa: B018 - creates and keeps the driver
+        if type(driver).__dict__.get("default") is not None and getattr(driver, "_default", None) is None:
+            driver.default  # noqa: B018 - creates and keeps the default driver
     except Exception:  # noqa: BLE001 - the first launch creates it itself
         pass
 
@@ -335,6 +343,22 @@ def _after_cuda_init() -> None:
         pass
 
 
+#: Seconds a fork waits for the prewarm threads (``_before_fork``); they run ~0.1-0.4 s.
+FORK_WAIT_S = 2.0
+_FORK_HOOK = False
+
+
+def _before_fork() -> None:
+    """``os.register_at_fork(before=...)``: let running prewarm threads finish (at most
+    ``FORK_WAIT_S`` each) so the child inherits no import lock held by a thread it lacks.  A
+    fork from one of the threads themselves (none does; subprocesses exec at once) is not made
+    to wait for itself."""
+    current = threading.current_thread()
+    for thread in (_THREAD, _TOOLS):
+        if thread is not None and thread is not current and thread.is_alive():
+            thread.join(FORK_WAIT_S)
+
+
 def start(force: bool = False) -> Optional[threading.Thread]:
     """Install the stored key, else hash it, and import the launch-time modules on a background
     thread, once per process (``force``: even where ``wanted()`` is False, for tests).  Returns
@@ -359,6 +383,10 @@ def start(force: bool = False) -> Optional[threading.Thread]:
             own = None                              # nothing to hash
     except Exception:  # noqa: BLE001 - no stamp or no cache root: hash, store nothing
         store = None
+    global _FORK_HOOK
+    if not _FORK_HOOK and hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_before_fork)
+        _FORK_HOOK = True
     _THREAD = threading.Thread(target=_background, args=(store, own), name="sparsegnn-triton-prewarm", daemon=True)
     _THREAD.start()
     try:
