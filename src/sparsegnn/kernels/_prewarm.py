@@ -1,5 +1,6 @@
 """Triton's once-per-process start-up work: its key, stored on disk, or hashed in the background;
-the modules its first launch imports, imported in the background.
+the modules its first launch imports, imported in the background; and, once the script starts
+CUDA, Triton's tool versions, its driver and the SpMM kernels' sources, on a second thread.
 
 The first launch of any Triton kernel in a process, even one whose binary sits in Triton's
 disk cache, computes ``triton.runtime.cache.triton_key()``: a SHA-256 over Triton's own
@@ -27,7 +28,6 @@ Six parts, all started by ``import sparsegnn`` (``start``):
   step without aggregation takes 0.29 s (``benchmarks/h100/first_step_profile_2026-11-24_stored_key.txt``).
   The same thread does this first, while the script loads its data and CUDA starts (C++ that
   releases the GIL); the first launch's ``wait()`` covers it too.
-
 - **The tool versions.**  The CUDA backend's hash in every kernel's cache key runs
   ``ptxas --version`` (twice, ~5-7 ms, cached per architecture), which needs the device's
   architecture: ``start`` queues ``_after_cuda_init`` with ``torch.cuda._lazy_call``, so when the
