@@ -106,10 +106,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         data = load(name)
         grid = {m: {} for m in models}
         for dropout, wd in grid_points:
+            key = f"{dropout},{wd}"
             for m, maxk in models.items():
-                grid[m][f"{dropout},{wd}"] = _runs(data, maxk, dropout, wd, select_seeds, args)
-            print(f"{name} dropout {dropout} wd {wd}: val relu {100 * _mean(grid['relu'][f'{dropout},{wd}'], 'best_val_acc'):.2f} "
-                  f"maxk {100 * _mean(grid['maxk'][f'{dropout},{wd}'], 'best_val_acc'):.2f}", file=sys.stderr)
+                grid[m][key] = _runs(data, maxk, dropout, wd, select_seeds, args)
+            print(f"{name} dropout {dropout} wd {wd}: val relu {100 * _mean(grid['relu'][key], 'best_val_acc'):.2f} "
+                  f"maxk {100 * _mean(grid['maxk'][key], 'best_val_acc'):.2f}", file=sys.stderr)
         chosen = {m: choose(grid[m]) for m in models}
         evaluation = {}
         for label, settings in (("chosen", chosen), ("shipped", {m: SHIPPED for m in models})):
