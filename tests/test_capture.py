@@ -280,9 +280,13 @@ def test_host_sync_in_the_step_is_a_clear_error():
             capture_step(step, warmup=1, optimizer=opt)
         except ValueError as exc:
             print("VALUEERROR", exc)
+        # the generator is not left marked as capturing: an eager step's dropout still works
+        torch.nn.functional.dropout(x, 0.5)
+        print("DROPOUT OK")
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert "VALUEERROR CapturedStep(): capturing the step failed" in out.stdout, out.stdout + out.stderr
+    assert "DROPOUT OK" in out.stdout, out.stdout + out.stderr
 
 
 @needs_cuda

@@ -303,6 +303,42 @@ class _Plain(torch.nn.Module):
         return sg.spmm(graph, self.lin(x)) * scale
 
 
+class _SyncsWhenCaptured(torch.nn.Module):
+    """Runs eagerly, but a capture of its forward fails (a host sync only while capturing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(12, 5)
+
+    def forward(self, x, graph):
+        if torch.cuda.is_current_stream_capturing():
+            torch.cuda.current_stream().synchronize()
+        return F.dropout(sg.spmm(graph, self.lin(x)), 0.5, self.training)
+
+
+@cuda
+def test_a_failed_recording_leaves_dropout_working_in_the_eager_fallback():
+    """The capture fails inside ``capture_end``, which left torch's generator marked as
+    capturing: the eager fallback's dropout then raised "Offset increment outside graph capture"."""
+    from sparsegnn.nn.replay import enable_replay
+
+    g, x = _graph("cuda"), torch.randn(60, 12, device="cuda")
+    model = enable_replay(_SyncsWhenCaptured().cuda())
+    with pytest.warns(RuntimeWarning, match="recording the forward as a CUDA graph failed"):
+        for _ in range(4):
+            model(x, g).sum().backward()
+    assert replay_state(model).startswith("failed")
+    out = model(x, g)                                     # eager, with a fresh dropout mask
+    assert out.shape == (60, 5) and bool(out.isfinite().all())
+    assert torch.rand(3, device="cuda").shape == (3,)
+    # and the thread is back on its stream: a model wrapped afterwards records as usual
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    plain = enable_replay(_Plain().cuda())
+    for _ in range(3):
+        plain(x, g).sum().backward()
+    assert plain.forward.state.recorded, plain.forward.state.failed
+
+
 def test_enable_replay_wraps_any_module_and_survives_copies():
     from sparsegnn.nn.replay import ReplayedForward, enable_replay
 

@@ -362,6 +362,25 @@ def test_failed_captures_release_their_memory():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="timing candidates needs CUDA events")
+def test_a_failed_capture_leaves_the_random_numbers_usable_and_unmoved():
+    """A candidate that cannot be captured left torch's generator marked as capturing: the next
+    dropout raised "Offset increment outside graph capture".  Now the generator works after it
+    and continues the same stream of numbers (the failed capture drew none)."""
+    from sparsegnn.tune import autotune
+
+    def syncing(cfg):
+        torch.ones(4, device="cuda").sum().item()         # not capturable
+
+    torch.cuda.manual_seed(11)
+    want = torch.rand(6, device="cuda")
+    torch.cuda.manual_seed(11)
+    assert autotune._captured(syncing, {}) is None
+    assert torch.equal(torch.rand(6, device="cuda"), want)
+    kept = torch.nn.functional.dropout(torch.ones(256, device="cuda"), 0.5)
+    assert 0 < int((kept == 0).sum()) < 256
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="timing candidates needs CUDA events")
 def test_the_timing_protocol_is_shared_by_the_calls_of_a_decision():
     """``decide`` times the model's pick, then the alternatives, with one ``protocol``: once a
     call could not be captured, it says eager, and later calls time eagerly without trying."""

@@ -53,6 +53,7 @@ from typing import Callable, Dict, Iterable, Optional
 import torch
 from torch import Tensor, nn
 
+from ._failed_capture import failed_capture_guard
 from ._checks import check
 from ._streams import side_stream
 from .nn.norm import padded_nodes
@@ -177,7 +178,7 @@ class CapturedStep:
         try:
             # thread_local: a loader thread sampling the next batch (host syncs, allocations) meanwhile
             # must not invalidate this capture
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            with failed_capture_guard(), torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 loss = self.step_fn()
         except torch.cuda.OutOfMemoryError:
             raise

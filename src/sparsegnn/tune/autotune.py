@@ -38,6 +38,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from .._failed_capture import end_failed_capture
 from .._streams import side_stream
 from ..kernels import interpreting
 from .features import graph_stats_cached, signature
@@ -344,7 +345,8 @@ def _captured(run: Callable[[Dict[str, int]], object], config: Dict[str, int]):
     ``capture_begin``/``capture_end`` directly: ``torch.cuda.graph`` would also run the garbage
     collector and empty the allocator's cache, each time.  The memory pool is this capture's own; when the capture fails, ``capture_end``
     raises before telling the allocator the capture is over, so that is done here and the
-    pool released (else the allocator would defer frees as if a capture ran for good)."""
+    pool released (else the allocator would defer frees as if a capture ran for good), and
+    before telling the random number generator (``_failed_capture.end_failed_capture``)."""
     device = torch.cuda.current_device()
     stream = side_stream(device)
     graph, pool = torch.cuda.CUDAGraph(), torch.cuda.graph_pool_handle()
@@ -372,6 +374,8 @@ def _captured(run: Callable[[Dict[str, int]], object], config: Dict[str, int]):
                 pass
     del graph
     torch.cuda.synchronize()
+    if not ended:       # else the user's next dropout on this device fails (see _failed_capture)
+        end_failed_capture(device)
     return None
 
 
