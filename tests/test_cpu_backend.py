@@ -14,7 +14,7 @@ from sparsegnn import Graph
 from sparsegnn.kernels import cpu as cpu_kernels
 from sparsegnn.ops import _cpu, reference
 
-from conftest import dense_adjacency
+from conftest import DEVICE, dense_adjacency
 
 pytestmark = pytest.mark.skipif(not cpu_kernels.numba_available(), reason="the CPU backend needs numba")
 
@@ -181,9 +181,11 @@ def test_chunk_bounds_cover_every_row_once_and_balance_work():
     assert cpu_kernels.chunk_bounds(torch.zeros(1, dtype=torch.int64), 8).tolist() == [0]
 
 
-def test_thread_count_follows_torch_and_small_work_runs_on_one_thread():
+def test_thread_count_follows_torch_and_small_work_runs_on_one_thread(monkeypatch):
     import numba
 
+    # the Numba kernel forced: the tuner may pick MKL on a machine of many cores (the GPU host's 16)
+    monkeypatch.setattr(_cpu, "_decide", lambda *args, **kwargs: _cpu.NUMBA)
     before = torch.get_num_threads()
     ei = torch.randint(0, 1000, (2, 20_000), generator=torch.Generator().manual_seed(2))
     big = torch.randn(1000, cpu_kernels.SERIAL_WORK // 20_000 + 1)
@@ -423,15 +425,16 @@ def test_non_finite_scores_and_messages_and_empty_widths_agree_across_backends(b
     target whose scores are all -inf; other targets are untouched.  A max over messages that are
     all -inf is -inf; only a target without edges gets 0.  A dot product over 0 features is 0."""
     nan, inf = float("nan"), float("inf")
+    dev = DEVICE if backend == "triton" else "cpu"    # Triton: the GPU's kernels, else the interpreter
     # targets: 0 <- {1, 2} (a NaN score), 1 <- {0, 2} (finite), 2 <- {0, 1} (all -inf), 3: no edges
-    ei = torch.tensor([[1, 2, 0, 2, 0, 1], [0, 0, 1, 1, 2, 2]])
-    scores = torch.tensor([nan, 1.0, 0.0, math.log(3.0), -inf, -inf])
-    alpha = sg.edge_softmax(ei, scores, num_nodes=4, backend=backend)
+    ei = torch.tensor([[1, 2, 0, 2, 0, 1], [0, 0, 1, 1, 2, 2]], device=dev)
+    scores = torch.tensor([nan, 1.0, 0.0, math.log(3.0), -inf, -inf], device=dev)
+    alpha = sg.edge_softmax(ei, scores, num_nodes=4, backend=backend).cpu()
     assert alpha[:2].isnan().all() and alpha[4:].isnan().all()
     assert torch.allclose(alpha[2:4], torch.tensor([0.25, 0.75]))
-    x = torch.tensor([[-inf, 1.0], [-inf, 2.0], [5.0, -inf], [7.0, 7.0]])
-    out = sg.spmm(Graph.from_edge_index(ei, num_nodes=4), x, reduce="max", backend=backend)
+    x = torch.tensor([[-inf, 1.0], [-inf, 2.0], [5.0, -inf], [7.0, 7.0]], device=dev)
+    out = sg.spmm(Graph.from_edge_index(ei, num_nodes=4), x, reduce="max", backend=backend).cpu()
     expected = torch.tensor([[5.0, 2.0], [5.0, 1.0], [-inf, 2.0], [0.0, 0.0]])
     assert torch.equal(out, expected)
-    empty = torch.ones(4, 0)
-    assert torch.equal(sg.sddmm(ei, empty, empty, backend=backend), torch.zeros(6))
+    empty = torch.ones(4, 0, device=dev)
+    assert torch.equal(sg.sddmm(ei, empty, empty, backend=backend).cpu(), torch.zeros(6))
