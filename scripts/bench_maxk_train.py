@@ -17,7 +17,8 @@ PyG gets ``--pyg-inputs`` (default ``adj_t``: a torch.sparse CSR adjacency, its 
 ``edge_index`` materialises [E, 256] messages, 117 GB on the Reddit stand-in). Features and
 labels are random (the stand-in's widths: 602 features, 41 classes); dropout 0.5 everywhere.
 Each provider is timed as in ``bench_train.measure`` (median of ``--epochs`` epochs after
-``--warmup``). Writes ``maxk_train.json`` (rows + meta), ``maxk_train.md`` and
+``--warmup``). ``--matmul-precision high`` lets cuBLAS use TF32 for every provider's fp32
+GEMMs (ours and PyG's alike; the default ``highest`` keeps them fp32). Writes ``maxk_train.json`` (rows + meta), ``maxk_train.md`` and
 ``maxk_train.png`` under ``--out``::
 
     PYTHONPATH=src python scripts/bench_maxk_train.py --out /tmp/maxk
@@ -127,7 +128,9 @@ def markdown(rows: List[dict], meta: Dict[str, object]) -> str:
              "", "Median ms of one full-graph epoch (forward, loss, backward, Adam); `scripts/bench_maxk_train.py`. "
              "MaxK / ReLU rows: MaxK-GNN's structure (lin_in, 3 x [nonlinearity, dropout 0.5, SAGEConv mean, "
              "LayerNorm], lin_out; hidden 256); `ours_graphsage`: our stock GraphSAGE (3 x SAGEConv, hidden 256); "
-             "PyG with its fast `adj_t` input. Random features (602) and labels (41).", "",
+             "PyG with its fast `adj_t` input. Random features (602) and labels (41). "
+             f"fp32 GEMMs at matmul precision `{meta.get('matmul_precision', 'highest')}` for every provider "
+             "(`high`: TF32).", "",
              "| provider | input | epoch ms | first epoch ms | peak MB | x ours_relu | x ours_graphsage | x fastest PyG | error |",
              "|---|---|---|---|---|---|---|---|---|"]
     fastest_pyg = min((r["ms"] for r in pyg), default=None)
@@ -182,14 +185,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default="/tmp/sparsegnn-out")
+    parser.add_argument("--matmul-precision", default="highest", choices=["highest", "high"],
+                        help="torch.set_float32_matmul_precision for every provider, ours and PyG's alike: "
+                             "'high' lets cuBLAS use TF32 for the fp32 GEMMs (default: %(default)s, true fp32)")
     args = parser.parse_args(argv)
+    torch.set_float32_matmul_precision(args.matmul_precision)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = run(args)
     first = rows[0] if rows else {}
     meta = {"script": "scripts/bench_maxk_train.py", "device": torch.cuda.get_device_name(), "graph": args.graph,
             "nodes": first.get("nodes", 0), "edges": first.get("edges", 0), "warmup": args.warmup,
-            "epochs": args.epochs, "versions": layers.versions()}
+            "epochs": args.epochs, "matmul_precision": args.matmul_precision, "versions": layers.versions()}
     (out / "maxk_train.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     text = markdown(rows, meta)
     (out / "maxk_train.md").write_text(text)

@@ -109,9 +109,40 @@ def step():
     opt.step()
     sync()
 
+def step_parts():  # the same step with a sync after each part: where the first step's time goes
+    marks = [("start", time.perf_counter())]
+    def mark(name):
+        sync()
+        marks.append((name, time.perf_counter()))
+    opt.zero_grad()
+    h = F.relu(conv1(x, edge_index))
+    mark("layer 1 forward + relu")
+    out = conv2(h, edge_index)
+    mark("layer 2 forward")
+    loss = F.cross_entropy(out, y)
+    mark("cross entropy")
+    loss.backward()
+    mark("backward")
+    opt.step()
+    mark("Adam step")
+    return {name: t - marks[i][1] for i, (name, t) in enumerate(marks[1:])}
+
 import os
+first_step_parts = None
 _prof_out = os.environ.get("FIRST_CALL_PROFILE")
-if _prof_out:  # where the first step's time goes (cProfile, top entries by cumulative and own time)
+_ops_out = os.environ.get("FIRST_CALL_OPS")
+if os.environ.get("FIRST_CALL_PARTS"):
+    first_step_parts = step_parts()
+elif _ops_out:  # torch.profiler: each op's host time in the first step (a first launch loads its module)
+    from torch.profiler import ProfilerActivity, profile as _profile
+    _acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with _profile(activities=_acts) as _p:
+        step()
+    _avg = _p.key_averages()
+    _kernels = sorted({e.name for e in _p.events() if e.device_type.name == "CUDA"})
+    open(_ops_out, "w").write(_avg.table(sort_by="self_cpu_time_total", row_limit=45, max_name_column_width=90)
+                              + "\nCUDA kernels launched (%d):\n" % len(_kernels) + "\n".join(_kernels) + "\n")
+elif _prof_out:  # where the first step's time goes (cProfile, top entries by cumulative and own time)
     import cProfile, io, pstats
     _prof = cProfile.Profile()
     _prof.runcall(step)
@@ -133,6 +164,7 @@ print(json.dumps({
     "second_step_ms": 1000.0 * (t_second - t_first),
     "floor_step_s": floor_step_s,
     "prewarm_wait_s": prewarm_wait_s,
+    "first_step_parts_s": first_step_parts,
     "import_sparsegnn_to_first_step_s": t_first - t_torch,
     "import_torch_to_first_step_s": t_first - t_start,
     "triton_key": triton_key_state,
@@ -143,14 +175,24 @@ print(json.dumps({
 
 
 def run_child(device: str, cache_root: Path, timeout: float, library: str = "sparsegnn",
-              preload: bool = False, profile: Optional[str] = None) -> Dict[str, object]:
+              preload: bool = False, profile: Optional[str] = None, parts: bool = False,
+              ops: Optional[str] = None) -> Dict[str, object]:
     """One fresh process with the caches under ``cache_root``; its JSON, or an ``error``.
 
-    With ``profile``, the first step runs under cProfile and the statistics go to that file."""
+    With ``profile``, the first step runs under cProfile and the statistics go to that file. With
+    ``parts``, the first step synchronises after each part (forward of each layer, loss, backward,
+    Adam) and reports their times (``first_step_parts_s``). With ``ops``, the first step runs under
+    ``torch.profiler`` and its op table (by own host time) and CUDA kernel names go to that file."""
     env = dict(os.environ)
     env.pop("FIRST_CALL_PROFILE", None)
+    env.pop("FIRST_CALL_PARTS", None)
+    env.pop("FIRST_CALL_OPS", None)
+    if ops:
+        env["FIRST_CALL_OPS"] = ops
     if profile:
         env["FIRST_CALL_PROFILE"] = profile
+    if parts:
+        env["FIRST_CALL_PARTS"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p)
     env["TRITON_CACHE_DIR"] = str(cache_root / "triton")
     env["SPARSEGNN_CACHE"] = str(cache_root / "sparsegnn")
@@ -199,6 +241,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--profile", default=None,
                         help="also run a warm and a cold process whose first step is profiled; statistics to this "
                              "file and to its name with .cold.txt")
+    parser.add_argument("--parts", action="store_true",
+                        help="also run ours, PyG's and the floor's warm step with a sync after each part "
+                             "(forwards, loss, backward, Adam) and print where the first step's time goes")
+    parser.add_argument("--ops", default=None,
+                        help="also run ours' and the floor's warm step under torch.profiler; the op tables to this "
+                             "file's name with .ours.txt and .floor.txt")
     args = parser.parse_args(argv)
 
     cache_root = Path(tempfile.mkdtemp(prefix="sparsegnn-first-call-"))
@@ -239,6 +287,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         for extra in range(1, args.repeat + 1):
             runs["torch floor (no aggregation)" + (f" #{extra}" if extra > 1 else "")] = run_child(
                 args.device, cache_root, args.timeout, "torch")
+        if args.ops:
+            for label, library in (("ours", "sparsegnn"), ("floor", "torch")):
+                runs[f"{label}, ops profiled"] = run_child(args.device, cache_root, args.timeout, library,
+                                                           ops=str(Path(args.ops).with_suffix(f".{label}.txt")))
+        if args.parts:
+            for extra in range(1, args.repeat + 1):
+                for label, library in (("ours", "sparsegnn"), ("PyG", "pyg"), ("torch floor", "torch")):
+                    if library == "pyg" and args.no_pyg:
+                        continue
+                    runs[f"{label}, parts" + (f" #{extra}" if extra > 1 else "")] = run_child(
+                        args.device, cache_root, args.timeout, library, parts=True)
     finally:
         if args.keep:
             print(f"caches kept in {cache_root}", file=sys.stderr)
@@ -264,6 +323,14 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"| {r.get('triton_key', '')} |"
               + (f" (the floor's step first: {r['floor_step_s']:.2f} s, after a prewarm wait of "
                  f"{r.get('prewarm_wait_s') or 0:.2f} s)" if r.get("floor_step_s") else ""))
+    parted = {name: r["first_step_parts_s"] for name, r in runs.items() if r.get("first_step_parts_s")}
+    if parted:
+        names = list(next(iter(parted.values())))
+        print("\nwarm first step in parts (a sync after each; ms)")
+        print("| process | " + " | ".join(names) + " | sum |")
+        print("|---" * (len(names) + 2) + "|")
+        for name, p in parted.items():
+            print(f"| {name} | " + " | ".join(f"{1000 * p[n]:.1f}" for n in names) + f" | {1000 * sum(p.values()):.1f} |")
     return 0 if not any(r.get("error") for name, r in runs.items() if not name.startswith("PyG")) else 1
 
 
