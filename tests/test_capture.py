@@ -290,6 +290,37 @@ def test_host_sync_in_the_step_is_a_clear_error():
 
 
 @needs_cuda
+def test_failed_captures_give_their_memory_back_and_leave_the_thread_on_its_stream():
+    """A step that allocates 64 MB and then syncs fails to capture, five times: before, each
+    failure kept its capture's pool (torch releases only a pool whose capture ended) and left
+    the thread on torch's capture stream."""
+    w = torch.ones(1, device="cuda", requires_grad=True)
+
+    def step():
+        buf = torch.ones(16 << 20, device="cuda")          # 64 MB in the capture's pool
+        loss = (buf * w).sum()
+        loss.backward()
+        float(loss)                                         # a host sync: not capturable
+        return loss
+
+    def fail_once():
+        with pytest.raises(ValueError, match=r"CapturedStep\(\): capturing the step failed"):
+            capture_step(step, warmup=1)
+        assert torch.cuda.current_stream() == torch.cuda.default_stream()
+
+    fail_once()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    reserved = torch.cuda.memory_reserved()
+    for _ in range(5):
+        fail_once()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() <= reserved + (16 << 20)
+    assert 0 < int((torch.nn.functional.dropout(torch.ones(256, device="cuda"), 0.5) == 0).sum()) < 256
+
+
+@needs_cuda
 @pytest.mark.slow
 def test_capture_training_reaches_eager_accuracy_on_cora():
     data = sparsegnn.datasets.load("cora")

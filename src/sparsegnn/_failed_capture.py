@@ -15,6 +15,12 @@ a test after the tuner's failed-capture tests failed in ``torch.randn``).
 The cure uses only public API: an empty capture on the same device, whose successful
 ``capture_end`` runs the generator's capture epilogue.  The generator keeps its state object,
 seed and offset, so graphs captured before keep replaying from the same stream of numbers.
+
+The same failed ``capture_end`` also leaves the capture's memory pool held: torch tells the
+allocator the capture is over, and releases the pool, only for a capture that ended.  The pool
+kept whatever the capture had allocated (a whole forward's activations, for a replay recording)
+until the process ended, and the allocator kept the capture in its list of those under way.
+:class:`CleanupCUDAGraph` does both when its ``capture_end`` fails.
 """
 from __future__ import annotations
 
@@ -41,6 +47,38 @@ def end_failed_capture(device: Optional[int] = None) -> None:
         graph.capture_end()
     torch.cuda.current_stream(index).wait_stream(stream)
     del graph
+
+
+def release_failed_capture(device: int, pool) -> None:
+    """After a capture on ``device`` into ``pool`` whose ``capture_end`` raised: the allocator
+    told that the capture is over, the capture's hold on the pool dropped (its memory returns to
+    the allocator's cache), and :func:`end_failed_capture`."""
+    for release in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
+        try:
+            getattr(torch._C, release)(device, pool)
+        except Exception:  # noqa: BLE001 - a torch that ended the pool itself
+            pass
+    end_failed_capture(device)
+
+
+class CleanupCUDAGraph(torch.cuda.CUDAGraph):
+    """``torch.cuda.CUDAGraph`` whose ``capture_end``, when it fails, first runs
+    :func:`release_failed_capture` (pool and generator) and then raises as before."""
+
+    def capture_begin(self, pool=None, capture_error_mode: str = "global") -> None:
+        # the pool's id kept here: torch's pool() refuses to answer before a successful capture
+        self._pool_id = torch.cuda.graph_pool_handle() if pool is None else pool
+        super().capture_begin(pool=self._pool_id, capture_error_mode=capture_error_mode)
+
+    def capture_end(self) -> None:
+        try:
+            super().capture_end()
+        except BaseException:
+            try:
+                release_failed_capture(torch.cuda.current_device(), self._pool_id)
+            except Exception:  # noqa: BLE001 - the capture's error is the one to report
+                pass
+            raise
 
 
 @contextmanager

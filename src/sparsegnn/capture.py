@@ -53,7 +53,7 @@ from typing import Callable, Dict, Iterable, Optional
 import torch
 from torch import Tensor, nn
 
-from ._failed_capture import failed_capture_guard
+from ._failed_capture import CleanupCUDAGraph, failed_capture_guard
 from ._checks import check
 from ._streams import side_stream
 from .nn.norm import padded_nodes
@@ -174,7 +174,7 @@ class CapturedStep:
             self._eager_step()
         if self.optimizer is not None:
             self.optimizer.zero_grad(set_to_none=True)
-        graph = torch.cuda.CUDAGraph()
+        graph = CleanupCUDAGraph()
         try:
             # thread_local: a loader thread sampling the next batch (host syncs, allocations) meanwhile
             # must not invalidate this capture

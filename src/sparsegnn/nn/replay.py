@@ -55,7 +55,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.stateless import _reparametrize_module
 
-from .._failed_capture import failed_capture_guard
+from .._failed_capture import CleanupCUDAGraph, failed_capture_guard
 from .._streams import side_stream
 from ..graph import Graph
 from . import _graph_input
@@ -327,11 +327,11 @@ def _record(model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwarg
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
     pool = torch.cuda.graph_pool_handle()
-    fwd = torch.cuda.CUDAGraph()
+    fwd = CleanupCUDAGraph()
     with failed_capture_guard(), torch.cuda.graph(fwd, pool=pool, capture_error_mode="thread_local"):
         out = run()
     grad_out = torch.empty_like(out)
-    bwd = torch.cuda.CUDAGraph()
+    bwd = CleanupCUDAGraph()
     with failed_capture_guard(), torch.cuda.graph(bwd, pool=pool, capture_error_mode="thread_local"):
         grads = torch.autograd.grad(out, leaves, grad_outputs=grad_out, allow_unused=True)
     used = tuple(p for p, g in zip(trained, grads) if g is not None)

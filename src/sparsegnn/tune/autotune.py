@@ -38,7 +38,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .._failed_capture import end_failed_capture
+from .._failed_capture import CleanupCUDAGraph
 from .._streams import side_stream
 from ..kernels import interpreting
 from .features import graph_stats_cached, signature
@@ -343,39 +343,29 @@ def _captured(run: Callable[[Dict[str, int]], object], config: Dict[str, int]):
 
     Captured on the library's side stream (``_streams.side_stream``) with
     ``capture_begin``/``capture_end`` directly: ``torch.cuda.graph`` would also run the garbage
-    collector and empty the allocator's cache, each time.  The memory pool is this capture's own; when the capture fails, ``capture_end``
-    raises before telling the allocator the capture is over, so that is done here and the
-    pool released (else the allocator would defer frees as if a capture ran for good), and
-    before telling the random number generator (``_failed_capture.end_failed_capture``)."""
+    collector and empty the allocator's cache, each time.  The memory pool is this capture's
+    own; a failed ``capture_end`` releases it and the random number generator's capture
+    (``_failed_capture.CleanupCUDAGraph``)."""
     device = torch.cuda.current_device()
     stream = side_stream(device)
-    graph, pool = torch.cuda.CUDAGraph(), torch.cuda.graph_pool_handle()
+    graph = CleanupCUDAGraph()
     stream.wait_stream(torch.cuda.current_stream())
-    ok = ended = False
+    ok = False
     try:
         with torch.cuda.stream(stream):
-            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+            graph.capture_begin(pool=torch.cuda.graph_pool_handle(), capture_error_mode="thread_local")
             try:
                 run(config)
             finally:
                 graph.capture_end()
-                ended = True
             ok = True
     except Exception:  # noqa: BLE001 - not capturable: the caller times eager calls instead
         pass
     torch.cuda.current_stream().wait_stream(stream)
     if ok:
         return graph
-    if not ended:
-        for release in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
-            try:
-                getattr(torch._C, release)(device, pool)
-            except Exception:  # noqa: BLE001 - a torch that ended the pool itself
-                pass
     del graph
     torch.cuda.synchronize()
-    if not ended:       # else the user's next dropout on this device fails (see _failed_capture)
-        end_failed_capture(device)
     return None
 
 
