@@ -51,24 +51,40 @@ def end_failed_capture(device: Optional[int] = None) -> None:
 
 def release_failed_capture(device: int, pool) -> None:
     """After a capture on ``device`` into ``pool`` whose ``capture_end`` raised: the allocator
-    told that the capture is over, the capture's hold on the pool dropped (its memory returns to
-    the allocator's cache), and :func:`end_failed_capture`."""
-    for release in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
+    told that the capture is over and, only then, the capture's hold on the pool dropped (its
+    memory returns to the allocator's cache); then :func:`end_failed_capture`.
+
+    torch 2.11 raises on the failed stream capture before it tells the allocator (so the pool is
+    released here, as measured on the H100).  Where the allocator had already been told (a
+    ``capture_end`` that failed later, in the graph's instantiation, or a torch that ends the
+    pool on every path), the release is left to torch: a second one could free a pool that
+    another graph sharing it still replays into."""
+    try:
+        torch._C._cuda_endAllocateToPool(device, pool)
+    except Exception:  # noqa: BLE001 - "not currently recording": torch ended it and owns the release
+        pass
+    else:
         try:
-            getattr(torch._C, release)(device, pool)
-        except Exception:  # noqa: BLE001 - a torch that ended the pool itself
+            torch._C._cuda_releasePool(device, pool)
+        except Exception:  # noqa: BLE001
             pass
     end_failed_capture(device)
 
 
 class CleanupCUDAGraph(torch.cuda.CUDAGraph):
     """``torch.cuda.CUDAGraph`` whose ``capture_end``, when it fails, first runs
-    :func:`release_failed_capture` (pool and generator) and then raises as before."""
+    :func:`release_failed_capture` (pool and generator) and then raises as before.
 
-    def capture_begin(self, pool=None, capture_error_mode: str = "global") -> None:
-        # the pool's id kept here: torch's pool() refuses to answer before a successful capture
-        self._pool_id = torch.cuda.graph_pool_handle() if pool is None else pool
-        super().capture_begin(pool=self._pool_id, capture_error_mode=capture_error_mode)
+    Not covered: a failure inside ``capture_begin`` itself, and the pinned host memory pool that
+    newer torch versions also open for a capture (no Python call ends it)."""
+
+    def capture_begin(self, pool=None, *args, **kwargs) -> None:
+        # every argument torch passes goes through (torch 2.13 added check_input_liveness); the
+        # pool's id is kept here because torch's pool() refuses to answer before a successful capture
+        if pool is None:
+            pool = torch.cuda.graph_pool_handle()
+        self._pool_id = getattr(pool, "id", pool)     # a torch.cuda.MemPool, or a pool handle
+        super().capture_begin(pool, *args, **kwargs)
 
     def capture_end(self) -> None:
         try:
@@ -84,20 +100,26 @@ class CleanupCUDAGraph(torch.cuda.CUDAGraph):
 @contextmanager
 def failed_capture_guard(device: Optional[int] = None) -> Iterator[None]:
     """Entered just before ``torch.cuda.graph(...)``: when the capture raises, the calling thread's
-    current stream is set back to the one it had here, and :func:`end_failed_capture` runs,
-    before the error goes on (an error of that cleanup never hides the capture's own).
+    current device and every device's current stream are set back to what they were here, and
+    :func:`end_failed_capture` runs, before the error goes on (an error of that cleanup never
+    hides the capture's own).
 
     The stream: ``torch.cuda.graph.__exit__`` calls ``capture_end`` before it leaves its stream
     context, so a failed ``capture_end`` left the thread on torch's capture stream for good
     (torch 2.11): every later op of the thread ran there, and a replaying layer, which records
-    only on the default stream, never recorded again (seen on the GPU, stop 49)."""
-    stream = torch.cuda.current_stream(device)
+    only on the default stream, never recorded again (seen on the GPU, stop 49).  Torch's capture
+    stream belongs to the device that was current when it was first made, so the context can have
+    switched the current device too."""
+    current = torch.cuda.current_device()
+    streams = [torch.cuda.current_stream(d) for d in range(torch.cuda.device_count())]
     try:
         yield
     except BaseException:
         try:
-            if torch.cuda.current_stream(device) != stream:
-                torch.cuda.set_stream(stream)
+            for stream in streams:
+                if torch.cuda.current_stream(stream.device) != stream:
+                    torch.cuda.set_stream(stream)        # this also makes stream.device current
+            torch.cuda.set_device(current)
             end_failed_capture(device)
         except Exception:  # noqa: BLE001 - the capture's error is the one to report
             pass
