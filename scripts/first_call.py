@@ -102,18 +102,7 @@ conv1 = layers.GCNConv(x.shape[1], 16).to(device)
 conv2 = layers.GCNConv(16, data.num_classes).to(device)
 opt = torch.optim.Adam(list(conv1.parameters()) + list(conv2.parameters()), lr=0.01)
 
-def step():
-    opt.zero_grad()
-    out = conv2(F.relu(conv1(x, edge_index)), edge_index)
-    F.cross_entropy(out, y).backward()
-    opt.step()
-    sync()
-
-def step_parts():  # the same step with a sync after each part: where the first step's time goes
-    marks = [("start", time.perf_counter())]
-    def mark(name):
-        sync()
-        marks.append((name, time.perf_counter()))
+def step(mark=lambda part: None):  # mark(part) after each part: a no-op unless timed in parts
     opt.zero_grad()
     h = F.relu(conv1(x, edge_index))
     mark("layer 1 forward + relu")
@@ -124,7 +113,15 @@ def step_parts():  # the same step with a sync after each part: where the first 
     loss.backward()
     mark("backward")
     opt.step()
+    sync()
     mark("Adam step")
+
+def step_parts():  # the same step with a sync after each part: where the first step's time goes
+    marks = [("start", time.perf_counter())]
+    def mark(name):
+        sync()
+        marks.append((name, time.perf_counter()))
+    step(mark)
     return {name: t - marks[i][1] for i, (name, t) in enumerate(marks[1:])}
 
 import os
