@@ -1,18 +1,16 @@
 """scripts/bench_minibatch.py: the mini-batch epoch benchmark runs end to end and reports honestly."""
-import importlib.util
 import json
 import sys
 from pathlib import Path
+
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _module():
     sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location("bench_minibatch_under_test", ROOT / "scripts" / "bench_minibatch.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_minibatch", "bench_minibatch_under_test")
 
 
 def test_quick_run_rows_and_phase_split(tmp_path):

@@ -5,13 +5,11 @@ CPU tests check the errors, that every compile mode computes the eager losses (t
 through the ``aot_eager`` backend: no C++ compiler needed) and the benchmark's smoke run and
 report. GPU tests check CUDA-graph replays against eager steps, loss for loss.
 """
-import importlib.util
 import json
 import math
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,7 +21,8 @@ from sparsegnn.datasets import NodeDataset, random_graph
 from sparsegnn.optim import LeanAdam
 from sparsegnn.training import build_model, make_optimizer, make_train_step, train_node_classifier
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_script
+
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="CUDA graphs need a GPU")
 
@@ -344,10 +343,7 @@ def test_torch_compile_matches_eager_on_gpu(mode, fresh_dynamo):
 
 # ---------------------------------------------------------------------------- bench_train.py
 def _bench_module():
-    spec = importlib.util.spec_from_file_location("bench_train_under_test", ROOT / "scripts" / "bench_train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_train", "bench_train_under_test")
 
 
 def test_bench_train_quick_smoke(tmp_path, fresh_dynamo, capsys):

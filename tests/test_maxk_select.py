@@ -1,18 +1,12 @@
 """scripts/maxk_select.py: each model's setting is chosen on validation only, and the gap is paired by seed."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("maxk_select_under_test", ROOT / "scripts" / "maxk_select.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("maxk_select", "maxk_select_under_test")
 
 
 def _run(seed, val, test):
