@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 import time
-from pathlib import Path
 from typing import List
 
 import torch
 
 from sparsegnn.datasets import load
-from sparsegnn.maxk_sweep import device_name, maxk_sweep
+from sparsegnn.maxk_sweep import device_name, maxk_sweep, write_report
 
 DATASETS = ("cora", "citeseer", "deezer", "wikipedia", "lastfm")
 
@@ -103,11 +101,8 @@ def main(argv: List[str] = None) -> int:
         "date": datetime.date.today().isoformat(), "wall_s": time.perf_counter() - start,
     }
     report = {"settings": settings, "rows": rows, "sweeps": sweeps}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "maxk_accuracy.json").write_text(json.dumps(report, indent=1))
     text = markdown(report)
-    (out / "maxk_accuracy.md").write_text(text)
+    write_report(args.out, "maxk_accuracy", report, text)
     print(text)
     return 0
 

@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from sparsegnn.datasets import load
-from sparsegnn.maxk_sweep import device_name
+from sparsegnn.maxk_sweep import device_name, write_report
 from sparsegnn.training import train_node_classifier
 
 SHIPPED = (0.5, 5e-4)          # maxk_accuracy.py's dropout and weight decay
@@ -118,11 +116,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         report["datasets"][name] = {"grid": grid, "chosen": {m: list(v) for m, v in chosen.items()},
                                     "evaluation": evaluation}
     report["settings"]["wall_s"] = time.perf_counter() - start
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "maxk_select.json").write_text(json.dumps(report, indent=1))
     text = markdown(report)
-    (out / "maxk_select.md").write_text(text)
+    write_report(args.out, "maxk_select", report, text)
     print(text)
     return 0
 

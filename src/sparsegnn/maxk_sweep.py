@@ -169,16 +169,24 @@ def plot(result: Dict[str, object], path) -> None:
     plt.close(fig)
 
 
+def write_report(out_dir, stem: str, report: Dict[str, object], text: str) -> Dict[str, Path]:
+    """``<out_dir>/<stem>.json`` (``report``) and ``<stem>.md`` (``text``), the folder made if
+    needed; returns the two paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md"}
+    paths["json"].write_text(json.dumps(report, indent=1))
+    paths["md"].write_text(text)
+    return paths
+
+
 def write_sweep(result: Dict[str, object], out_dir, stem: str = "maxk_sweep") -> Dict[str, Path]:
     """``<out_dir>/<stem>.json``, ``.md`` and ``.png`` (the plot skipped, with a note on stderr,
     when matplotlib is missing); returns the paths written."""
     import sys
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md"}
-    paths["json"].write_text(json.dumps(result, indent=1))
-    paths["md"].write_text(markdown(result))
+    paths = write_report(out, stem, result, markdown(result))
     try:
         plot(result, out / f"{stem}.png")
         paths["png"] = out / f"{stem}.png"
