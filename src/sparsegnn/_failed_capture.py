@@ -98,7 +98,7 @@ class CleanupCUDAGraph(torch.cuda.CUDAGraph):
 
 
 @contextmanager
-def failed_capture_guard(device: Optional[int] = None) -> Iterator[None]:
+def failed_capture_guard() -> Iterator[None]:
     """Entered just before ``torch.cuda.graph(...)``: when the capture raises, the calling thread's
     current device and every device's current stream are set back to what they were here, and
     :func:`end_failed_capture` runs, before the error goes on (an error of that cleanup never
@@ -120,7 +120,7 @@ def failed_capture_guard(device: Optional[int] = None) -> Iterator[None]:
                 if torch.cuda.current_stream(stream.device) != stream:
                     torch.cuda.set_stream(stream)        # this also makes stream.device current
             torch.cuda.set_device(current)
-            end_failed_capture(device)
+            end_failed_capture(current)
         except Exception:  # noqa: BLE001 - the capture's error is the one to report
             pass
         raise
