@@ -177,28 +177,51 @@ def test_spmm_of_cbsr_rejects_what_it_cannot_do():
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA CBSR kernel needs a GPU (and CuPy)")
-@pytest.mark.parametrize("k", [5, 32, 40, 130])
-def test_cuda_cbsr_spgemm_matches_float64_and_is_deterministic(k):
-    """The shared-memory CUDA forward (rows heaviest first, a hub included, k below, at and
-    above one warp's width) against float64, run twice bit-equal."""
+@pytest.mark.parametrize("k,cols,edges,weighted,mean", [(5, 200, 4000, True, False), (32, 200, 4000, True, False),
+                                                        (40, 200, 4000, True, False), (130, 200, 4000, True, False),
+                                                        (1, 20, 30000, False, True), (31, 256, 30000, True, True),
+                                                        (32, 256, 30000, False, False), (32, 33, 700, True, False)])
+def test_cuda_cbsr_spgemm_matches_float64_and_is_deterministic(k, cols, edges, weighted, mean):
+    """The shared-memory CUDA forward (rows heaviest first) against float64, run twice bit-equal:
+    a hub, k below, at and above one warp's width, rows of ~100 edges (several batches), a source
+    repeated in a row (equal columns in consecutive steps), edge weights or none, a mean's row
+    scale, a kept inf (only the rows that read it may hold inf)."""
     from sparsegnn.kernels import cbsr_cuda
     from sparsegnn.ops._dispatch import plan_of
+    from sparsegnn.ops.cbsr import _kernel_weights
 
     if not cbsr_cuda.available():
         pytest.skip("CuPy is not installed")
-    ei, w = sg.datasets.random_graph(300, 4000, seed=11, num_isolated=3, num_empty_rows=5, num_self_loops=4,
+    ei, w = sg.datasets.random_graph(300, edges, seed=11, num_isolated=3, num_empty_rows=5, num_self_loops=4,
                                      num_duplicates=9, weighted=True)
     hub = torch.stack([torch.arange(300), torch.full((300,), 7)])
-    ei, w = torch.cat([ei, hub], 1), torch.cat([w, torch.rand(300) + 0.5])
+    dup = torch.tensor([[4, 4, 4, 9, 9], [2, 2, 2, 2, 2]])   # the same source thrice in a row
+    ei, w = torch.cat([ei, hub, dup], 1), torch.cat([w, torch.rand(305) + 0.5])
+    if not weighted:
+        w = None
     g = Graph.from_edge_index(ei, w, num_nodes=300).to(DEVICE)
-    c = sg.maxk(torch.randn(300, 200, device=DEVICE), k)
+    h = torch.randn(300, cols, device=DEVICE)
+    h[11, :3] = float("inf")   # a kept inf: must not leak NaN into rows that do not read it
+    c = sg.maxk(h, k)
     plan = plan_of(g)
-    run = lambda: cbsr_cuda.spgemm_cbsr_cuda(g.rowptr, plan.rows_by_degree, plan.col32, g.edge_val, c.values,  # noqa: E731
-                                            c.index, 300, 200)
+    weight, scale = _kernel_weights(g, g.edge_val, "mean" if mean else "sum")
+    run = lambda: cbsr_cuda.spgemm_cbsr_cuda(g.rowptr, plan.rows_by_degree, plan.col32, weight, c.values,  # noqa: E731
+                                            c.index, 300, cols, scale)
     out = run()
     assert torch.equal(out, run())
-    want = dense_adjacency(ei, 300, w) @ c.to_dense().double().cpu()
-    assert float((out.double().cpu() - want).norm() / want.norm()) < 1e-6
+    adj = dense_adjacency(ei, 300, w)
+    if mean:
+        adj = adj / dense_adjacency(ei, 300).sum(1, keepdim=True).clamp(min=1)
+    x = c.to_dense().double().cpu()
+    reads_inf, inf_cols = adj[:, 11] != 0, torch.isinf(x[11])
+    assert reads_inf.any() and inf_cols.sum() == min(k, 3)
+    x[11, inf_cols] = 0.0
+    want = adj @ x
+    got = out.double().cpu()
+    assert torch.isinf(got[reads_inf][:, inf_cols]).all() and torch.isfinite(got[~reads_inf]).all()
+    assert torch.isfinite(got[:, ~inf_cols]).all()
+    keep = ~(reads_inf[:, None] & inf_cols[None, :])
+    assert float((got[keep] - want[keep]).norm() / want[keep].norm()) < 1e-6
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA CBSR kernels need a GPU (and CuPy)")
