@@ -369,6 +369,8 @@ extern "C" __global__ void cbsr_densify(
 ROOT_TILE = 128
 
 WARPS = 8
+#: At most this many blocks of the row-per-warp kernels an SM (their warps loop over the rows).
+BLOCKS_PER_SM = 8
 
 
 @functools.lru_cache(maxsize=None)
@@ -417,15 +419,15 @@ def _run(kernel, num_rows: int, like: Tensor, rowptr: Tensor, order: Tensor, col
          row_scale: Optional[Tensor], tensors, ints, shared_mem: int) -> None:
     """Launch a row-per-warp kernel of this module on the current torch stream: arguments
     ``rowptr, order, col, w, row_scale, *tensors, num_rows, *ints, has_w, has_s`` (``like``
-    stands in for a missing ``w`` / ``row_scale``), ``WARPS`` warps per block, at most 8
-    blocks per SM (warps loop over the rows)."""
+    stands in for a missing ``w`` / ``row_scale``), ``WARPS`` warps per block, at most
+    ``BLOCKS_PER_SM`` blocks per SM (warps loop over the rows)."""
     import cupy
 
     ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
     w = weight.contiguous() if weight is not None else like
     scale = row_scale.contiguous() if row_scale is not None else like
     sms = torch.cuda.get_device_properties(like.device).multi_processor_count
-    blocks = min((num_rows + WARPS - 1) // WARPS, sms * 8)
+    blocks = min((num_rows + WARPS - 1) // WARPS, sms * BLOCKS_PER_SM)
     args = ((ptr(rowptr), ptr(order), ptr(col32), ptr(w), ptr(scale)) + tuple(ptr(t) for t in tensors)
             + (cupy.int32(num_rows),) + tuple(cupy.int32(v) for v in ints)
             + (cupy.int32(weight is not None), cupy.int32(row_scale is not None)))
