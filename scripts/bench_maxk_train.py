@@ -65,8 +65,10 @@ class PygMaxKStructure(nn.Module):
         return self.lin_out(x)
 
 
-def providers(ks: List[int], with_pyg: bool) -> List[str]:
-    out = [f"ours_maxk_k{k}" for k in ks] + ["ours_maxk_k32_capture", "ours_relu", "ours_graphsage"]
+def providers(ks: List[int], with_pyg: bool, compiled: bool = False) -> List[str]:
+    out = [f"ours_maxk_k{k}" for k in ks] + ["ours_maxk_k32_capture"]
+    out += ["ours_maxk_k32_compile"] if compiled else []
+    out += ["ours_relu", "ours_graphsage"]
     return out + (["pyg_relu", "pyg_graphsage"] if with_pyg else [])
 
 
@@ -93,11 +95,11 @@ def run(args: argparse.Namespace) -> List[Dict[str, object]]:
     except Exception:  # noqa: BLE001 - PyG is optional
         pyg_nn = None
     rows: List[Dict[str, object]] = []
-    for provider in providers([int(k) for k in args.ks.split(",")], pyg_nn is not None):
+    for provider in providers([int(k) for k in args.ks.split(",")], pyg_nn is not None, args.compiled):
         variants = ([(v, f) for v, f in bt.pyg_variants("sage", graph) if v in args.pyg_inputs.split(",")]
                     if provider.startswith("pyg") else [("graph", lambda: layers.bare(graph))])
         for variant, make_graph in variants:
-            mode = "capture" if provider.endswith("_capture") else "none"
+            mode = {"_capture": "capture", "_compile": "default"}.get(provider[provider.rfind("_"):], "none")
 
             def build(provider=provider, make_graph=make_graph, mode=mode) -> Callable[[], Tensor]:
                 torch.manual_seed(args.seed)
@@ -109,7 +111,7 @@ def run(args: argparse.Namespace) -> List[Dict[str, object]]:
             row = dict(graph=args.graph, nodes=graph.num_nodes, edges=graph.num_edges, provider=provider,
                        variant=variant, features=x.shape[1], classes=inputs["classes"], hidden=args.hidden,
                        layers=args.layers)
-            row.update(bt.measure(build, device, args.warmup, args.epochs, uses_compile=False))
+            row.update(bt.measure(build, device, args.warmup, args.epochs, uses_compile=mode == "default"))
             rows.append(row)
             print(json.dumps({key: row[key] for key in ("provider", "variant", "ms", "first_ms", "peak_mb", "error")}),
                   flush=True)
@@ -185,6 +187,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default="/tmp/sparsegnn-out")
+    parser.add_argument("--compiled", action="store_true",
+                        help="also the k = 32 model under torch.compile (inductor, mode 'default')")
     parser.add_argument("--matmul-precision", default="highest", choices=["highest", "high"],
                         help="torch.set_float32_matmul_precision for every provider, ours and PyG's alike: "
                              "'high' lets cuBLAS use TF32 for the fp32 GEMMs (default: %(default)s, true fp32)")

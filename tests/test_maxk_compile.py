@@ -124,6 +124,39 @@ def test_custom_ops_match_the_eager_functions(reduce):
             assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("backend", ["reference", "auto"])
+def test_opcheck_cbsr_linear_and_its_backward(backend):
+    values, index = _cbsr(N, k=4)
+    weight = rand_input(7, F, seed=7)
+    bias = rand_input(7, 1, seed=8)[:, 0].detach().requires_grad_(True)
+    for b in (None, bias):
+        torch.library.opcheck(OPS.cbsr_linear, (values, index, F, weight, b, backend))
+    grad_out = rand_input(N, 7, seed=9, grad=False)
+    for need in [(True, True, True), (True, False, False), (False, True, False), (False, False, True)]:
+        args = (grad_out, values.detach(), index, F, weight.detach(), backend, *need)
+        torch.library.opcheck(OPS.cbsr_linear_backward, args)
+        got = OPS.cbsr_linear_backward(*args)
+        assert [g.shape for g in got] == [values.shape if need[0] else (0,), weight.shape if need[1] else (0,),
+                                          (7,) if need[2] else (0,)]
+
+
+def test_cbsr_linear_op_gradients_and_the_eager_function():
+    """gradcheck of the op's autograd formula (float64), and the op equal to the eager
+    ``cbsr_linear`` (output and gradients) with and without bias."""
+    values, index = _cbsr(N, k=4)
+    weight, bias = rand_input(7, F, seed=7), rand_input(7, 1, seed=8)[:, 0].detach().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda v, w, b: OPS.cbsr_linear(v, index, F, w, b, "reference"),
+                                    (values, weight, bias))
+    up = rand_input(N, 7, seed=10, grad=False)
+    for b in (None, bias):
+        ours = OPS.cbsr_linear(values, index, F, weight, b, "auto")
+        eager = sg.ops.cbsr.cbsr_linear(CBSR(values, index, F), weight, b)
+        torch.testing.assert_close(ours, eager, rtol=1e-12, atol=1e-12)
+        inputs = (values, weight) if b is None else (values, weight, b)
+        for got, want in zip(torch.autograd.grad(ours, inputs, up), torch.autograd.grad(eager, inputs, up)):
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
 # ---------------------------------------------------------------- MaxK-GNN under torch.compile
 @pytest.mark.parametrize("conv", ["sage", "gcn", "gin"])
 def test_compiled_maxkgnn_matches_eager(conv):
@@ -142,6 +175,7 @@ def test_maxkgnn_compiles_into_one_graph_with_the_custom_ops(conv):
     assert explanation.graph_count == 1
     code = "\n".join(str(gm.graph) for gm in explanation.graphs)
     assert code.count("sparsegnn.maxk") == 3 and code.count("sparsegnn.spmm_cbsr") == 3, code
+    assert code.count("sparsegnn.cbsr_linear") == (3 if conv == "sage" else 0), code   # SAGE's root term
 
 
 def test_compiled_maxkgnn_in_training_mode_with_dropout():

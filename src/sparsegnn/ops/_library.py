@@ -36,7 +36,13 @@ Schemas (namespace ``sparsegnn``; ``graph`` is a Graph's key; ``backend`` is the
   ``(dvalues, dw)`` (``ops.cbsr.cbsr_backward``, its outer-product / dense schedule); ``[0]``
   for a gradient not needed.
 
-``spmm``, ``sddmm``, ``edge_softmax``, ``maxk`` and ``spmm_cbsr`` have autograd formulas
+- ``cbsr_linear(Tensor values, Tensor index, int num_cols, Tensor weight, Tensor? bias, str backend) -> Tensor``:
+  ``X W^T + b`` for the CBSR ``X`` (``ops.cbsr.linear_forward``: the CUDA root kernel where
+  ``root_schedule`` says it pays, else densified through cuBLAS).
+- ``cbsr_linear_backward(Tensor grad_out, Tensor values, Tensor index, int num_cols, Tensor weight, str backend, bool need_values, bool need_weight, bool need_bias) -> (Tensor, Tensor, Tensor)``:
+  ``(dvalues, dW, db)`` (``ops.cbsr.linear_backward``); ``[0]`` for a gradient not needed.
+
+``spmm``, ``sddmm``, ``edge_softmax``, ``maxk``, ``spmm_cbsr`` and ``cbsr_linear`` have autograd formulas
 (``register_autograd``) written with these ops (``maxk``'s with plain torch), so the compiled
 backward is traced too; the backward ops themselves are not differentiable (as the eager
 ``once_differentiable`` backward).  Fake (meta)
@@ -414,6 +420,62 @@ def _spmm_cbsr_backward(ctx, grad_out: Tensor):
 spmm_cbsr_op.register_autograd(_spmm_cbsr_backward, setup_context=_spmm_cbsr_setup)
 
 
+# ---------------------------------------------------------------------------- cbsr_linear
+@torch.library.custom_op(f"{_LIB}::cbsr_linear", mutates_args=(),
+                         schema="(Tensor values, Tensor index, int num_cols, Tensor weight, Tensor? bias, str backend) "
+                                "-> Tensor")
+def cbsr_linear_op(values: Tensor, index: Tensor, num_cols: int, weight: Tensor, bias: Optional[Tensor],
+                   backend: str) -> Tensor:
+    from .cbsr import linear_forward
+
+    return _fresh(linear_forward(values, index, num_cols, weight, bias, _backend("cbsr_linear", backend, values)))
+
+
+@cbsr_linear_op.register_fake
+def _(values, index, num_cols, weight, bias, backend):
+    _backend("cbsr_linear", backend, values)
+    return values.new_empty((values.shape[0], weight.shape[0]))
+
+
+@torch.library.custom_op(f"{_LIB}::cbsr_linear_backward", mutates_args=(),
+                         schema="(Tensor grad_out, Tensor values, Tensor index, int num_cols, Tensor weight, str backend, "
+                                "bool need_values, bool need_weight, bool need_bias) -> (Tensor, Tensor, Tensor)")
+def cbsr_linear_backward_op(grad_out: Tensor, values: Tensor, index: Tensor, num_cols: int, weight: Tensor,
+                            backend: str, need_values: bool, need_weight: bool,
+                            need_bias: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    from .cbsr import linear_backward, root_schedule
+
+    cuda = root_schedule(values, index, weight, _backend("cbsr_linear", backend, values)) == "cuda"
+    grads = linear_backward(grad_out, values, index, num_cols, weight.t(), cuda, need_values, need_weight, need_bias)
+    return tuple(_fresh(g) if g is not None else values.new_empty(0) for g in grads)
+
+
+@cbsr_linear_backward_op.register_fake
+def _(grad_out, values, index, num_cols, weight, backend, need_values, need_weight, need_bias):
+    _backend("cbsr_linear", backend, values)
+    return (values.new_empty(values.shape) if need_values else values.new_empty(0),
+            weight.new_empty(weight.shape) if need_weight else values.new_empty(0),
+            weight.new_empty((weight.shape[0],)) if need_bias else values.new_empty(0))
+
+
+def _cbsr_linear_setup(ctx, inputs, output) -> None:
+    values, index, ctx.num_cols, weight, bias, ctx.backend = inputs
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(values, index, weight)
+
+
+def _cbsr_linear_backward(ctx, grad_out: Tensor):
+    values, index, weight = ctx.saved_tensors
+    need = (ctx.needs_input_grad[0], ctx.needs_input_grad[3], ctx.has_bias and ctx.needs_input_grad[4])
+    grads = torch.ops.sparsegnn.cbsr_linear_backward(grad_out.contiguous(), values, index, ctx.num_cols, weight,
+                                                     ctx.backend, *need)
+    grad_values, grad_weight, grad_bias = (g if wanted else None for g, wanted in zip(grads, need))
+    return grad_values, None, None, grad_weight, grad_bias, None
+
+
+cbsr_linear_op.register_autograd(_cbsr_linear_backward, setup_context=_cbsr_linear_setup)
+
+
 __all__ = ["compiling", "not_traceable_graph", "graph_of", "spmm_op", "spmm_transposed_op", "spmm_weight_grad_op",
            "spmm_max_backward_op", "sddmm_op", "edge_sum_op", "edge_softmax_op", "edge_softmax_backward_op", "maxk_op",
-           "spmm_cbsr_op", "spmm_cbsr_backward_op"]
+           "spmm_cbsr_op", "spmm_cbsr_backward_op", "cbsr_linear_op", "cbsr_linear_backward_op"]

@@ -201,6 +201,49 @@ def root_schedule(values: Tensor, index: Tensor, weight: Tensor, backend: str) -
     return "cuda"
 
 
+def linear_forward(values: Tensor, index: Tensor, num_cols: int, weight: Tensor, bias: Optional[Tensor],
+                   backend: str) -> Tensor:
+    """``X W^T + b`` for the CBSR ``X`` on the ``root_schedule`` of the resolved ``backend``: the
+    CUDA kernel, or the densified ``X`` through cuBLAS (what the custom op ``sparsegnn::cbsr_linear``
+    runs; not differentiable itself).
+
+    Shapes:
+        values, index: [N, k]; weight: [F_out, num_cols]; bias: [F_out] or None -> [N, F_out].
+    """
+    if root_schedule(values, index, weight, backend) == "cuda":
+        from ..kernels import cbsr_cuda
+
+        return cbsr_cuda.cbsr_root_cuda(values, index, weight.t().contiguous(), bias)
+    return torch.nn.functional.linear(densify(values, index, num_cols), weight, bias)
+
+
+def linear_backward(grad_out: Tensor, values: Tensor, index: Tensor, num_cols: int, weight_t: Tensor, cuda: bool,
+                    need_values: bool, need_weight: bool,
+                    need_bias: bool) -> Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
+    """``(dvalues, dW, db)`` of ``X W^T + b`` (None where not needed): ``dvalues = (dY W)`` at the
+    kept entries (the CUDA kernel with ``cuda``, which also sums ``db`` from the same read of
+    ``dY``; else cuBLAS and a gather), ``dW = dY^T X``, ``db = sum_i dY_i``.
+
+    Shapes:
+        grad_out: [N, F_out]; values, index: [N, k]; weight_t: [num_cols, F_out] (= W^T) ->
+        [N, k], [F_out, num_cols], [F_out].
+    """
+    grad_out = grad_out.contiguous()
+    grad_values = grad_weight = grad_bias = None
+    if need_values and cuda:
+        from ..kernels import cbsr_cuda
+
+        grad_values, grad_bias = cbsr_cuda.cbsr_root_grad_cuda(grad_out, index, weight_t.contiguous(),
+                                                               bias_grad=need_bias)
+    elif need_values:
+        grad_values = grad_out.mm(weight_t.t()).gather(1, index.long()).to(values.dtype)
+    if need_weight:
+        grad_weight = grad_out.t().mm(densify(values, index, num_cols))
+    if need_bias and grad_bias is None:
+        grad_bias = grad_out.sum(0)
+    return grad_values, grad_weight, grad_bias
+
+
 class _CBSRLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, values: Tensor, index: Tensor, num_cols: int, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
@@ -214,18 +257,10 @@ class _CBSRLinear(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        from ..kernels import cbsr_cuda
-
         values, index, weight_t = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        grad_values = grad_weight = grad_bias = None
-        need_bias = ctx.has_bias and ctx.needs_input_grad[4]
-        if ctx.needs_input_grad[0]:     # with the bias gradient from the same read of grad_out
-            grad_values, grad_bias = cbsr_cuda.cbsr_root_grad_cuda(grad_out, index, weight_t, bias_grad=need_bias)
-        if ctx.needs_input_grad[3]:
-            grad_weight = grad_out.t().mm(densify(values, index, ctx.num_cols))
-        if need_bias and grad_bias is None:
-            grad_bias = grad_out.sum(0)
+        grad_values, grad_weight, grad_bias = linear_backward(
+            grad_out, values, index, ctx.num_cols, weight_t, True, ctx.needs_input_grad[0], ctx.needs_input_grad[3],
+            ctx.has_bias and ctx.needs_input_grad[4])
         return grad_values, None, None, grad_weight, grad_bias
 
 
@@ -236,7 +271,8 @@ def cbsr_linear(x: CBSR, weight: Tensor, bias: Optional[Tensor] = None, backend:
     (``dvalues[i, s] = (dY W)[i, index[i, s]]``, sampled), ``weight`` (``dY^T X``) and ``bias``.
 
     Backends: ``"triton"`` (``"auto"`` on CUDA) takes the CUDA kernels where ``root_schedule``
-    says they pay; otherwise, and under ``torch.compile``, the dense ``F.linear(x.to_dense(), W, b)``.
+    says they pay; otherwise the dense ``F.linear(x.to_dense(), W, b)``.  Under ``torch.compile``
+    the custom op ``sparsegnn::cbsr_linear`` makes the same choice at run time.
 
     Shapes:
         x: CBSR of [N, F_in] (k per row); weight: [F_out, F_in]; bias: [F_out] or None -> [N, F_out].
@@ -249,8 +285,9 @@ def cbsr_linear(x: CBSR, weight: Tensor, bias: Optional[Tensor] = None, backend:
         raise ValueError(f"{fn}(): weight must be [F_out, {x.num_cols}], got {got}")
     if bias is not None and not (isinstance(bias, Tensor) and tuple(bias.shape) == (weight.shape[0],)):
         raise ValueError(f"{fn}(): bias must be [{weight.shape[0]}], got {tuple(getattr(bias, 'shape', ()))}")
-    if not compiling():
-        chosen = choose_backend(fn, backend, x.values)
-        if root_schedule(x.values, x.index, weight, chosen) == "cuda":
-            return _CBSRLinear.apply(x.values, x.index, x.num_cols, weight, bias)
+    if compiling():
+        return torch.ops.sparsegnn.cbsr_linear(x.values, x.index, x.num_cols, weight, bias, backend)
+    chosen = choose_backend(fn, backend, x.values)
+    if root_schedule(x.values, x.index, weight, chosen) == "cuda":
+        return _CBSRLinear.apply(x.values, x.index, x.num_cols, weight, bias)
     return torch.nn.functional.linear(x.to_dense(), weight, bias)
