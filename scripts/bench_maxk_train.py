@@ -13,6 +13,9 @@ the Reddit stand-in (or ``--graph``) for
 * ``pyg_relu``: the ReLU structure built from ``torch_geometric.nn.SAGEConv``;
 * ``pyg_graphsage``: the stock GraphSAGE built from PyG's layers (``bench_train.pyg_model``).
 
+``--conv gcn`` / ``gin`` (``--linear-first``: the authors' GCN / GIN) times those MaxKGNN models and
+their ReLU twins instead of SAGE; PyG's rows, SAGE models, are left out then.
+
 PyG gets ``--pyg-inputs`` (default ``adj_t``: a torch.sparse CSR adjacency, its fast input;
 ``edge_index`` materialises [E, 256] messages, 117 GB on the Reddit stand-in). Features and
 labels are random (the stand-in's widths: 602 features, 41 classes); dropout 0.5 everywhere.
@@ -72,12 +75,14 @@ def providers(ks: List[int], with_pyg: bool, compiled: bool = False) -> List[str
     return out + (["pyg_relu", "pyg_graphsage"] if with_pyg else [])
 
 
-def build_model(provider: str, f_in: int, classes: int, pyg_nn, hidden: int, layers_: int) -> nn.Module:
+def build_model(provider: str, f_in: int, classes: int, pyg_nn, hidden: int, layers_: int, conv: str = "sage",
+                linear_first: bool = False) -> nn.Module:
+    kw = dict(conv=conv, hidden=hidden, num_layers=layers_, linear_first=linear_first)
     if provider.startswith("ours_maxk_k"):
         k = int(provider[len("ours_maxk_k"):].split("_")[0])
-        return sgnn.MaxKGNN(f_in, classes, conv="sage", hidden=hidden, num_layers=layers_, k=k)
+        return sgnn.MaxKGNN(f_in, classes, k=k, **kw)
     if provider == "ours_relu":
-        return sgnn.MaxKGNN(f_in, classes, conv="sage", hidden=hidden, num_layers=layers_, nonlinearity="relu")
+        return sgnn.MaxKGNN(f_in, classes, nonlinearity="relu", **kw)
     if provider == "ours_graphsage":
         return sgnn.GraphSAGE(f_in, classes, hidden=hidden, num_layers=layers_)
     if provider == "pyg_relu":
@@ -95,7 +100,9 @@ def run(args: argparse.Namespace) -> List[Dict[str, object]]:
     except Exception:  # noqa: BLE001 - PyG is optional
         pyg_nn = None
     rows: List[Dict[str, object]] = []
-    for provider in providers([int(k) for k in args.ks.split(",")], pyg_nn is not None, args.compiled):
+    # PyG's models here are the SAGE structure: compared only when ours is SAGE too
+    for provider in providers([int(k) for k in args.ks.split(",")], pyg_nn is not None and args.conv == "sage",
+                              args.compiled):
         variants = ([(v, f) for v, f in bt.pyg_variants("sage", graph) if v in args.pyg_inputs.split(",")]
                     if provider.startswith("pyg") else [("graph", lambda: layers.bare(graph))])
         for variant, make_graph in variants:
@@ -103,7 +110,8 @@ def run(args: argparse.Namespace) -> List[Dict[str, object]]:
 
             def build(provider=provider, make_graph=make_graph, mode=mode) -> Callable[[], Tensor]:
                 torch.manual_seed(args.seed)
-                net = build_model(provider, x.shape[1], inputs["classes"], pyg_nn, args.hidden, args.layers).to(device)
+                net = build_model(provider, x.shape[1], inputs["classes"], pyg_nn, args.hidden, args.layers,
+                                  args.conv, args.linear_first).to(device)
                 net.train()
                 opt = make_optimizer(net, mode, lr=0.01, weight_decay=5e-4)
                 return make_train_step(net, opt, x, make_graph(), train_idx, y_train, compile=mode)
@@ -128,7 +136,9 @@ def markdown(rows: List[dict], meta: Dict[str, object]) -> str:
     pyg = [r for r in (best(rows, "pyg_relu"), best(rows, "pyg_graphsage")) if r is not None]
     lines = [f"# MaxK-GNN training epochs, {meta['graph']} (N={meta['nodes']:,}, E={meta['edges']:,}), {meta['device']}",
              "", "Median ms of one full-graph epoch (forward, loss, backward, Adam); `scripts/bench_maxk_train.py`. "
-             "MaxK / ReLU rows: MaxK-GNN's structure (lin_in, 3 x [nonlinearity, dropout 0.5, SAGEConv mean, "
+             f"MaxK / ReLU rows: MaxK-GNN's structure with conv `{meta.get('conv', 'sage')}`"
+             f"{' (linear first: the authors GCN / GIN)' if meta.get('linear_first') else ''} "
+             "(lin_in, 3 x [nonlinearity, dropout 0.5, conv, "
              "LayerNorm], lin_out; hidden 256); `ours_graphsage`: our stock GraphSAGE (3 x SAGEConv, hidden 256); "
              "PyG with its fast `adj_t` input. Random features (602) and labels (41). "
              f"fp32 GEMMs at matmul precision `{meta.get('matmul_precision', 'highest')}` for every provider "
@@ -179,6 +189,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--graph", default="reddit")
     parser.add_argument("--ks", default="8,16,32,64,128")
     parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--conv", default="sage", choices=["sage", "gcn", "gin"],
+                        help="MaxKGNN's conv (PyG's models, SAGE only, are left out for gcn / gin)")
+    parser.add_argument("--linear-first", action="store_true",
+                        help="GCN / GIN as the authors' models (MaxKGNN(linear_first=True))")
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--pyg-inputs", default="adj_t", help="comma-separated: adj_t, edge_index")
     parser.add_argument("--train-fraction", type=float, default=0.66)
@@ -200,7 +214,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     first = rows[0] if rows else {}
     meta = {"script": "scripts/bench_maxk_train.py", "device": torch.cuda.get_device_name(), "graph": args.graph,
             "nodes": first.get("nodes", 0), "edges": first.get("edges", 0), "warmup": args.warmup,
-            "epochs": args.epochs, "matmul_precision": args.matmul_precision, "versions": layers.versions()}
+            "epochs": args.epochs, "matmul_precision": args.matmul_precision, "conv": args.conv,
+            "linear_first": args.linear_first and args.conv != "sage", "versions": layers.versions()}
     (out / "maxk_train.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     text = markdown(rows, meta)
     (out / "maxk_train.md").write_text(text)

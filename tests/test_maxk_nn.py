@@ -1,4 +1,5 @@
 """MaxK-GNN layers, model, training options, the k sweep and the real-suite node datasets (CPU)."""
+import copy
 import json
 import math
 
@@ -27,22 +28,65 @@ def _edges(seed=0):
     return torch.cat([ei, extra, torch.tensor([[3], [4]])], dim=1)
 
 
-def _pair(kind):
-    """(MaxK layer, plain layer with the same parameters), float64."""
+#: (layer, linear_first): SAGE, GCN and GIN with MaxK on the input; GCN and GIN in the paper's placement
+KINDS = [("sage", False), ("gcn", False), ("gin", False), ("gcn", True), ("gin", True)]
+
+
+def _pair(kind, linear_first=False, f_in=F_IN, f_out=F_OUT, k=K, dtype=torch.float64, device="cpu"):
+    """(MaxK layer, reference) in ``dtype`` on ``device``.  ``reference(x, graph, edge_weight)`` computes the layer's
+    output with the plain layers and the dense ``maxk``, from parameters of its own (copied from the
+    MaxK layer; ``reference.params`` maps the MaxK layer's parameter names to them).
+
+    MaxK on the input: the plain layer on ``maxk(x, dense=True)``.  ``linear_first`` (GCN / GIN, the
+    paper's Eq. 3): the plain layer with an identity map on ``maxk(lin(x), dense=True)``."""
     torch.manual_seed(1)
-    if kind == "sage":
-        plain, mk = SAGEConv(F_IN, F_OUT), MaxKSAGEConv(F_IN, F_OUT, K)
-    elif kind == "gcn":
-        plain, mk = GCNConv(F_IN, F_OUT), MaxKGCNConv(F_IN, F_OUT, K)
-    else:
-        plain = GINConv(torch.nn.Sequential(torch.nn.Linear(F_IN, 8), torch.nn.ReLU(), torch.nn.Linear(8, F_OUT)),
-                        eps=0.3, train_eps=True)
-        mk = MaxKGINConv(torch.nn.Sequential(torch.nn.Linear(F_IN, 8), torch.nn.ReLU(), torch.nn.Linear(8, F_OUT)),
-                         K, eps=0.0, train_eps=True)
-    plain, mk = plain.double(), mk.double()
-    assert set(mk.state_dict()) == set(plain.state_dict())
-    mk.load_state_dict(plain.state_dict())
-    return mk, plain
+    mlp = torch.nn.Sequential(torch.nn.Linear(f_in, 8), torch.nn.ReLU(), torch.nn.Linear(8, f_out))
+    if not linear_first:
+        if kind == "sage":
+            plain, mk = SAGEConv(f_in, f_out), MaxKSAGEConv(f_in, f_out, k)
+        elif kind == "gcn":
+            plain, mk = GCNConv(f_in, f_out), MaxKGCNConv(f_in, f_out, k)
+        else:
+            plain = GINConv(mlp, eps=0.3, train_eps=True)
+            mk = MaxKGINConv(copy.deepcopy(mlp), k, eps=0.0, train_eps=True)
+        plain, mk = plain.to(device=device, dtype=dtype), mk.to(device=device, dtype=dtype)
+        assert set(mk.state_dict()) == set(plain.state_dict())
+        mk.load_state_dict(plain.state_dict())
+
+        def on_selected(dense, graph, edge_weight=None):
+            return plain(dense, graph, edge_weight=edge_weight)
+        return mk, _reference(k, on_selected, lambda x: x, dict(plain.named_parameters()))
+    if kind == "gcn":
+        mk = MaxKGCNConv(f_in, f_out, k, linear_first=True).to(device=device, dtype=dtype)
+        assert set(mk.state_dict()) == set(GCNConv(f_in, f_out).state_dict())
+        torch.nn.init.uniform_(mk.bias, -0.5, 0.5)                # a nonzero bias
+        lin, bias = copy.deepcopy(mk.lin), mk.bias.detach().clone().requires_grad_(True)
+        aggregate = GCNConv(f_out, f_out, bias=False).to(device=device, dtype=dtype)
+        with torch.no_grad():
+            aggregate.lin.weight.copy_(torch.eye(f_out, dtype=dtype, device=device))
+        aggregate.lin.weight.requires_grad_(False)
+
+        def on_selected(dense, graph, edge_weight=None):
+            return aggregate(dense, graph, edge_weight=edge_weight) + bias
+        return mk, _reference(k, on_selected, lin, {"lin.weight": lin.weight, "bias": bias})
+    mk = MaxKGINConv(mlp, k, eps=0.3, train_eps=True, linear_first=True).to(device=device, dtype=dtype)
+    assert set(mk.state_dict()) == set(GINConv(copy.deepcopy(mlp), train_eps=True).state_dict())
+    mlp_ref = copy.deepcopy(mk.nn)
+    plain = GINConv(torch.nn.Identity(), eps=0.3, train_eps=True).to(device=device, dtype=dtype)
+
+    def on_selected(dense, graph, edge_weight=None):
+        return plain(dense, graph, edge_weight=edge_weight)
+    params = {"eps": plain.eps, **{f"nn.{n}": p for n, p in mlp_ref.named_parameters()}}
+    return mk, _reference(k, on_selected, mlp_ref, params)
+
+
+def _reference(k, on_selected, select_from, params):
+    """``reference(x, graph, edge_weight)`` = ``on_selected(maxk(select_from(x), dense=True), ...)``;
+    ``reference.on_selected`` applies the plain layer to an already selected dense matrix."""
+    def reference(x, graph, edge_weight=None):
+        return on_selected(sg.maxk(select_from(x), k, dense=True), graph, edge_weight)
+    reference.on_selected, reference.params = on_selected, params
+    return reference
 
 
 def _graph_arg(form, ei, weight):
@@ -55,70 +99,97 @@ def _graph_arg(form, ei, weight):
     return torch.sparse_coo_tensor(ei.flip(0), weight, (N, N)).coalesce(), None       # adj_t[target, source]
 
 
-@pytest.mark.parametrize("kind", ["sage", "gcn", "gin"])
+def _selected(mk, x):
+    """The tensor a MaxK layer selects from: ``x``, or with ``linear_first`` its linear map's output."""
+    if not getattr(mk, "linear_first", False):
+        return x
+    return mk.lin(x) if isinstance(mk, MaxKGCNConv) else mk.nn(x)
+
+
+@pytest.mark.parametrize("kind, linear_first", KINDS)
 @pytest.mark.parametrize("form", ["graph", "weighted_graph", "edge_index", "adj_t"])
-def test_layer_equals_plain_layer_on_dense_maxk(kind, form):
+def test_layer_equals_plain_layer_on_dense_maxk(kind, linear_first, form):
     ei = _edges()
     weight = torch.rand(ei.shape[1], dtype=torch.float64, generator=torch.Generator().manual_seed(2)) + 0.5
     graph, edge_weight = _graph_arg(form, ei, weight)
-    mk, plain = _pair(kind)
+    mk, reference = _pair(kind, linear_first)
     x = torch.randn(N, F_IN, dtype=torch.float64, requires_grad=True)
     out = mk(x, graph, edge_weight)
     assert out.shape == (N, F_OUT) and out.dtype == torch.float64
     x_ref = x.detach().clone().requires_grad_(True)
-    dense = sg.maxk(x_ref, K, dense=True)
-    ref = plain(dense, graph, edge_weight=edge_weight) if kind != "gcn" else plain(dense, graph, edge_weight)
+    ref = reference(x_ref, graph, edge_weight)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
-    # the same gradients, reaching x at the kept positions only
+    # the same gradients for x and for every parameter
     w = torch.randn(N, F_OUT, dtype=torch.float64)
     (out * w).sum().backward()
     (ref * w).sum().backward()
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-12, atol=1e-12)
-    kept = dense.detach() != 0
-    assert bool((x.grad[~kept] == 0).all()) and bool((x.grad[kept] != 0).any())
-    for (name, p_mk), (_, p_plain) in zip(mk.named_parameters(), plain.named_parameters()):
-        torch.testing.assert_close(p_mk.grad, p_plain.grad, rtol=1e-12, atol=1e-12, msg=name)
+    params = dict(mk.named_parameters())
+    assert set(params) == set(reference.params)
+    for name, p in params.items():
+        torch.testing.assert_close(p.grad, reference.params[name].grad, rtol=1e-12, atol=1e-12, msg=name)
+    if not linear_first:            # the gradient reaches x at the kept positions only
+        kept = sg.maxk(x.detach(), K, dense=True) != 0
+        assert bool((x.grad[~kept] == 0).all()) and bool((x.grad[kept] != 0).any())
 
 
-@pytest.mark.parametrize("kind", ["sage", "gcn"])
-def test_edge_weight_gradient_matches_dense(kind):
+@pytest.mark.parametrize("kind", ["gcn", "gin"])
+def test_linear_first_layers_select_from_the_linear_output(kind):
+    """GCN / GIN with ``linear_first`` keep k entries per row of lin(x): the rows aggregated over a
+    graph of self loops only have at most k nonzeros (GCN: before the bias), at lin(x)'s top k."""
+    mk, _ = _pair(kind, linear_first=True)
+    loops = torch.arange(N).repeat(2, 1)
+    x = torch.randn(N, F_IN, dtype=torch.float64)
+    with torch.no_grad():
+        out = mk(x, loops)
+        if kind == "gcn":
+            out = out - mk.bias
+        kept = sg.maxk(_selected(mk, x), K, dense=True) != 0
+    assert int((out != 0).sum(1).max()) <= K
+    assert bool((out[~kept] == 0).all()) and bool((out[kept] != 0).all())
+
+
+@pytest.mark.parametrize("kind, linear_first", [("sage", False), ("gcn", False), ("gcn", True)])
+def test_edge_weight_gradient_matches_dense(kind, linear_first):
     ei = _edges(3)
-    mk, plain = _pair(kind)
+    mk, reference = _pair(kind, linear_first)
     x = torch.randn(N, F_IN, dtype=torch.float64)
     w1 = (torch.rand(ei.shape[1], dtype=torch.float64) + 0.5).requires_grad_(True)
     w2 = w1.detach().clone().requires_grad_(True)
     mk(x, ei, w1).square().sum().backward()
-    plain(sg.maxk(x, K, dense=True), ei, edge_weight=w2).square().sum().backward()
+    reference(x, ei, w2).square().sum().backward()
     torch.testing.assert_close(w1.grad, w2.grad, rtol=1e-10, atol=1e-12)
 
 
-def test_gradcheck_gcn():
+@pytest.mark.parametrize("kind, linear_first", [("gcn", False), ("gcn", True), ("gin", True)])
+def test_gradcheck_gcn_gin(kind, linear_first):
     torch.manual_seed(0)
     ei = _edges(4)
-    conv = MaxKGCNConv(F_IN, 3, K).double()
+    mk, _ = _pair(kind, linear_first)
     x = torch.randn(N, F_IN, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda t: conv(t, ei), (x,), eps=1e-6, atol=1e-7)
+    assert torch.autograd.gradcheck(lambda t: mk(t, ei), (x,), eps=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("kind", ["sage", "gcn", "gin"])
-def test_dropout_acts_on_kept_values_only(kind):
+@pytest.mark.parametrize("kind, linear_first", KINDS)
+def test_dropout_acts_on_kept_values_only(kind, linear_first):
     g = sg.Graph.from_edge_index(_edges(), num_nodes=N)
-    mk, plain = _pair(kind)
+    mk, reference = _pair(kind, linear_first)
     mk.dropout = 0.5
     mk.train()
     x = torch.randn(N, F_IN, dtype=torch.float64)
+    y = _selected(mk, x).detach()
     torch.manual_seed(7)
     out = mk(x, g)
     torch.manual_seed(7)                                        # the same draw, made by hand
-    c = sg.maxk(x, K)
+    c = sg.maxk(y, K)
     dropped = c.with_values(sg.dropout(c.values, 0.5, True))
     dense = dropped.to_dense()
-    torch.testing.assert_close(out, plain(dense, g), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out, reference.on_selected(dense, g), rtol=1e-12, atol=1e-12)
     zeroed = (dropped.values == 0).sum()
     assert 0 < int(zeroed) < c.values.numel()                   # some kept values dropped, not all
     assert int((dense != 0).sum()) == c.values.numel() - int(zeroed)  # nothing outside the kept entries
     mk.eval()
-    torch.testing.assert_close(mk(x, g), plain(sg.maxk(x, K, dense=True), g), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(mk(x, g), reference(x, g), rtol=1e-12, atol=1e-12)
 
 
 def test_layer_errors():
@@ -135,8 +206,14 @@ def test_layer_errors():
         MaxKGCNConv(F_IN, F_OUT, K, normalize=False)
     with pytest.raises(ValueError, match=r"MaxKSAGEConv\(\): x has 11 features but in_channels = 12"):
         MaxKSAGEConv(F_IN, F_OUT, K)(torch.randn(N, 11), g)
-    with pytest.raises(ValueError, match=r"MaxKGINConv\(\): x has 3 features, fewer than k = 4"):
+    with pytest.raises(ValueError, match=r"MaxKGCNConv\(\): k must be an int in \[1, 5\]"):
+        MaxKGCNConv(F_IN, F_OUT, 6, linear_first=True)           # k selects from the linear map's output
+    with pytest.raises(ValueError, match=r"MaxKSAGEConv\(\): k must be an int"):
+        MaxKSAGEConv(F_IN, F_OUT, None)                          # only GCN / GIN have ReLU twins
+    with pytest.raises(ValueError, match=r"MaxKGINConv\(\): the selected features have width 3, fewer than k = 4"):
         MaxKGINConv(torch.nn.Linear(3, 2), K)(torch.randn(N, 3), g)
+    with pytest.raises(ValueError, match=r"MaxKGINConv\(\): the selected features have width 2, fewer than k = 4"):
+        MaxKGINConv(torch.nn.Linear(F_IN, 2), K, linear_first=True)(torch.randn(N, F_IN), g)   # nn's output
     with pytest.raises(ValueError, match=r"MaxKSAGEConv\(\): the graph has 23 source nodes but the source features"):
         MaxKSAGEConv(F_IN, F_OUT, K)(torch.randn(N - 1, F_IN), g)
     with pytest.raises(ValueError, match="bipartite"):
@@ -160,23 +237,44 @@ def test_maxkgnn_forward_backward(conv, nonlinearity):
     assert {k: v.shape for k, v in model.state_dict().items()} == {k: v.shape for k, v in other.state_dict().items()}
 
 
-@pytest.mark.parametrize("conv", ["sage", "gcn", "gin"])
-def test_maxkgnn_is_lin_maxk_conv_norm_stack(conv):
-    """MaxK model == lin_in, then per layer the plain conv on maxk(h, k, dense=True) and LayerNorm, then lin_out."""
+@pytest.mark.parametrize("conv, linear_first", KINDS)
+def test_maxkgnn_is_the_papers_stack(conv, linear_first):
+    """MaxK model == lin_in, then per layer the plain conv on maxk(h, k, dense=True) or (linear_first,
+    after lin_in's ReLU) the layer's linear map, dense maxk, the plain aggregation; each layer then
+    LayerNorm; then lin_out.  The ReLU model is the same stack with relu for maxk."""
     torch.manual_seed(0)
     g = sg.Graph.from_edge_index(_edges(), num_nodes=N)
-    relu = MaxKGNN(F_IN, 3, conv=conv, hidden=16, num_layers=3, k=5, nonlinearity="relu").double().eval()
-    mk = MaxKGNN(F_IN, 3, conv=conv, hidden=16, num_layers=3, k=5, nonlinearity="maxk").double().eval()
+    kw = dict(conv=conv, hidden=16, num_layers=3, k=5, linear_first=linear_first)
+    relu = MaxKGNN(F_IN, 3, nonlinearity="relu", **kw).double().eval()
+    mk = MaxKGNN(F_IN, 3, nonlinearity="maxk", **kw).double().eval()
     mk.load_state_dict(relu.state_dict())
+    if conv == "gin":               # the authors' GIN learns epsilon; GIN-0 otherwise
+        assert isinstance(mk.convs[0].eps, torch.nn.Parameter) == linear_first
     x = torch.randn(N, F_IN, dtype=torch.float64)
-    h = relu.lin_in(x)
-    for plain_conv, norm in zip(relu.convs, relu.norms):
-        h = norm(plain_conv(sg.maxk(h, 5, dense=True), g))
-    torch.testing.assert_close(mk(x, g), relu.lin_out(h), rtol=1e-10, atol=1e-12)
-    h = relu.lin_in(x)                                            # and the ReLU model is the ReLU stack
-    for plain_conv, norm in zip(relu.convs, relu.norms):
-        h = norm(plain_conv(torch.relu(h), g))
-    torch.testing.assert_close(relu(x, g), relu.lin_out(h), rtol=1e-10, atol=1e-12)
+    identity_gcn = GCNConv(16, 16, bias=False).double()
+    with torch.no_grad():
+        identity_gcn.lin.weight.copy_(torch.eye(16, dtype=torch.float64))
+
+    def stack(sigma, convs):
+        h = relu.lin_in(x)
+        if not linear_first:
+            for plain_conv, norm in zip(convs, relu.norms):
+                h = norm(plain_conv(sigma(h), g))
+            return relu.lin_out(h)
+        h = torch.relu(h)
+        for layer, norm in zip(relu.convs, relu.norms):
+            if conv == "gcn":
+                h = identity_gcn(sigma(layer.lin(h)), g) + layer.bias
+            else:
+                h = GINConv(torch.nn.Identity(), eps=float(layer.eps)).double()(sigma(layer.nn(h)), g)
+            h = norm(h)
+        return relu.lin_out(h)
+
+    # MaxK on the input: the plain convs of the ReLU model (SAGEConv, GCNConv, GINConv) on the dense maxk
+    with torch.no_grad():
+        torch.testing.assert_close(mk(x, g), stack(lambda t: sg.maxk(t, 5, dense=True), relu.convs),
+                                   rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(relu(x, g), stack(torch.relu, relu.convs), rtol=1e-10, atol=1e-12)
 
 
 def test_maxkgnn_errors():
@@ -197,6 +295,9 @@ def test_build_model_maxk_options():
     assert isinstance(model.convs[0], MaxKSAGEConv)
     base = build_model("GCN", 10, 3, hidden=64, dropout=0.2, maxk="relu")
     assert base.nonlinearity == "relu" and isinstance(base.convs[0], GCNConv) and base.dropout == 0.2
+    paper = MaxKGNN(10, 3, conv="gcn", hidden=64, nonlinearity="relu", linear_first=True)
+    assert isinstance(paper.convs[0], MaxKGCNConv) and paper.convs[0].k is None   # its ReLU twin
+    assert not MaxKGNN(10, 3, conv="sage", hidden=64, linear_first=True).linear_first  # SAGE keeps its placement
     with pytest.raises(ValueError, match=r"build_model\(\): maxk is available for the models sage, gcn, gin"):
         build_model("gat", 10, 3, maxk=8)
     for bad in (0, 257, True, 2.0, "8"):
@@ -232,6 +333,20 @@ def test_cli_train_maxk(capsys):
     assert main(argv) == 0                                       # maxk compiles
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["maxk"] == 8 and summary["compile"] == "default" and 0 <= summary["test_acc"] <= 1
+    argv = ["train", "--model", "gcn", "--maxk", "8", "--maxk-linear-first", "--hidden", "32", "--epochs", "2",
+            "--device", "cpu", "--json"]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["maxk"] == 8 and summary["maxk_linear_first"] is True
+
+
+def test_build_model_maxk_linear_first():
+    model = build_model("gcn", 10, 3, hidden=32, maxk=8, maxk_linear_first=True)
+    assert model.linear_first and all(conv.linear_first and conv.k == 8 for conv in model.convs)
+    base = build_model("gin", 10, 3, hidden=32, maxk="relu", maxk_linear_first=True)
+    assert base.linear_first and all(conv.linear_first and conv.k is None for conv in base.convs)
+    with pytest.raises(ValueError, match=r"build_model\(\): maxk_linear_first places MaxK"):
+        build_model("gcn", 10, 3, maxk_linear_first=True)
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -242,6 +357,7 @@ def test_cli_train_maxk(capsys):
     (["--model", "sage", "--maxk", "0"], "--maxk must be in [1, hidden = 256], got 0"),
     (["--model", "sage", "--maxk", "257"], "--maxk must be in [1, hidden = 256], got 257"),
     (["--model", "gcn", "--maxk", "64", "--hidden", "32"], "--maxk must be in [1, hidden = 32], got 64"),
+    (["--model", "gcn", "--maxk-linear-first"], "--maxk-linear-first places MaxK in MaxK-GNN's model; pass --maxk"),
 ])
 def test_cli_train_maxk_bad_combinations(capsys, extra, message):
     assert main(["train", "--epochs", "1", "--device", "cpu", *extra]) == 2
@@ -328,3 +444,30 @@ def test_real_node_dataset_twitch_own_features_and_training():
     torch.testing.assert_close(data.x.sum(1), torch.ones(7126))   # row-normalised binary features
     result = train_node_classifier(data, "sage", epochs=2, hidden=16, maxk=4, progress=False)
     assert math.isfinite(result.losses[-1]) and 0 <= result.test_acc_at_best_val <= 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA CBSR kernels need a GPU")
+@pytest.mark.parametrize("kind, linear_first", KINDS)
+def test_layers_on_the_gpu_match_the_plain_layers(kind, linear_first):
+    """fp32 on the GPU at MaxK-GNN's sizes (256 wide, k = 32: the CUDA SpGEMM / SSpMM schedules): the
+    layer against the plain layers on the same selection (the selected tensor is computed by the
+    same kernels in both, so the kept entries agree), forward and gradients."""
+    gen = torch.Generator().manual_seed(5)
+    n, f_in = 3000, 64
+    ei = torch.randint(0, n, (2, 40000), generator=gen).cuda()
+    graph = sg.Graph.from_edge_index(ei, num_nodes=n)
+    f_out = 256
+    mk, reference = _pair(kind, linear_first, f_in=256 if not linear_first else f_in, f_out=f_out, k=32,
+                          dtype=torch.float32, device="cuda")
+    width = 256 if not linear_first else f_in
+    x = torch.randn(n, width, device="cuda", generator=torch.Generator("cuda").manual_seed(6), requires_grad=True)
+    out = mk(x, graph)
+    x_ref = x.detach().clone().requires_grad_(True)
+    ref = reference(x_ref, graph)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    w = torch.randn_like(out)
+    (out * w).sum().backward()
+    (ref * w).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-4)
+    for name, p in mk.named_parameters():
+        torch.testing.assert_close(p.grad, reference.params[name].grad, rtol=1e-4, atol=1e-3, msg=name)

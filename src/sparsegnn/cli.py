@@ -85,8 +85,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 2
     if args.nproc is not None:
         return _cmd_train_distributed(args)
-    if args.maxk is not None:
-        problem = _maxk_problem(args)
+    if args.maxk is not None or args.maxk_linear_first:
+        problem = (_maxk_problem(args) if args.maxk is not None else
+                   "--maxk-linear-first places MaxK in MaxK-GNN's model; pass --maxk K too")
         if problem is not None:
             print(f"train: {problem}", file=sys.stderr)
             return 2
@@ -103,7 +104,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         else:
             result = train_node_classifier(data, args.model, compile=args.compile,
                                            compile_backend=args.compile_backend, reorder=args.reorder,
-                                           precision=args.precision, maxk=args.maxk, **common)
+                                           precision=args.precision, maxk=args.maxk,
+                                           maxk_linear_first=args.maxk_linear_first, **common)
         results.append(result)
         if not args.json:
             print(f"seed {result.seed}: val {100 * result.val_acc:.2f}%  test {100 * result.test_acc:.2f}%  "
@@ -112,7 +114,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     mean = lambda key: sum(getattr(r, key) for r in results) / len(results)  # noqa: E731
     summary = {
         "model": args.model, "dataset": args.dataset, "device": args.device, "backend": args.backend,
-        "compile": args.compile, "precision": args.precision, "maxk": args.maxk, "minibatch": args.minibatch,
+        "compile": args.compile, "precision": args.precision, "maxk": args.maxk,
+        "maxk_linear_first": args.maxk_linear_first and args.model != "sage", "minibatch": args.minibatch,
         "batch_size": (args.batch_size or 1024) if args.minibatch else None,
         "epochs": args.epochs, "runs": args.runs, "seeds": [r.seed for r in results],
         "val_acc": mean("val_acc"), "test_acc": mean("test_acc"),
@@ -136,7 +139,7 @@ def _cmd_train_distributed(args: argparse.Namespace) -> int:
     from .distributed.train import train_distributed
 
     others = {"--minibatch": args.minibatch is not None, "--reorder": args.reorder is not None,
-              "--precision": args.precision != "ieee", "--maxk": args.maxk is not None,
+              "--precision": args.precision != "ieee", "--maxk": args.maxk is not None or args.maxk_linear_first,
               "--compile": args.compile != "none", "--runs": args.runs != 1}
     given = [name for name, on in others.items() if on]
     problem = (f"--nproc must be >= 1, got {args.nproc}" if args.nproc < 1 else
@@ -175,7 +178,7 @@ def _graph_problem(args: argparse.Namespace) -> Optional[str]:
     if args.model not in GRAPH_MODELS:
         return f"--dataset {args.dataset} is graph-level; use --model {', '.join(GRAPH_MODELS)}"
     node_only = {"--minibatch": args.minibatch is not None, "--reorder": args.reorder is not None,
-                 "--precision": args.precision != "ieee", "--maxk": args.maxk is not None,
+                 "--precision": args.precision != "ieee", "--maxk": args.maxk is not None or args.maxk_linear_first,
                  "--compile reduce-overhead/default": args.compile in ("reduce-overhead", "default"),
                  "--root": args.root is not None, "--runs": args.runs != 1}
     given = [name for name, on in node_only.items() if on]
@@ -464,6 +467,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="MaxK-GNN: train MaxKGNN (--model sage, gcn or gin) with the MaxK nonlinearity keeping K "
                             "of the hidden entries per row; defaults then hidden 256, 3 layers, dropout 0.5 "
                             "(MaxK-GNN's Table 3)")
+    train.add_argument("--maxk-linear-first", action="store_true",
+                       help="with --maxk and --model gcn / gin: the authors' GCN / GIN (MaxK on the output of each "
+                            "layer's linear map, MaxK-GNN's Eq. 3) instead of MaxK on the layer's input")
     train.add_argument("--json", action="store_true", help="print the final metrics as one JSON line")
     train.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
     train.set_defaults(func=_cmd_train)

@@ -57,7 +57,7 @@ def _row(label: str, k: Optional[int], results) -> dict:
 def maxk_sweep(data: NodeDataset, model: str = "sage", ks: Sequence[int] = DEFAULT_KS, epochs: int = 200,
                runs: int = 1, seed: int = 0, device: str = "cpu", lr: float = 0.01, weight_decay: float = 5e-4,
                hidden: Optional[int] = None, dropout: Optional[float] = None, backend: str = "auto",
-               progress: bool = True) -> Dict[str, object]:
+               progress: bool = True, linear_first: bool = False) -> Dict[str, object]:
     """Train the ReLU baseline and MaxK with every ``k`` of ``ks``, ``runs`` seeds each (module doc).
 
     Args:
@@ -69,6 +69,8 @@ def maxk_sweep(data: NodeDataset, model: str = "sage", ks: Sequence[int] = DEFAU
         runs: seeds per configuration: ``seed, seed + 1, ...``.
         device: where to train.
         progress: a progress bar over the runs (tqdm).
+        linear_first: GCN / GIN as the authors' models (MaxK on each layer's linear output), for
+            MaxK and its ReLU baseline alike.
 
     Returns:
         ``{"meta": {...}, "rows": [relu row, k rows...]}``; each row holds ``config``, ``k``,
@@ -98,7 +100,7 @@ def maxk_sweep(data: NodeDataset, model: str = "sage", ks: Sequence[int] = DEFAU
                 results.append(train_node_classifier(
                     data, model, epochs=epochs, lr=lr, weight_decay=weight_decay, hidden=hidden, dropout=dropout,
                     seed=seed + run, device=device, backend=backend, progress=False,
-                    maxk="relu" if k is None else k))
+                    maxk="relu" if k is None else k, maxk_linear_first=linear_first))
                 bar.update(1)
             rows.append(_row(label, k, results))
     finally:
@@ -111,7 +113,8 @@ def maxk_sweep(data: NodeDataset, model: str = "sage", ks: Sequence[int] = DEFAU
         "nodes": data.graph.num_nodes, "edges": data.graph.num_edges, "features": int(data.x.shape[1]),
         "classes": data.num_classes, "epochs": epochs, "runs": runs, "seed": seed, "lr": lr,
         "weight_decay": weight_decay, "hidden": width, "dropout": 0.5 if dropout is None else dropout,
-        "num_layers": 3, "ks": ks, "backend": backend, "torch": torch.__version__,
+        "num_layers": 3, "ks": ks, "backend": backend, "linear_first": bool(linear_first) and model != "sage",
+        "torch": torch.__version__,
         "date": datetime.date.today().isoformat(),
     }
     return {"meta": meta, "rows": rows}

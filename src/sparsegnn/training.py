@@ -16,7 +16,8 @@ from .optim import LeanAdam
 
 def build_model(name: str, in_channels: int, out_channels: int, hidden: Optional[int] = None,
                 dropout: Optional[float] = None, backend: str = "auto", precision: str = "ieee",
-                maxk: Union[int, str, None] = None, num_layers: Optional[int] = None) -> nn.Module:
+                maxk: Union[int, str, None] = None, num_layers: Optional[int] = None,
+                maxk_linear_first: bool = False) -> nn.Module:
     """Construct a model by name with the papers' defaults (``hidden``/``dropout``, and
     ``num_layers`` for sage, gin and agnn, override them).
 
@@ -27,7 +28,9 @@ def build_model(name: str, in_channels: int, out_channels: int, hidden: Optional
     :class:`~sparsegnn.nn.MaxKGNN` with that conv and the MaxK nonlinearity keeping ``K`` of the
     ``hidden`` entries per row (``1 <= K <= hidden``); ``"relu"`` builds its ReLU baseline (the
     same structure and parameters with ReLU).  Defaults then are MaxK-GNN's: hidden 256,
-    3 layers, dropout 0.5; the aggregation is exact (``precision="ieee"``)."""
+    3 layers, dropout 0.5; the aggregation is exact (``precision="ieee"``).  ``maxk_linear_first``
+    builds GCN / GIN as the authors' models (``MaxKGNN(linear_first=True)``: MaxK on the output of
+    each layer's linear map)."""
     factories: Dict[str, Callable[..., nn.Module]] = {
         "gcn": sgnn.GCN, "agnn": sgnn.AGNN, "sage": sgnn.GraphSAGE, "gin": sgnn.GIN, "gat": sgnn.GAT,
     }
@@ -37,7 +40,10 @@ def build_model(name: str, in_channels: int, out_channels: int, hidden: Optional
     if maxk is not None:
         if num_layers is not None:
             raise ValueError("build_model(): MaxK-GNN's model has 3 layers; num_layers is not taken with maxk")
-        return _maxk_model(key, in_channels, out_channels, hidden, dropout, backend, precision, maxk)
+        return _maxk_model(key, in_channels, out_channels, hidden, dropout, backend, precision, maxk,
+                           maxk_linear_first)
+    if maxk_linear_first:
+        raise ValueError("build_model(): maxk_linear_first places MaxK in MaxK-GNN's model; pass maxk too")
     kwargs = {"backend": backend}
     if precision != "ieee":
         if key == "gat":
@@ -56,7 +62,7 @@ def build_model(name: str, in_channels: int, out_channels: int, hidden: Optional
 
 
 def _maxk_model(key: str, in_channels: int, out_channels: int, hidden: Optional[int], dropout: Optional[float],
-                backend: str, precision: str, maxk: Union[int, str]) -> nn.Module:
+                backend: str, precision: str, maxk: Union[int, str], linear_first: bool = False) -> nn.Module:
     """:class:`~sparsegnn.nn.MaxKGNN` for ``build_model(..., maxk=...)`` (its checks, its messages)."""
     from .nn.models import MAXK_CONVS
 
@@ -67,7 +73,7 @@ def _maxk_model(key: str, in_channels: int, out_channels: int, hidden: Optional[
     if precision != "ieee":
         raise ValueError(f"{fn}(): maxk models aggregate exactly (precision='ieee'), got precision={precision!r}")
     width = 256 if hidden is None else hidden
-    kwargs = dict(conv=key, hidden=width, backend=backend)
+    kwargs = dict(conv=key, hidden=width, backend=backend, linear_first=linear_first)
     if dropout is not None:
         kwargs["dropout"] = dropout
     if isinstance(maxk, str) and maxk == "relu":
@@ -234,6 +240,7 @@ def train_node_classifier(
     reorder: Optional[str] = None,
     precision: str = "ieee",
     maxk: Union[int, str, None] = None,
+    maxk_linear_first: bool = False,
 ) -> TrainResult:
     """Train ``model_name`` on ``data`` with Adam and cross-entropy on the training nodes.
 
@@ -261,7 +268,8 @@ def train_node_classifier(
     ``maxk`` (``model_name`` sage, gcn or gin): an int ``K`` trains MaxK-GNN's model with the MaxK
     nonlinearity (``K`` kept of ``hidden``), ``"relu"`` its ReLU baseline (see :func:`build_model`);
     every ``compile`` mode (under ``torch.compile`` MaxK and the CBSR aggregation are the custom ops
-    ``sparsegnn::maxk`` / ``spmm_cbsr``).
+    ``sparsegnn::maxk`` / ``spmm_cbsr``).  ``maxk_linear_first``: GCN / GIN as the authors' models
+    (see :func:`build_model`).
     """
     if epochs < 1:
         raise ValueError(f"train_node_classifier(): epochs must be >= 1, got {epochs}")
@@ -271,7 +279,7 @@ def train_node_classifier(
     if reorder is not None:
         data, _ = data.reorder(reorder)
     model = build_model(model_name, data.x.shape[1], data.num_classes, hidden, dropout, backend,
-                        precision, maxk).to(device)
+                        precision, maxk, maxk_linear_first=maxk_linear_first).to(device)
     optimizer = make_optimizer(model, compile, lr, weight_decay)
     train_idx = data.train_mask.nonzero().flatten()                # once, outside the step: no sync per step
     y_train = data.y.index_select(0, train_idx)

@@ -1,21 +1,32 @@
 r"""MaxK-GNN layers: the MaxK nonlinearity inside the convolution, aggregating CBSR features.
 
-Each layer takes the *pre-activation* features ``x`` (the output of the previous linear map),
-keeps the ``k`` largest entries of every row, ``c = maxk(x, k)`` (a :class:`~sparsegnn.CBSR`,
-``[N, k]`` values and columns), drops out kept values in training (``dropout`` on ``c.values``
-only: the zeros stay zeros), aggregates the CBSR with :func:`sparsegnn.spmm` (MaxK-GNN's
-SpGEMM forward and SSpMM backward) and applies the linear maps:
+MaxK keeps the ``k`` largest entries of every row, ``c = maxk(y, k)`` (a :class:`~sparsegnn.CBSR`,
+``[N, k]`` values and columns); in training, dropout acts on ``c.values`` only (the zeros stay
+zeros).  The CBSR is aggregated with :func:`sparsegnn.spmm` (MaxK-GNN's SpGEMM forward and SSpMM
+backward).  Where MaxK sits follows MaxK-GNN's models:
 
-* :class:`MaxKSAGEConv`: :math:`x'_i = W_l\, \mathrm{mean}_{j \to i} c_j + b + W_r c_i`;
-* :class:`MaxKGCNConv`: :math:`X' = (\hat D^{-1/2} \hat A \hat D^{-1/2} C)\, \Theta + b`
-  (aggregate first, then project: exact, the product being linear);
-* :class:`MaxKGINConv`: :math:`x'_i = h_\Theta\big((1 + \epsilon) c_i + \sum_{j \to i} c_j\big)`.
+* :class:`MaxKSAGEConv` takes the *pre-activation* ``x`` (the output of the previous linear map)
+  and applies MaxK first, the linear maps after the aggregation:
+  :math:`c = \mathrm{drop}(\mathrm{maxk}(x, k))`, :math:`x'_i = W_l\, \mathrm{mean}_{j \to i} c_j + b + W_r c_i`.
+* :class:`MaxKGCNConv` and :class:`MaxKGINConv` do the same by default (MaxK on the input, the
+  linear map after the aggregation: :math:`X' = (\hat D^{-1/2} \hat A \hat D^{-1/2} C)\, \Theta + b`,
+  :math:`x'_i = h_\Theta((1 + \epsilon) c_i + \sum_{j \to i} c_j)`).  With ``linear_first=True``
+  they follow the paper's Eq. 3 / Fig. 5 and the authors' GCN / GIN ("the feature map post linear
+  layer and the MaxK nonlinearity" is aggregated): the linear map first, MaxK on its output, an
+  aggregation with no weight after it:
+  :math:`C = \mathrm{drop}(\mathrm{maxk}(X \Theta, k))`, :math:`X' = \hat D^{-1/2} \hat A \hat D^{-1/2} C + b`;
+  :math:`c = \mathrm{drop}(\mathrm{maxk}(h_\Theta(x), k))`, :math:`x'_i = (1 + \epsilon) c_i + \sum_{j \to i} c_j`.
+  Neither placement is the more accurate one in our measurements (H100, k = 32 of 256: with
+  ``linear_first`` GCN is 1.3 points below ReLU on Cora and Citeseer over 30 seeds, level on the
+  real graphs; ``notes/maxk.md``, stop 51).
 
-``c_i`` in a root / self term is the dense ``c.to_dense()`` of the dropped-out CBSR.  Each layer
-equals the plain layer (:class:`~sparsegnn.nn.SAGEConv`, :class:`~sparsegnn.nn.GCNConv`,
-:class:`~sparsegnn.nn.GINConv`) applied to ``maxk(x, k, dense=True)`` (with the same dropout
-mask), and has the same parameter names and shapes, so state dicts move between the two.
-Gradients reach ``x`` at the kept positions only.
+``c_i`` in a root / self term is taken from the kept entries only.  By default each layer equals
+the plain layer (:class:`~sparsegnn.nn.SAGEConv`, :class:`~sparsegnn.nn.GCNConv`,
+:class:`~sparsegnn.nn.GINConv`) applied to ``maxk(x, k, dense=True)`` (the same dropout mask); with
+``linear_first`` the GCN and GIN layers equal the plain layers' aggregations (an identity map)
+applied to ``maxk(lin(x), k, dense=True)``.  All have their plain layer's parameter names and
+shapes, so state dicts move between the two.  Gradients reach the selected tensor at the kept
+positions only.
 
 Graph argument: a :class:`~sparsegnn.Graph`, an ``edge_index`` (with ``edge_weight``), PyG's
 ``EdgeIndex``, a torch sparse ``adj_t`` or a ``SparseTensor``, through the plain layers' cached
@@ -24,7 +35,7 @@ the CBSR of the sources is the root term of the targets.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import torch
 from torch import Tensor, nn
@@ -59,14 +70,17 @@ def _check_k(fn: str, k, width: Optional[int]) -> int:
 
 
 class _MaxKConv(GraphInputMixin, nn.Module):
-    """What the MaxK layers share: ``k``, dropout on the kept values, the backend, the graph."""
+    """What the MaxK layers share: ``k``, dropout on the kept values, the backend, the graph.
+
+    ``k=None`` makes the layer its ReLU twin (``relu`` then dropout, dense; the MaxK-GNN paper's
+    baseline of the same structure, built by :class:`~sparsegnn.nn.MaxKGNN`)."""
 
     _name = "MaxKConv"
 
-    def __init__(self, k: int, dropout: float, backend: str, width: Optional[int]) -> None:
+    def __init__(self, k: Optional[int], dropout: float, backend: str, width: Optional[int]) -> None:
         super().__init__()
         fn = self._name
-        self.k = _check_k(fn, k, width)
+        self.k = None if k is None else _check_k(fn, k, width)
         check(isinstance(dropout, (int, float)) and 0.0 <= float(dropout) < 1.0, fn,
               f"dropout must be in [0, 1), got {dropout!r}")
         check(backend in _SPMM_BACKENDS, fn, f"backend must be one of {_SPMM_BACKENDS}, got {backend!r}")
@@ -80,21 +94,32 @@ class _MaxKConv(GraphInputMixin, nn.Module):
         Shapes:
             x: [N, F] -> CBSR with values / index [N, k].
         """
+        if x.shape[1] < self.k:     # messages on failure only (a symbolic shape cannot be formatted)
+            raise ValueError(f"{self._name}(): the selected features have width {x.shape[1]}, fewer than "
+                             f"k = {self.k}")
         c = maxk(x, self.k, backend=_maxk_backend(self.backend))
         if self.training and self.dropout > 0.0:
             c = c.with_values(dropout_fn(c.values, self.dropout, True))
         return c
 
-    def _features_and_graph(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor], transform,
-                            sparse_values: bool = True):
-        """``(graph, c)``: the transformed Graph of ``edge_index`` and the sparsified ``x``."""
+    def activate(self, y: Tensor) -> Union[CBSR, Tensor]:
+        """:meth:`sparsify`, or for the ReLU twin (``k`` None) ``dropout(relu(y))``, dense.
+
+        Shapes:
+            y: [N, F] -> CBSR [N, k] (dense [N, F] for the twin).
+        """
+        if self.k is None:
+            return dropout_fn(torch.relu(y), self.dropout, self.training)
+        return self.sparsify(y)
+
+    def _inputs_and_graph(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor], transform,
+                          sparse_values: bool = True):
+        """``(graph, x)``: the transformed Graph of ``edge_index`` and the checked features."""
         fn = self._name
         x, _, _ = split_features(fn, x, pairs=False, dims=2)
-        if x.shape[1] < self.k:     # messages on failure only (a symbolic shape cannot be formatted)
-            raise ValueError(f"{fn}(): x has {x.shape[1]} features, fewer than k = {self.k}")
         _, num_nodes = node_counts(fn, edge_index, x, x, None, -2, square=True)
         graph = self._graph(fn, edge_index, edge_weight, num_nodes, transform, sparse_values=sparse_values)
-        return graph, self.sparsify(x)
+        return graph, x
 
     def _check_width(self, x: Tensor, width: int) -> None:
         if isinstance(x, Tensor) and x.dim() == 2 and width > 0:
@@ -131,7 +156,7 @@ class MaxKSAGEConv(_MaxKConv):
                  root_weight: bool = True, bias: bool = True, backend: str = "auto") -> None:
         check(isinstance(in_channels, int) and in_channels > 0, self._name,
               f"in_channels must be a positive int, got {in_channels!r}")
-        super().__init__(k, dropout, backend, in_channels)
+        super().__init__(_check_k(self._name, k, in_channels), dropout, backend, in_channels)
         check(aggr in ("mean", "sum", "add"), self._name, f"aggr must be 'mean', 'sum' or 'add' (CBSR features "
                                                           f"aggregate linearly), got {aggr!r}")
         self.in_channels, self.out_channels = in_channels, out_channels
@@ -148,8 +173,9 @@ class MaxKSAGEConv(_MaxKConv):
     def forward(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor] = None) -> Tensor:
         """``edge_weight`` weighs an ``edge_index``'s messages (a Graph carries its own in ``edge_val``)."""
         self._check_width(x, self.in_channels)
-        graph, c = self._features_and_graph(x, edge_index, edge_weight, identity,
-                                            sparse_values=graph_kind(edge_index) != "sparse_tensor")
+        graph, x = self._inputs_and_graph(x, edge_index, edge_weight, identity,
+                                          sparse_values=graph_kind(edge_index) != "sparse_tensor")
+        c = self.sparsify(x)
         agg = spmm(graph, c, reduce=self.reduce, backend=self.backend)
         if self.lin_r is None:
             return self.lin_l(agg)
@@ -163,25 +189,34 @@ class MaxKSAGEConv(_MaxKConv):
 
 
 class MaxKGCNConv(_MaxKConv):
-    r"""Graph convolution with the MaxK nonlinearity (MaxK-GNN):
-    :math:`C = \mathrm{drop}(\mathrm{maxk}(X, k))`,
-    :math:`X' = (\hat D^{-1/2} \hat A \hat D^{-1/2} C)\, \Theta + b`.
+    r"""Graph convolution with the MaxK nonlinearity (MaxK-GNN).
+
+    Default (MaxK on the input, projected after the aggregation: exact, both being linear):
+    :math:`C = \mathrm{drop}(\mathrm{maxk}(X, k))`, :math:`X' = (\hat D^{-1/2} \hat A \hat D^{-1/2} C)\, \Theta + b`;
+    equals ``GCNConv(in_channels, out_channels, ...)`` on ``maxk(X, k, dense=True)``.
+
+    ``linear_first=True`` (the paper's Eq. 3 / Fig. 5 and the authors' GCN): the linear map first,
+    MaxK selecting ``k`` of ``out_channels`` entries from its output, an aggregation with no weight:
+    :math:`C = \mathrm{drop}(\mathrm{maxk}(X \Theta, k))`, :math:`X' = \hat D^{-1/2} \hat A \hat D^{-1/2} C + b`;
+    equals ``GCNConv(out_channels, out_channels, ...)`` with an identity weight on
+    ``maxk(X Θ, k, dense=True)``.
 
     :math:`\hat A` as in :class:`~sparsegnn.nn.GCNConv` (the same cached normalised graph: self
     loops as PyG adds them for the graph form, symmetric normalisation by the weighted in-degree);
-    its normalised values are the aggregation's edge weights.  The CBSR is aggregated first and
-    projected after (exact: both are linear).  Equals ``GCNConv(in_channels, out_channels,
-    add_self_loops=..., normalize=..., bias=...)`` on ``maxk(X, k, dense=True)``.
+    its normalised values are the aggregation's edge weights.  Parameters as ``GCNConv(in_channels,
+    out_channels)``'s (``lin`` without bias, ``bias``).
 
     Args:
-        in_channels: input width ``F``.
+        in_channels: input width.
         out_channels: output width.
-        k: entries kept per row, ``1 <= k <= in_channels``.
+        k: entries kept per row, ``1 <= k <= in_channels`` (``out_channels`` with ``linear_first``);
+            ``None`` makes the ReLU twin (ReLU and dense dropout in place of MaxK: the paper's baseline).
         dropout: probability of dropping a kept value in training.
         add_self_loops: add self loops (needs ``normalize``).
         normalize: the symmetric normalisation (else the edge weights as given).
         bias: learn ``b``.
         backend: ``"auto"``, ``"reference"``, ``"triton"`` or ``"cpu"``.
+        linear_first: MaxK on the output of the linear map (the paper's placement), not on the input.
 
     Shapes:
         x: [N, in_channels]; edge_index: Graph, [2, E], EdgeIndex, sparse adj_t [N, N] or
@@ -190,16 +225,19 @@ class MaxKGCNConv(_MaxKConv):
 
     _name = "MaxKGCNConv"
 
-    def __init__(self, in_channels: int, out_channels: int, k: int, dropout: float = 0.0,
+    def __init__(self, in_channels: int, out_channels: int, k: Optional[int], dropout: float = 0.0,
                  add_self_loops: bool = True, normalize: bool = True, bias: bool = True,
-                 backend: str = "auto") -> None:
+                 backend: str = "auto", linear_first: bool = False) -> None:
         check(isinstance(in_channels, int) and in_channels > 0, self._name,
               f"in_channels must be a positive int, got {in_channels!r}")
-        super().__init__(k, dropout, backend, in_channels)
+        check(isinstance(out_channels, int) and out_channels > 0, self._name,
+              f"out_channels must be a positive int, got {out_channels!r}")
+        super().__init__(k, dropout, backend, out_channels if linear_first else in_channels)
         check(normalize or not add_self_loops, self._name,
               "add_self_loops=True needs normalize=True (as in GCNConv); pass a graph with self loops instead")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.add_self_loops, self.normalize = add_self_loops, normalize
+        self.linear_first = bool(linear_first)
         add_gcn_parameters(self, in_channels, out_channels, bias)
         self.reset_parameters()
 
@@ -209,28 +247,42 @@ class MaxKGCNConv(_MaxKConv):
     def forward(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor] = None) -> Tensor:
         self._check_width(x, self.in_channels)
         transform = gcn_layer_transform(graph_kind(edge_index), self.normalize, self.add_self_loops)
-        graph, c = self._features_and_graph(x, edge_index, edge_weight, transform)
-        out = self.lin(spmm(graph, c, reduce="sum", backend=self.backend))
+        graph, x = self._inputs_and_graph(x, edge_index, edge_weight, transform)
+        if self.linear_first:
+            out = spmm(graph, self.activate(self.lin(x)), reduce="sum", backend=self.backend)
+        else:
+            out = self.lin(spmm(graph, self.activate(x), reduce="sum", backend=self.backend))
         return out + self.bias if self.bias is not None else out
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, k={self.k})"
+        k = f"k={self.k}" if self.k is not None else "relu"
+        first = ", linear_first=True" if self.linear_first else ""
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, {k}{first})"
 
 
 class MaxKGINConv(_MaxKConv):
-    r"""Graph isomorphism layer with the MaxK nonlinearity (MaxK-GNN):
-    :math:`c = \mathrm{drop}(\mathrm{maxk}(x, k))`,
-    :math:`x'_i = h_\Theta\big((1 + \epsilon) c_i + \sum_{j \to i} w_{ji} c_j\big)`.
+    r"""Graph isomorphism layer with the MaxK nonlinearity (MaxK-GNN).
 
-    Equals ``GINConv(nn, eps, train_eps)`` on ``maxk(x, k, dense=True)`` (parameters ``nn`` and
-    ``eps``, a parameter with ``train_eps``, else a buffer).
+    Default: :math:`c = \mathrm{drop}(\mathrm{maxk}(x, k))`,
+    :math:`x'_i = h_\Theta\big((1 + \epsilon) c_i + \sum_{j \to i} w_{ji} c_j\big)`; equals
+    ``GINConv(nn, eps, train_eps)`` on ``maxk(x, k, dense=True)``.
+
+    ``linear_first=True`` (the paper's Eq. 3 and the authors' GIN): :math:`h_\Theta` first, MaxK
+    on its output, then :math:`x'_i = (1 + \epsilon) c_i + \sum_{j \to i} w_{ji} c_j` with
+    :math:`c = \mathrm{drop}(\mathrm{maxk}(h_\Theta(x), k))`; equals ``GINConv(Identity(), eps,
+    train_eps)`` on ``maxk(h_Θ(x), k, dense=True)``.
+
+    Parameters as ``GINConv(nn, eps, train_eps)``'s (``nn`` and ``eps``, a parameter with
+    ``train_eps``, else a buffer).
 
     Args:
         nn: the network :math:`h_\Theta` (reset when the layer is made, as in GINConv).
-        k: entries kept per row, ``1 <= k <= F`` (checked against ``x``).
+        k: entries kept per row, ``1 <= k <= F`` (checked against the selected tensor: ``x``, or
+            ``nn``'s output with ``linear_first``); ``None`` makes the ReLU twin.
         dropout: probability of dropping a kept value in training.
         eps: initial :math:`\epsilon`; ``train_eps`` makes it a parameter.
         backend: ``"auto"``, ``"reference"``, ``"triton"`` or ``"cpu"``.
+        linear_first: MaxK on the output of ``nn`` (the paper's placement), not on the input.
 
     Shapes:
         x: [N, F]; edge_index: Graph, [2, E], EdgeIndex, sparse adj_t [N, N] or SparseTensor;
@@ -239,11 +291,12 @@ class MaxKGINConv(_MaxKConv):
 
     _name = "MaxKGINConv"
 
-    def __init__(self, nn: Callable[[Tensor], Tensor], k: int, dropout: float = 0.0, eps: float = 0.0,
-                 train_eps: bool = False, backend: str = "auto") -> None:
+    def __init__(self, nn: Callable[[Tensor], Tensor], k: Optional[int], dropout: float = 0.0, eps: float = 0.0,
+                 train_eps: bool = False, backend: str = "auto", linear_first: bool = False) -> None:
         super().__init__(k, dropout, backend, None)
         self.nn = nn
         self.initial_eps = eps
+        self.linear_first = bool(linear_first)
         if train_eps:
             self.eps = torch.nn.Parameter(torch.empty(1))
         else:
@@ -255,10 +308,17 @@ class MaxKGINConv(_MaxKConv):
         self.eps.data.fill_(self.initial_eps)
 
     def forward(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor] = None) -> Tensor:
-        graph, c = self._features_and_graph(x, edge_index, edge_weight, identity,
-                                            sparse_values=graph_kind(edge_index) != "sparse_tensor")
+        graph, x = self._inputs_and_graph(x, edge_index, edge_weight, identity,
+                                          sparse_values=graph_kind(edge_index) != "sparse_tensor")
+        c = self.activate(self.nn(x) if self.linear_first else x)
         aggregated = spmm(graph, c, reduce="sum", backend=self.backend)
-        return self.nn(aggregated + (1 + self.eps) * c.to_dense())
+        if isinstance(c, CBSR):     # the self term from the kept entries (distinct columns: a scatter-add)
+            out = aggregated.scatter_add_(1, c.long_index(), c.values * (1 + self.eps))
+        else:
+            out = aggregated + (1 + self.eps) * c
+        return out if self.linear_first else self.nn(out)
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(nn={self.nn}, k={self.k})"
+        k = f"k={self.k}" if self.k is not None else "relu"
+        first = ", linear_first=True" if self.linear_first else ""
+        return f"{self.__class__.__name__}(nn={self.nn}, {k}{first})"

@@ -180,20 +180,30 @@ NONLINEARITIES = ("maxk", "relu")
 
 
 class MaxKGNN(nn.Module):
-    r"""MaxK-GNN's model: ``lin_in -> num_layers x [nonlinearity -> dropout -> conv -> LayerNorm] -> lin_out``.
+    r"""MaxK-GNN's model: ``lin_in``, ``num_layers`` hidden layers each followed by LayerNorm, ``lin_out``.
 
-    * ``nonlinearity="maxk"``: each hidden layer is a MaxK conv (:class:`~sparsegnn.nn.MaxKSAGEConv`,
-      :class:`~sparsegnn.nn.MaxKGCNConv`, :class:`~sparsegnn.nn.MaxKGINConv`), which keeps the
-      ``k`` largest entries per row, drops out kept values and aggregates the CBSR:
-      :math:`h \leftarrow \mathrm{LN}(\mathrm{conv}(\mathrm{drop}(\mathrm{maxk}(h, k))))`.
-    * ``nonlinearity="relu"``: the paper's ReLU baseline, the same structure and parameter
-      shapes with the plain convs: :math:`h \leftarrow \mathrm{LN}(\mathrm{conv}(\mathrm{drop}(\mathrm{relu}(h))))`.
+    :math:`\sigma` below is MaxK (``nonlinearity="maxk"``: the ``k`` largest entries per row,
+    dropout on the kept values, the CBSR aggregated by the MaxK convs) or ReLU (``"relu"``: the
+    paper's baseline, the same structure and parameter shapes with dense dropout).
+
+    * Default: :math:`h \leftarrow \mathrm{LN}(\mathrm{conv}(\mathrm{drop}(\sigma(h))))` for every
+      conv, the linear maps after the aggregation (:class:`~sparsegnn.nn.MaxKSAGEConv`,
+      :class:`~sparsegnn.nn.MaxKGCNConv`, :class:`~sparsegnn.nn.MaxKGINConv` with MaxK; the plain
+      ``SAGEConv`` / ``GCNConv`` / ``GINConv`` after ReLU and dropout for the baseline).  This is
+      the authors' SAGE model.
+    * ``linear_first=True`` with ``conv="gcn"`` / ``"gin"``: the authors' GCN / GIN models (the
+      paper's Eq. 3: the aggregation takes "the feature map post linear layer and the MaxK
+      nonlinearity"): ``lin_in`` then ReLU, and per layer
+      :math:`h \leftarrow \mathrm{LN}(\mathrm{aggr}(\mathrm{drop}(\sigma(h W))))`, an aggregation
+      without weight after the nonlinearity (the MaxK convs with ``linear_first``, or their ReLU
+      twins), GIN with a learned :math:`\epsilon`.  SAGE keeps its placement (the authors' too).
 
     Convs (``hidden -> hidden``): ``"sage"`` mean-aggregating GraphSAGE (root weight, bias),
-    ``"gcn"`` GCN (self loops, symmetric normalisation), ``"gin"`` GIN-0 with
-    :math:`h_\Theta` = one ``Linear(hidden, hidden)``.  ``lin_in`` / ``lin_out`` are
-    ``torch.nn.Linear``; the defaults are MaxK-GNN's Table 3 (3 layers, hidden 256, dropout 0.5,
-    k = 32 of 256).  The two nonlinearities have identical ``state_dict`` keys and shapes.
+    ``"gcn"`` GCN (self loops, symmetric normalisation, bias), ``"gin"`` GIN with
+    :math:`h_\Theta` = one ``Linear(hidden, hidden)`` (GIN-0 by default).  ``lin_in`` /
+    ``lin_out`` are ``torch.nn.Linear``; the defaults are MaxK-GNN's Table 3 (3 layers, hidden
+    256, dropout 0.5, k = 32 of 256).  The two nonlinearities have identical ``state_dict`` keys
+    and shapes.
 
     Args:
         in_channels: input feature width.
@@ -206,6 +216,7 @@ class MaxKGNN(nn.Module):
         norm: LayerNorm after every conv (else identity).
         nonlinearity: ``"maxk"`` or ``"relu"``.
         backend: sparse backend of the aggregations.
+        linear_first: GCN / GIN as the authors' models (above); no effect on SAGE.
 
     Shapes:
         x: [N, in_channels]; graph: anything the convs take -> [N, out_channels].
@@ -213,7 +224,7 @@ class MaxKGNN(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, conv: str = "sage", hidden: int = 256,
                  num_layers: int = 3, k: int = 32, dropout: float = 0.5, norm: bool = True,
-                 nonlinearity: str = "maxk", backend: str = "auto") -> None:
+                 nonlinearity: str = "maxk", backend: str = "auto", linear_first: bool = False) -> None:
         super().__init__()
         fn = "MaxKGNN"
         check(conv in MAXK_CONVS, fn, f"conv must be one of {MAXK_CONVS}, got {conv!r}")
@@ -225,6 +236,7 @@ class MaxKGNN(nn.Module):
             check(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= hidden, fn,
                   f"k must be an int in [1, hidden = {hidden}], got {k!r}")
         self.conv, self.nonlinearity, self.dropout = conv, nonlinearity, float(dropout)
+        self.linear_first = bool(linear_first) and conv != "sage"
         self.k = k if nonlinearity == "maxk" else None
         self.lin_in = nn.Linear(in_channels, hidden)
         self.convs = nn.ModuleList([self._make_conv(conv, hidden, backend) for _ in range(num_layers)])
@@ -232,8 +244,13 @@ class MaxKGNN(nn.Module):
         self.lin_out = nn.Linear(hidden, out_channels)
 
     def _make_conv(self, conv: str, hidden: int, backend: str) -> nn.Module:
-        if self.nonlinearity == "maxk":
-            k, p = self.k, self.dropout
+        k, p = (self.k if self.nonlinearity == "maxk" else None), self.dropout
+        if self.linear_first:       # the authors' GCN / GIN; k None: the convs' ReLU twins
+            if conv == "gcn":
+                return MaxKGCNConv(hidden, hidden, k, dropout=p, backend=backend, linear_first=True)
+            return MaxKGINConv(nn.Linear(hidden, hidden), k, dropout=p, train_eps=True, backend=backend,
+                               linear_first=True)
+        if k is not None:
             if conv == "sage":
                 return MaxKSAGEConv(hidden, hidden, k, dropout=p, backend=backend)
             if conv == "gcn":
@@ -247,14 +264,17 @@ class MaxKGNN(nn.Module):
 
     def forward(self, x: Tensor, graph) -> Tensor:
         x = self.lin_in(x)
+        if self.linear_first:       # the convs begin with a linear map: the authors' input ReLU
+            x = F.relu(x)
         for conv, norm in zip(self.convs, self.norms):
-            if self.nonlinearity == "relu":
+            if self.nonlinearity == "relu" and not self.linear_first:
                 x = conv(dropout(F.relu(x), self.dropout, self.training), graph)
-            else:                   # maxk and dropout on the kept values inside the conv
+            else:                   # the nonlinearity and dropout inside the conv
                 x = conv(x, graph)
             x = norm(x)
         return self.lin_out(x)
 
     def extra_repr(self) -> str:
         k = f", k={self.k}" if self.k is not None else ""
-        return f"conv={self.conv!r}, nonlinearity={self.nonlinearity!r}{k}, dropout={self.dropout}"
+        first = ", linear_first=True" if self.linear_first else ""
+        return f"conv={self.conv!r}, nonlinearity={self.nonlinearity!r}{k}, dropout={self.dropout}{first}"
