@@ -11,6 +11,7 @@ from sparsegnn.cli import main
 from sparsegnn.datasets import default_data_dir, load, load_real_node_dataset
 from sparsegnn.datasets.real_nodes import SUBSTITUTE_DIM, stratified_split
 from sparsegnn.nn import GCNConv, GINConv, MaxKGCNConv, MaxKGINConv, MaxKGNN, MaxKSAGEConv, SAGEConv
+from sparsegnn.maxk_sweep import maxk_sweep
 from sparsegnn.training import build_model, train_node_classifier
 
 DATA = default_data_dir()
@@ -192,6 +193,72 @@ def test_dropout_acts_on_kept_values_only(kind, linear_first):
     torch.testing.assert_close(mk(x, g), reference(x, g), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["gcn", "gin"])
+@pytest.mark.parametrize("linear_first", [False, True])
+@pytest.mark.parametrize("training", [False, True])
+def test_relu_twins_equal_the_plain_layers_on_relu(kind, linear_first, training):
+    """``k=None`` (the ReLU baseline's layers): ``dropout(relu(.))`` dense where MaxK would be, with
+    the same dropout draw as made by hand, and a nonzero GIN epsilon taken into account."""
+    torch.manual_seed(3)
+    g = sg.Graph.from_edge_index(_edges(), num_nodes=N)
+    x = torch.randn(N, F_IN, dtype=torch.float64)
+    if kind == "gcn":
+        twin = MaxKGCNConv(F_IN, F_OUT, None, dropout=0.4, linear_first=linear_first).double()
+        torch.nn.init.uniform_(twin.bias, -0.5, 0.5)
+        if linear_first:
+            aggregate = GCNConv(F_OUT, F_OUT, bias=False).double()
+            with torch.no_grad():
+                aggregate.lin.weight.copy_(torch.eye(F_OUT, dtype=torch.float64))
+            expected = lambda h: aggregate(h, g) + twin.bias                    # noqa: E731
+        else:
+            plain = GCNConv(F_IN, F_OUT).double()
+            plain.load_state_dict(twin.state_dict())
+            expected = lambda h: plain(h, g)                                    # noqa: E731
+        selected = twin.lin(x) if linear_first else x
+    else:
+        twin = MaxKGINConv(torch.nn.Linear(F_IN, F_OUT), None, dropout=0.4, eps=0.7, train_eps=True,
+                           linear_first=linear_first).double()
+        plain = GINConv(torch.nn.Identity() if linear_first else copy.deepcopy(twin.nn), eps=0.7).double()
+        if not linear_first:        # GINConv re-initialises its nn: the twin's parameters, copied back
+            plain.nn.load_state_dict(twin.nn.state_dict())
+        expected = lambda h: plain(h, g)                                        # noqa: E731
+        selected = twin.nn(x) if linear_first else x
+    twin.train(training)
+    torch.manual_seed(11)
+    out = twin(x, g)
+    torch.manual_seed(11)                                       # the same dropout draw, made by hand
+    h = sg.dropout(torch.relu(selected), 0.4, training)
+    with torch.no_grad():
+        torch.testing.assert_close(out, expected(h), rtol=1e-12, atol=1e-12)
+    if training:
+        assert bool((h == 0).sum() > (torch.relu(selected) == 0).sum())    # some values were dropped
+
+
+@pytest.mark.parametrize("linear_first", [False, True])
+def test_gin_self_term_under_autocast(linear_first):
+    """The self term added from the kept entries keeps the aggregate's dtype under autocast (bf16),
+    where eps (float32) would promote it."""
+    g = sg.Graph.from_edge_index(_edges(), num_nodes=N)
+    torch.manual_seed(0)
+    conv = MaxKGINConv(torch.nn.Linear(F_IN, F_IN), K, eps=0.5, train_eps=True, linear_first=linear_first,
+                       backend="reference")     # (the CPU backend's MKL product has no bf16)
+    x = torch.randn(N, F_IN)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = conv(x.bfloat16(), g)
+    assert out.shape == (N, F_IN) and bool(torch.isfinite(out.float()).all())
+    out.float().sum().backward()
+    assert conv.eps.grad is not None and bool(torch.isfinite(conv.eps.grad).all())
+
+
+def test_linear_first_is_refused_for_sage():
+    with pytest.raises(ValueError, match=r"MaxKGNN\(\): linear_first places MaxK after GCN's / GIN's"):
+        MaxKGNN(F_IN, 3, conv="sage", linear_first=True)
+    with pytest.raises(ValueError, match=r"build_model\(\): maxk_linear_first is for gcn / gin"):
+        build_model("sage", 10, 3, maxk=8, maxk_linear_first=True)
+    with pytest.raises(ValueError, match=r"maxk_sweep\(\): linear_first is for gcn / gin"):
+        maxk_sweep(load("cora"), "sage", [8], epochs=1, linear_first=True, progress=False)
+
+
 def test_layer_errors():
     g = sg.Graph.from_edge_index(_edges(), num_nodes=N)
     with pytest.raises(ValueError, match=r"MaxKSAGEConv\(\): k must be an int in \[1, 12\]"):
@@ -297,7 +364,6 @@ def test_build_model_maxk_options():
     assert base.nonlinearity == "relu" and isinstance(base.convs[0], GCNConv) and base.dropout == 0.2
     paper = MaxKGNN(10, 3, conv="gcn", hidden=64, nonlinearity="relu", linear_first=True)
     assert isinstance(paper.convs[0], MaxKGCNConv) and paper.convs[0].k is None   # its ReLU twin
-    assert not MaxKGNN(10, 3, conv="sage", hidden=64, linear_first=True).linear_first  # SAGE keeps its placement
     with pytest.raises(ValueError, match=r"build_model\(\): maxk is available for the models sage, gcn, gin"):
         build_model("gat", 10, 3, maxk=8)
     for bad in (0, 257, True, 2.0, "8"):
@@ -358,6 +424,8 @@ def test_build_model_maxk_linear_first():
     (["--model", "sage", "--maxk", "257"], "--maxk must be in [1, hidden = 256], got 257"),
     (["--model", "gcn", "--maxk", "64", "--hidden", "32"], "--maxk must be in [1, hidden = 32], got 64"),
     (["--model", "gcn", "--maxk-linear-first"], "--maxk-linear-first places MaxK in MaxK-GNN's model; pass --maxk"),
+    (["--model", "sage", "--maxk", "8", "--maxk-linear-first"], "--maxk-linear-first is for --model gcn / gin"),
+    (["--model", "gcn", "--nproc", "2", "--maxk-linear-first"], "--maxk-linear-first"),
 ])
 def test_cli_train_maxk_bad_combinations(capsys, extra, message):
     assert main(["train", "--epochs", "1", "--device", "cpu", *extra]) == 2

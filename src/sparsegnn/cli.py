@@ -34,6 +34,11 @@ def _ks(text: str) -> List[int]:
     return ks
 
 
+#: Why ``--maxk-linear-first`` / ``--linear-first`` is refused with ``--model sage``.
+_LINEAR_FIRST_SAGE = ("--maxk-linear-first is for --model gcn / gin (MaxK after their linear map); SAGE's placement "
+                      "is already the authors'")
+
+
 def _maxk_problem(args: argparse.Namespace) -> Optional[str]:
     """Why ``train --maxk`` cannot run with the other options (None when it can)."""
     from .nn.models import MAXK_CONVS
@@ -44,6 +49,8 @@ def _maxk_problem(args: argparse.Namespace) -> Optional[str]:
         return "--maxk trains on the full graph; drop --minibatch"
     if args.precision != "ieee":
         return "--maxk aggregates exactly; drop --precision"
+    if args.maxk_linear_first and args.model == "sage":
+        return _LINEAR_FIRST_SAGE
     hidden = 256 if args.hidden is None else args.hidden
     if not 1 <= args.maxk <= hidden:
         return f"--maxk must be in [1, hidden = {hidden}], got {args.maxk}"
@@ -115,7 +122,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     summary = {
         "model": args.model, "dataset": args.dataset, "device": args.device, "backend": args.backend,
         "compile": args.compile, "precision": args.precision, "maxk": args.maxk,
-        "maxk_linear_first": args.maxk_linear_first and args.model != "sage", "minibatch": args.minibatch,
+        "maxk_linear_first": args.maxk_linear_first, "minibatch": args.minibatch,
         "batch_size": (args.batch_size or 1024) if args.minibatch else None,
         "epochs": args.epochs, "runs": args.runs, "seeds": [r.seed for r in results],
         "val_acc": mean("val_acc"), "test_acc": mean("test_acc"),
@@ -139,7 +146,7 @@ def _cmd_train_distributed(args: argparse.Namespace) -> int:
     from .distributed.train import train_distributed
 
     others = {"--minibatch": args.minibatch is not None, "--reorder": args.reorder is not None,
-              "--precision": args.precision != "ieee", "--maxk": args.maxk is not None or args.maxk_linear_first,
+              "--precision": args.precision != "ieee", "--maxk": args.maxk is not None, "--maxk-linear-first": args.maxk_linear_first,
               "--compile": args.compile != "none", "--runs": args.runs != 1}
     given = [name for name, on in others.items() if on]
     problem = (f"--nproc must be >= 1, got {args.nproc}" if args.nproc < 1 else
@@ -178,7 +185,7 @@ def _graph_problem(args: argparse.Namespace) -> Optional[str]:
     if args.model not in GRAPH_MODELS:
         return f"--dataset {args.dataset} is graph-level; use --model {', '.join(GRAPH_MODELS)}"
     node_only = {"--minibatch": args.minibatch is not None, "--reorder": args.reorder is not None,
-                 "--precision": args.precision != "ieee", "--maxk": args.maxk is not None or args.maxk_linear_first,
+                 "--precision": args.precision != "ieee", "--maxk": args.maxk is not None, "--maxk-linear-first": args.maxk_linear_first,
                  "--compile reduce-overhead/default": args.compile in ("reduce-overhead", "default"),
                  "--root": args.root is not None, "--runs": args.runs != 1}
     given = [name for name, on in node_only.items() if on]
@@ -250,11 +257,14 @@ def _cmd_maxk_sweep(args: argparse.Namespace) -> int:
     if bad:
         print(f"maxk-sweep: every k must be in [1, hidden = {hidden}], got {bad}", file=sys.stderr)
         return 2
+    if args.linear_first and args.model == "sage":
+        print("maxk-sweep: " + _LINEAR_FIRST_SAGE.replace("--maxk-linear-first", "--linear-first"), file=sys.stderr)
+        return 2
     data = load(args.dataset, root=args.root, data_dir=args.data_dir)
     progress = sys.stderr.isatty() or args.progress
     result = maxk_sweep(data, args.model, args.ks, epochs=args.epochs, runs=args.runs, seed=args.seed,
                         device=args.device, lr=args.lr, weight_decay=args.weight_decay, hidden=args.hidden,
-                        dropout=args.dropout, backend=args.backend, progress=progress)
+                        dropout=args.dropout, backend=args.backend, progress=progress, linear_first=args.linear_first)
     paths = write_sweep(result, args.out)
     print(markdown(result))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
@@ -478,6 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "several k against the ReLU baseline (JSON, markdown, plot)")
     _add_data_args(sweep)
     sweep.add_argument("--model", default="sage", choices=["sage", "gcn", "gin"])
+    sweep.add_argument("--linear-first", action="store_true",
+                       help="--model gcn / gin as the authors' models: MaxK (or ReLU) on each layer's linear output")
     sweep.add_argument("--ks", type=_ks, default=[8, 16, 32, 64, 128], help="comma-separated k values "
                                                                            "(default 8,16,32,64,128)")
     sweep.add_argument("--epochs", type=int, default=200)

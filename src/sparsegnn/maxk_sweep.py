@@ -87,6 +87,9 @@ def maxk_sweep(data: NodeDataset, model: str = "sage", ks: Sequence[int] = DEFAU
     bad = [k for k in ks if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= width]
     if bad:
         raise ValueError(f"{fn}(): every k must be an int in [1, hidden = {width}], got {bad}")
+    if linear_first and model == "sage":
+        raise ValueError(f"{fn}(): linear_first is for gcn / gin (MaxK after their linear map); sage's placement "
+                         "is already the authors'")
     configs = [("relu", None)] + [(f"k={k}", k) for k in ks]
     from tqdm.auto import tqdm
 
@@ -113,7 +116,7 @@ def maxk_sweep(data: NodeDataset, model: str = "sage", ks: Sequence[int] = DEFAU
         "nodes": data.graph.num_nodes, "edges": data.graph.num_edges, "features": int(data.x.shape[1]),
         "classes": data.num_classes, "epochs": epochs, "runs": runs, "seed": seed, "lr": lr,
         "weight_decay": weight_decay, "hidden": width, "dropout": 0.5 if dropout is None else dropout,
-        "num_layers": 3, "ks": ks, "backend": backend, "linear_first": bool(linear_first) and model != "sage",
+        "num_layers": 3, "ks": ks, "backend": backend, "linear_first": bool(linear_first),
         "torch": torch.__version__,
         "date": datetime.date.today().isoformat(),
     }
@@ -127,8 +130,10 @@ def _pct(value: float) -> str:
 def markdown(result: Dict[str, object]) -> str:
     """The sweep as a markdown table: k, test accuracy (at best val, +- std), epoch ms, speedup over ReLU."""
     meta, rows = result["meta"], result["rows"]
+    placement = ", linear first: MaxK on each layer's linear output" if meta.get("linear_first") else ""
     lines = [f"# MaxK sweep: {meta['model']} on {meta['dataset']} ({meta['device']})", "",
-             f"MaxKGNN ({meta['num_layers']} layers, hidden {meta['hidden']}, dropout {meta['dropout']}), "
+             f"MaxKGNN ({meta['num_layers']} layers, hidden {meta['hidden']}, dropout {meta['dropout']}"
+             f"{placement}), "
              f"{meta['epochs']} epochs, lr {meta['lr']}, weight decay {meta['weight_decay']}, {meta['runs']} seed(s) "
              f"from {meta['seed']}; {meta['date']}, torch {meta['torch']}.  Test accuracy at the best validation "
              "epoch (mean +- sample std over seeds) and at the last epoch; epoch ms: forward + backward + Adam step, "

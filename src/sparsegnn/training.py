@@ -73,6 +73,9 @@ def _maxk_model(key: str, in_channels: int, out_channels: int, hidden: Optional[
     if precision != "ieee":
         raise ValueError(f"{fn}(): maxk models aggregate exactly (precision='ieee'), got precision={precision!r}")
     width = 256 if hidden is None else hidden
+    if linear_first and key == "sage":
+        raise ValueError(f"{fn}(): maxk_linear_first is for gcn / gin (MaxK after their linear map); sage's "
+                         "placement is already the authors'")
     kwargs = dict(conv=key, hidden=width, backend=backend, linear_first=linear_first)
     if dropout is not None:
         kwargs["dropout"] = dropout

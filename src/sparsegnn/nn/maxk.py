@@ -62,10 +62,12 @@ def _maxk_backend(backend: str) -> str:
     return "reference" if backend == "cpu" else backend
 
 
-def _check_k(fn: str, k, width: Optional[int]) -> int:
+def _check_k(fn: str, k, width: Optional[int], selected: str = "the input", twins: bool = False) -> int:
+    """``k`` as an int in ``[1, width]`` (the width of ``selected``, the tensor MaxK selects from)."""
     limit = f"[1, {width}]" if width is not None and width > 0 else "[1, F]"
     ok = isinstance(k, int) and not isinstance(k, bool) and k >= 1 and (width is None or width <= 0 or k <= width)
-    check(ok, fn, f"k must be an int in {limit} (entries kept per row of the input), got {k!r}")
+    twin = " or None (the ReLU twin)" if twins else ""
+    check(ok, fn, f"k must be an int in {limit}{twin} (entries kept per row of {selected}), got {k!r}")
     return k
 
 
@@ -77,10 +79,11 @@ class _MaxKConv(GraphInputMixin, nn.Module):
 
     _name = "MaxKConv"
 
-    def __init__(self, k: Optional[int], dropout: float, backend: str, width: Optional[int]) -> None:
+    def __init__(self, k: Optional[int], dropout: float, backend: str, width: Optional[int],
+                 selected: str = "the input") -> None:
         super().__init__()
         fn = self._name
-        self.k = None if k is None else _check_k(fn, k, width)
+        self.k = None if k is None else _check_k(fn, k, width, selected, twins=not isinstance(self, MaxKSAGEConv))
         check(isinstance(dropout, (int, float)) and 0.0 <= float(dropout) < 1.0, fn,
               f"dropout must be in [0, 1), got {dropout!r}")
         check(backend in _SPMM_BACKENDS, fn, f"backend must be one of {_SPMM_BACKENDS}, got {backend!r}")
@@ -232,7 +235,8 @@ class MaxKGCNConv(_MaxKConv):
               f"in_channels must be a positive int, got {in_channels!r}")
         check(isinstance(out_channels, int) and out_channels > 0, self._name,
               f"out_channels must be a positive int, got {out_channels!r}")
-        super().__init__(k, dropout, backend, out_channels if linear_first else in_channels)
+        super().__init__(k, dropout, backend, out_channels if linear_first else in_channels,
+                         "the linear map's output" if linear_first else "the input")
         check(normalize or not add_self_loops, self._name,
               "add_self_loops=True needs normalize=True (as in GCNConv); pass a graph with self loops instead")
         self.in_channels, self.out_channels = in_channels, out_channels
@@ -293,7 +297,7 @@ class MaxKGINConv(_MaxKConv):
 
     def __init__(self, nn: Callable[[Tensor], Tensor], k: Optional[int], dropout: float = 0.0, eps: float = 0.0,
                  train_eps: bool = False, backend: str = "auto", linear_first: bool = False) -> None:
-        super().__init__(k, dropout, backend, None)
+        super().__init__(k, dropout, backend, None, "nn's output" if linear_first else "the input")
         self.nn = nn
         self.initial_eps = eps
         self.linear_first = bool(linear_first)
@@ -313,7 +317,8 @@ class MaxKGINConv(_MaxKConv):
         c = self.activate(self.nn(x) if self.linear_first else x)
         aggregated = spmm(graph, c, reduce="sum", backend=self.backend)
         if isinstance(c, CBSR):     # the self term from the kept entries (distinct columns: a scatter-add)
-            out = aggregated.scatter_add_(1, c.long_index(), c.values * (1 + self.eps))
+            # (autocast: the values and eps may be wider than the aggregate; scatter_add_ does not promote)
+            out = aggregated.scatter_add_(1, c.long_index(), (c.values * (1 + self.eps)).to(aggregated.dtype))
         else:
             out = aggregated + (1 + self.eps) * c
         return out if self.linear_first else self.nn(out)

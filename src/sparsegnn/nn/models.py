@@ -196,7 +196,7 @@ class MaxKGNN(nn.Module):
       nonlinearity"): ``lin_in`` then ReLU, and per layer
       :math:`h \leftarrow \mathrm{LN}(\mathrm{aggr}(\mathrm{drop}(\sigma(h W))))`, an aggregation
       without weight after the nonlinearity (the MaxK convs with ``linear_first``, or their ReLU
-      twins), GIN with a learned :math:`\epsilon`.  SAGE keeps its placement (the authors' too).
+      twins), GIN with a learned :math:`\epsilon`.  SAGE has no such option: its placement is the authors'.
 
     Convs (``hidden -> hidden``): ``"sage"`` mean-aggregating GraphSAGE (root weight, bias),
     ``"gcn"`` GCN (self loops, symmetric normalisation, bias), ``"gin"`` GIN with
@@ -216,7 +216,7 @@ class MaxKGNN(nn.Module):
         norm: LayerNorm after every conv (else identity).
         nonlinearity: ``"maxk"`` or ``"relu"``.
         backend: sparse backend of the aggregations.
-        linear_first: GCN / GIN as the authors' models (above); no effect on SAGE.
+        linear_first: GCN / GIN as the authors' models (above); not with SAGE (a ``ValueError``).
 
     Shapes:
         x: [N, in_channels]; graph: anything the convs take -> [N, out_channels].
@@ -236,7 +236,10 @@ class MaxKGNN(nn.Module):
             check(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= hidden, fn,
                   f"k must be an int in [1, hidden = {hidden}], got {k!r}")
         self.conv, self.nonlinearity, self.dropout = conv, nonlinearity, float(dropout)
-        self.linear_first = bool(linear_first) and conv != "sage"
+        check(not (linear_first and conv == "sage"), fn,
+              "linear_first places MaxK after GCN's / GIN's linear map; SAGE's placement is already the "
+              "authors' (MaxK before the aggregation and its linear maps)")
+        self.linear_first = bool(linear_first)
         self.k = k if nonlinearity == "maxk" else None
         self.lin_in = nn.Linear(in_channels, hidden)
         self.convs = nn.ModuleList([self._make_conv(conv, hidden, backend) for _ in range(num_layers)])
