@@ -215,7 +215,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     meta = {"script": "scripts/bench_maxk_train.py", "device": torch.cuda.get_device_name(), "graph": args.graph,
             "nodes": first.get("nodes", 0), "edges": first.get("edges", 0), "warmup": args.warmup,
             "epochs": args.epochs, "matmul_precision": args.matmul_precision, "conv": args.conv,
-            "linear_first": args.linear_first and args.conv != "sage", "versions": layers.versions()}
+            "linear_first": args.linear_first, "versions": layers.versions()}
     (out / "maxk_train.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     text = markdown(rows, meta)
     (out / "maxk_train.md").write_text(text)

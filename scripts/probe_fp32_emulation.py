@@ -20,10 +20,11 @@ import subprocess
 import sys
 
 import torch
+from triton.testing import do_bench
 
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
 CUDA_R_32F = 0
-COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_32F_EMULATED_16BFX9 = 68, 77, 78
+COMPUTE_32F, COMPUTE_32F_EMULATED_16BFX9 = 68, 78
 GEMM_DEFAULT = -1
 
 
@@ -64,20 +65,8 @@ def main() -> int:
                                 ctypes.c_void_p(x.data_ptr()), CUDA_R_32F, k, ctypes.byref(beta),
                                 ctypes.c_void_p(out.data_ptr()), CUDA_R_32F, n, compute, GEMM_DEFAULT)
 
-    def timed(fn, reps=20):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(reps):
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        times.sort()
-        return times[len(times) // 2]
+    def timed(fn):
+        return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
     g = torch.Generator(device="cuda").manual_seed(0)
     shapes = [("x W_in^T (lin_in)", 232965, 602, 256), ("h W^T (lin_l)", 232965, 256, 256),

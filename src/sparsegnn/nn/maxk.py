@@ -78,12 +78,14 @@ class _MaxKConv(GraphInputMixin, nn.Module):
     baseline of the same structure, built by :class:`~sparsegnn.nn.MaxKGNN`)."""
 
     _name = "MaxKConv"
+    #: Whether ``k=None`` (the ReLU twin) is accepted.
+    _twins = True
 
     def __init__(self, k: Optional[int], dropout: float, backend: str, width: Optional[int],
                  selected: str = "the input") -> None:
         super().__init__()
         fn = self._name
-        self.k = None if k is None else _check_k(fn, k, width, selected, twins=not isinstance(self, MaxKSAGEConv))
+        self.k = None if k is None and self._twins else _check_k(fn, k, width, selected, self._twins)
         check(isinstance(dropout, (int, float)) and 0.0 <= float(dropout) < 1.0, fn,
               f"dropout must be in [0, 1), got {dropout!r}")
         check(backend in _SPMM_BACKENDS, fn, f"backend must be one of {_SPMM_BACKENDS}, got {backend!r}")
@@ -154,12 +156,13 @@ class MaxKSAGEConv(_MaxKConv):
     """
 
     _name = "MaxKSAGEConv"
+    _twins = False      # the ReLU baseline uses the plain SAGEConv
 
     def __init__(self, in_channels: int, out_channels: int, k: int, dropout: float = 0.0, aggr: str = "mean",
                  root_weight: bool = True, bias: bool = True, backend: str = "auto") -> None:
         check(isinstance(in_channels, int) and in_channels > 0, self._name,
               f"in_channels must be a positive int, got {in_channels!r}")
-        super().__init__(_check_k(self._name, k, in_channels), dropout, backend, in_channels)
+        super().__init__(k, dropout, backend, in_channels)
         check(aggr in ("mean", "sum", "add"), self._name, f"aggr must be 'mean', 'sum' or 'add' (CBSR features "
                                                           f"aggregate linearly), got {aggr!r}")
         self.in_channels, self.out_channels = in_channels, out_channels
