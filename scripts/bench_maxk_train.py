@@ -7,6 +7,8 @@ the Reddit stand-in (or ``--graph``) for
   (MaxK-GNN's structure: ``lin_in -> 3 x [maxk -> dropout -> SAGEConv -> LayerNorm] -> lin_out``,
   hidden 256: CBSR aggregations, SpGEMM forward, SSpMM backward);
 * ``ours_maxk_k32_capture``: the same at k = 32, the whole step as one CUDA graph replay;
+* ``ours_maxk_k32_unfused`` (``--unfused``): the same with each LayerNorm and the next selection as two
+  ops (``maxk(F.layer_norm(h))``, as before ``layer_norm_maxk``), the A/B row of that fusion;
 * ``ours_relu``: the same structure with ReLU (MaxK-GNN's baseline), our SAGEConv;
 * ``ours_graphsage``: our stock ``sparsegnn.nn.GraphSAGE`` (3 x SAGEConv, hidden 256,
   LayerNorm; the model of ``benchmarks/h100/train*.md``);
@@ -68,8 +70,27 @@ class PygMaxKStructure(nn.Module):
         return self.lin_out(x)
 
 
-def providers(ks: List[int], with_pyg: bool, compiled: bool = False) -> List[str]:
-    out = [f"ours_maxk_k{k}" for k in ks] + ["ours_maxk_k32_capture"]
+class UnfusedMaxKGNN(sgnn.MaxKGNN):
+    """``MaxKGNN`` with every LayerNorm on its own and the next conv selecting from its output."""
+
+    def forward(self, x: Tensor, graph) -> Tensor:
+        import sparsegnn.nn.models as models
+
+        fused, models.layer_norm_maxk = models.layer_norm_maxk, _layer_norm_then_maxk
+        try:
+            return super().forward(x, graph)
+        finally:
+            models.layer_norm_maxk = fused
+
+
+def _layer_norm_then_maxk(x: Tensor, k: int, weight, bias, eps: float, backend: str = "auto"):
+    import sparsegnn
+
+    return sparsegnn.maxk(F.layer_norm(x, (x.shape[1],), weight, bias, eps), k, backend=backend)
+
+
+def providers(ks: List[int], with_pyg: bool, compiled: bool = False, unfused: bool = False) -> List[str]:
+    out = [f"ours_maxk_k{k}" for k in ks] + ["ours_maxk_k32_capture"] + (["ours_maxk_k32_unfused"] if unfused else [])
     out += ["ours_maxk_k32_compile"] if compiled else []
     out += ["ours_relu", "ours_graphsage"]
     return out + (["pyg_relu", "pyg_graphsage"] if with_pyg else [])
@@ -80,7 +101,7 @@ def build_model(provider: str, f_in: int, classes: int, pyg_nn, hidden: int, lay
     kw = dict(conv=conv, hidden=hidden, num_layers=layers_, linear_first=linear_first)
     if provider.startswith("ours_maxk_k"):
         k = int(provider[len("ours_maxk_k"):].split("_")[0])
-        return sgnn.MaxKGNN(f_in, classes, k=k, **kw)
+        return (UnfusedMaxKGNN if provider.endswith("_unfused") else sgnn.MaxKGNN)(f_in, classes, k=k, **kw)
     if provider == "ours_relu":
         return sgnn.MaxKGNN(f_in, classes, nonlinearity="relu", **kw)
     if provider == "ours_graphsage":
@@ -102,7 +123,7 @@ def run(args: argparse.Namespace) -> List[Dict[str, object]]:
     rows: List[Dict[str, object]] = []
     # PyG's models here are the SAGE structure: compared only when ours is SAGE too
     for provider in providers([int(k) for k in args.ks.split(",")], pyg_nn is not None and args.conv == "sage",
-                              args.compiled):
+                              args.compiled, args.unfused):
         variants = ([(v, f) for v, f in bt.pyg_variants("sage", graph) if v in args.pyg_inputs.split(",")]
                     if provider.startswith("pyg") else [("graph", lambda: layers.bare(graph))])
         for variant, make_graph in variants:
@@ -201,6 +222,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default="/tmp/sparsegnn-out")
+    parser.add_argument("--unfused", action="store_true",
+                        help="also time k = 32 with LayerNorm and the next selection unfused (ours_maxk_k32_unfused)")
     parser.add_argument("--compiled", action="store_true",
                         help="also the k = 32 model under torch.compile (inductor, mode 'default')")
     parser.add_argument("--matmul-precision", default="highest", choices=["highest", "high"],

@@ -3,7 +3,7 @@
 #   bash scripts/gpu_issue10.sh tests spgemm select train accuracy
 # tests: maxk, CBSR kernels and MaxK layers on the GPU; spgemm: forward SpGEMM / backward SSpMM on
 # the Reddit stand-in per k against cuSPARSE and our SpMM (F = 256); spgemm_real: the same on the real
-# graphs (REAL_GRAPHS); select: the selection kernel
+# graphs (REAL_GRAPHS); ln: layer_norm_maxk (fused) against LayerNorm then maxk; select: the selection kernel
 # against relu / topk; train: MaxK GraphSAGE epochs against our ReLU models and PyG (Reddit
 # stand-in); accuracy: ReLU vs MaxK (k = 32) test accuracy, 5 seeds, on Cora, Citeseer and the
 # labelled real graphs; root: the CBSR root term (X W^T) kernels against cuBLAS; profile: kernel time per name in a k = 32 and a ReLU epoch; ncu: Nsight
@@ -15,7 +15,7 @@ for stage in "$@"; do
   echo "== $stage"
   case $stage in
     tests) python3 -m pytest -q -p no:cacheprovider -p no:logging tests/test_maxk.py \
-             $(ls tests/test_maxk_nn.py 2>/dev/null) -k "${TEST_K:-not nothing}" 2>&1 | tail -${TEST_TAIL:-6} ;;
+             $(ls tests/test_maxk_nn.py tests/test_maxk_compile.py 2>/dev/null) -k "${TEST_K:-not nothing}" 2>&1 | tail -${TEST_TAIL:-6} ;;
     spgemm) timeout 400 python3 scripts/time_maxk.py --spgemm reddit --ks ${KS:-8,16,32,64,128} --out "$OUT" 2>&1 \
               | grep -v '^{' | tail -14 ;;
     spgemm_real) for gr in ${REAL_GRAPHS:-deezer lastfm twitch wikipedia reddit-threads-10k}; do
@@ -23,6 +23,7 @@ for stage in "$@"; do
                    timeout 120 python3 scripts/time_maxk.py --spgemm $gr --ks ${KS:-8,16,32} --out "$OUT/spgemm_real/$gr" 2>&1 \
                      | grep -v '^{' | tail -4
                  done ;;
+    ln) timeout 200 python3 scripts/time_maxk.py --ln --ks ${KS:-8,32,64} --out "$OUT" 2>&1 | grep -v '^{' | tail -10 ;;
     root) timeout 200 python3 scripts/time_maxk.py --root --ks ${KS:-8,16,32,64,128} --out "$OUT" 2>&1 | grep -v '^{' | tail -9 ;;
     select) timeout 200 python3 scripts/time_maxk.py --ks ${KS:-8,16,32,64,128} --out "$OUT" ${SELECT_ARGS:-} 2>&1 \
               | grep -v '^{' | tail -22 ;;

@@ -3,6 +3,7 @@
 checked against the reference backend; JSON rows and a markdown table::
 
     PYTHONPATH=src python scripts/time_maxk.py --out /tmp/maxk
+    PYTHONPATH=src python scripts/time_maxk.py --ln --ks 8,32,64 --out /tmp/maxk   # LayerNorm + MaxK fused
 """
 import argparse
 import json
@@ -13,7 +14,15 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, "src")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sparsegnn as sg  # noqa: E402
+
+
+def _write_markdown(path: Path, lines) -> int:
+    """Writes the table's lines to ``path``, prints them; 0 (the exit status)."""
+    path.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
 
 
 def spgemm_table(args, out: Path) -> int:
@@ -80,9 +89,7 @@ def spgemm_table(args, out: Path) -> int:
               f"| {r['fwd_schedule']} | {r['bwd_schedule']} "
               f"| {r['fwd_vs_cusparse']:.2f}x | {r['bwd_vs_cusparse']:.2f}x | {r['fwd_vs_ours']:.2f}x | "
               f"{r['bwd_vs_ours']:.2f}x | {r['err_fwd']:.1e} | {r['err_bwd']:.1e} |" for r in rows]
-    (out / "maxk_spgemm.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
+    return _write_markdown(out / "maxk_spgemm.md", lines)
 
 
 def root_table(args, out: Path) -> int:
@@ -125,9 +132,73 @@ def root_table(args, out: Path) -> int:
     lines += [f"| {r['k']} | {r['ms_root']:.3f} | {r['ms_dense']:.3f} | {r['ms_dense'] / r['ms_root']:.2f}x | "
               f"{r['ms_root_grad']:.3f} | {r['ms_dense_grad']:.3f} | {r['ms_dense_grad'] / r['ms_root_grad']:.2f}x | "
               f"{r['schedule']} | {r['err']:.1e} | {r['err_grad']:.1e} |" for r in rows]
-    (out / "maxk_root.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
+    return _write_markdown(out / "maxk_root.md", lines)
+
+
+def ln_table(args, out: Path) -> int:
+    """``layer_norm_maxk`` (one Triton pass) against ``maxk(F.layer_norm(x))`` per dtype and k, forward and
+    backward (the gradients of x, weight and bias from a gradient of the kept values), with the error of
+    the kept values against float64 LayerNorm and whether every dropped entry is at most the smallest kept
+    one (float64, within 1e-6 of the row's scale)."""
+    from sparsegnn.kernels.maxk import layer_norm_maxk_backward, layer_norm_maxk_select
+
+    bench = lambda fn: float(do_bench(fn, warmup=10, rep=50, return_mode="median"))  # noqa: E731
+    rows, f = [], args.cols
+    for dtype in (torch.float32, torch.bfloat16):
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        x = (torch.randn(args.rows, f, device="cuda", generator=gen) * 2 + 0.5).to(dtype).requires_grad_(True)
+        w = (torch.randn(f, device="cuda", generator=gen) * 0.3 + 1).to(dtype).requires_grad_(True)
+        b = (torch.randn(f, device="cuda", generator=gen) * 0.1).to(dtype).requires_grad_(True)
+        y64 = torch.nn.functional.layer_norm(x.detach().double(), (f,), w.detach().double(), b.detach().double())
+        for k in [int(v) for v in args.ks.split(",")]:
+            fused = lambda: sg.layer_norm_maxk(x, k, w, b)  # noqa: E731
+            plain = lambda: sg.maxk(torch.nn.functional.layer_norm(x, (f,), w, b), k)  # noqa: E731
+            cf, cp = fused(), plain()
+            up = torch.randn(args.rows, k, device="cuda", generator=gen).to(dtype)
+            idx = cf.index.long()
+            kept = y64.gather(1, idx)
+            scale = y64.abs().amax(1, keepdim=True).clamp_min(1.0)
+            dropped = y64.scatter(1, idx, -float("inf")).amax(1)
+            grads_f = torch.autograd.grad(cf.values, (x, w, b), up, retain_graph=True)
+            ref = [t.detach().double().requires_grad_(True) for t in (x, w, b)]
+            yr = torch.nn.functional.layer_norm(ref[0], (f,), ref[1], ref[2])
+            want = torch.autograd.grad(yr.gather(1, idx), ref, up.double())
+            row = dict(rows=args.rows, cols=f, k=k, dtype=str(dtype).replace("torch.", ""),
+                       ms_fused_fwd=bench(fused), ms_plain_fwd=bench(plain),
+                       ms_fused_bwd=bench(lambda: torch.autograd.grad(cf.values, (x, w, b), up, retain_graph=True)),
+                       ms_plain_bwd=bench(lambda: torch.autograd.grad(cp.values, (x, w, b), up, retain_graph=True)),
+                       err_values=float(((cf.values.double() - kept).abs() / scale).max()),
+                       selection_valid=bool((dropped <= kept.amin(1) + 1e-6 * scale[:, 0]).all()),
+                       same_index_as_plain=float((cf.index == cp.index).all(1).float().mean()),
+                       err_dx=float((grads_f[0].double() - want[0]).norm() / want[0].norm()),
+                       err_dw=float((grads_f[1].double() - want[1]).norm() / want[1].norm()),
+                       err_db=float((grads_f[2].double() - want[2]).norm() / want[2].norm()))
+            if dtype == torch.float32 and k == 32:
+                _, _, mean, rstd = layer_norm_maxk_select(x.detach(), w.detach(), b.detach(), 1e-5, k, torch.uint8)
+                row["ms_bwd_kernel_by_programs"] = {
+                    p: bench(lambda: layer_norm_maxk_backward(up, cf.index, x.detach(), w.detach(), mean, rstd, programs=p))
+                    for p in (132 * 8, 132 * 16, 132 * 32, 132 * 64)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    (out / "layer_norm_maxk.json").write_text(json.dumps({"meta": {"script": "scripts/time_maxk.py --ln",
+                                                                    "device": torch.cuda.get_device_name()},
+                                                           "rows": rows}, indent=1))
+    lines = [f"# LayerNorm + MaxK, {args.rows:,} x {f} ({torch.cuda.get_device_name()})", "",
+             "Median ms of `triton.testing.do_bench`. fused = `sparsegnn.layer_norm_maxk(x, k, w, b)` (one Triton pass; "
+             "its backward one pass from the k gradients a row); plain = `maxk(F.layer_norm(x, (F,), w, b), k)` (torch's "
+             "LayerNorm, our selection; backward: densify + torch's LayerNorm backward). bwd = the gradients of x, w, b "
+             "from a gradient of the kept values. err = max |kept - float64| / row scale; valid = no dropped entry above "
+             "the smallest kept one (float64); same = rows whose kept columns equal plain's.", "",
+             "| dtype | k | fused fwd | plain fwd | x | fused bwd | plain bwd | x | err | valid | same | err dx |",
+             "|" + "---|" * 12]
+    lines += [f"| {r['dtype']} | {r['k']} | {r['ms_fused_fwd']:.3f} | {r['ms_plain_fwd']:.3f} | "
+              f"{r['ms_plain_fwd'] / r['ms_fused_fwd']:.2f}x | {r['ms_fused_bwd']:.3f} | {r['ms_plain_bwd']:.3f} | "
+              f"{r['ms_plain_bwd'] / r['ms_fused_bwd']:.2f}x | {r['err_values']:.1e} | {r['selection_valid']} | "
+              f"{r['same_index_as_plain']:.4f} | {r['err_dx']:.1e} |" for r in rows]
+    from plot_layer_norm_maxk import plot
+
+    plot(rows, out / "layer_norm_maxk.png", f"LayerNorm + MaxK, {args.rows:,} x {f} ({torch.cuda.get_device_name()})")
+    return _write_markdown(out / "layer_norm_maxk.md", lines)
 
 
 def main() -> int:
@@ -141,10 +212,13 @@ def main() -> int:
                                                      "against cuSPARSE and our SpMM (no selection timing)")
     parser.add_argument("--root", action="store_true", help="time the CBSR root term (X W^T + b) and its gradient "
                                                              "against cuBLAS on the densified matrix")
+    parser.add_argument("--ln", action="store_true", help="time layer_norm_maxk (fused) against LayerNorm then maxk")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    if args.ln:
+        return ln_table(args, out)
     if args.root:
         return root_table(args, out)
     if args.spgemm:

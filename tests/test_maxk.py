@@ -400,3 +400,128 @@ def test_cbsr_linear_on_the_gpu_takes_the_kernels_and_matches_autograd_of_the_de
         outs.append((y.detach(), v.grad, ww.grad, bb.grad))
     for got, want in zip(outs[0], outs[1]):
         torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-4)
+
+
+# ---------------------------------------------------------------- LayerNorm + MaxK, fused
+def _ln64(x, w, b, eps=1e-5):
+    return torch.nn.functional.layer_norm(x.double(), (x.shape[1],), w.double(), b.double(), eps)
+
+
+def _check_selection(c, y64, k, tol):
+    """``c`` keeps k entries of each row of ``y64`` (float64 LayerNorm output): its values match ``y64``
+    there, and no dropped entry exceeds a kept one by more than ``tol`` (the fp32 ranking may order
+    entries within rounding of each other differently)."""
+    idx = c.index.long().cpu()
+    assert idx.shape == (y64.shape[0], k) and bool((idx[:, 1:] > idx[:, :-1]).all())   # distinct, increasing
+    kept = y64.gather(1, idx)
+    scale = y64.abs().amax(1, keepdim=True).clamp_min(1.0)
+    assert ((c.values.cpu().double() - kept).abs() <= tol * scale).all()
+    dropped = y64.masked_fill(torch.zeros_like(y64, dtype=torch.bool).scatter_(1, idx, True), -float("inf"))
+    assert (dropped.amax(1) <= kept.amin(1) + tol * scale[:, 0]).all()
+
+
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-6), (torch.bfloat16, 8e-3)], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("f,k", [(20, 1), (37, 5), (64, 64), (256, 32), (300, 31)])
+def test_layer_norm_maxk_matches_float64(backend, dtype, tol, f, k):
+    gen = torch.Generator().manual_seed(f * 7 + k)
+    x = torch.randn(11, f, generator=gen) * 3 + 1
+    x[1] = 0.1                                     # a constant row: y = bias (its mean must be exact)
+    x[2] = x[2].round()                            # ties after normalising
+    x[3] *= 1e4                                    # a wide row
+    w, b = torch.randn(f, generator=gen), torch.randn(f, generator=gen) * 0.1
+    x, w, b = x.to(dtype), w.to(dtype), b.to(dtype)
+    c = sg.layer_norm_maxk(x.to(DEVICE), k, w.to(DEVICE), b.to(DEVICE), backend=backend)
+    assert c.values.dtype == dtype and c.num_cols == f and c.k == k
+    _check_selection(c, _ln64(x, w, b), k, tol)
+
+
+@pytest.mark.parametrize("f,k", [(37, 5), (256, 32), (64, 64)])
+def test_layer_norm_maxk_gradients_match_float64(f, k):
+    """dx, dweight, dbias of the fused kernels against float64 autograd of LayerNorm at the kept columns."""
+    gen = torch.Generator().manual_seed(f + k)
+    x = torch.randn(13, f, generator=gen) * 2 - 0.5
+    w, b = torch.randn(f, generator=gen), torch.randn(f, generator=gen)
+    up = torch.randn(13, k, generator=gen)
+    leaves = [t.to(DEVICE).clone().requires_grad_(True) for t in (x, w, b)]
+    c = sg.layer_norm_maxk(*leaves[:1], k, *leaves[1:], backend="triton")
+    (c.values * up.to(DEVICE)).sum().backward()
+    ref = [t.detach().double().requires_grad_(True) for t in (x, w, b)]
+    y = torch.nn.functional.layer_norm(ref[0], (f,), ref[1], ref[2])
+    (y.gather(1, c.index.long().cpu()) * up.double()).sum().backward()
+    for got, want in zip(leaves, ref):
+        torch.testing.assert_close(got.grad.cpu().double(), want.grad, rtol=1e-5, atol=1e-5 * want.grad.abs().max())
+
+
+@pytest.mark.parametrize("programs", [1, 3, 13])
+def test_layer_norm_maxk_backward_rows_per_program(programs):
+    """The backward kernel's loop over rows ``pid, pid + P, ...`` and the sum of its ``P`` partial
+    parameter gradients give the same result for any ``P``."""
+    from sparsegnn.kernels.maxk import layer_norm_maxk_backward, layer_norm_maxk_select
+
+    gen = torch.Generator().manual_seed(programs)
+    x, w, b = torch.randn(13, 48, generator=gen), torch.randn(48, generator=gen), torch.randn(48, generator=gen)
+    x, w, b = x.to(DEVICE), w.to(DEVICE), b.to(DEVICE)
+    values, index, mean, rstd = layer_norm_maxk_select(x, w, b, 1e-5, 6, torch.uint8)
+    up = torch.randn(13, 6, generator=gen).to(DEVICE)
+    dx, dw, db = layer_norm_maxk_backward(up, index, x, w, mean, rstd, programs=programs)
+    ref = [t.detach().double().cpu().requires_grad_(True) for t in (x, w, b)]
+    y = torch.nn.functional.layer_norm(ref[0], (48,), ref[1], ref[2])
+    (y.gather(1, index.long().cpu()) * up.double().cpu()).sum().backward()
+    for got, want in zip((dx, dw, db), ref):
+        torch.testing.assert_close(got.cpu().double(), want.grad, rtol=1e-5, atol=1e-5 * want.grad.abs().max())
+
+
+def test_layer_norm_maxk_composes_where_it_does_not_fuse(monkeypatch):
+    """Without affine parameters, past the fused limits or in float64 it is LayerNorm then maxk
+    (float64 gradcheck of that composition); the fused kernels are not called there."""
+    import sys
+
+    mk = sys.modules["sparsegnn.ops.maxk"]      # (the package attribute ``ops.maxk`` is the function)
+    calls = []
+    monkeypatch.setattr(mk._LayerNormMaxK, "apply", lambda *a: calls.append(a) or (_ for _ in ()).throw(AssertionError))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 12, dtype=torch.float64, generator=gen, requires_grad=True)
+    w = torch.randn(12, dtype=torch.float64, generator=gen, requires_grad=True)
+    b = torch.randn(12, dtype=torch.float64, generator=gen, requires_grad=True)
+    torch.autograd.gradcheck(lambda t, u, v: sg.layer_norm_maxk(t, 4, u, v).values, (x, w, b))
+    no_affine = sg.layer_norm_maxk(x.detach().float().to(DEVICE), 4, None, None, backend="triton")
+    _check_selection(no_affine, torch.nn.functional.layer_norm(x.detach(), (12,)), 4, 2e-6)
+    wide = torch.randn(3, 1100, generator=gen)
+    ones = torch.ones(1100)
+    _check_selection(sg.layer_norm_maxk(wide.to(DEVICE), 3, ones.to(DEVICE), ones.to(DEVICE) * 0, backend="triton"),
+                     _ln64(wide, ones, ones * 0), 3, 2e-6)
+    assert calls == []
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda x, w: sg.layer_norm_maxk(x[0], 2, w, w), "2-D tensor"),
+    (lambda x, w: sg.layer_norm_maxk(x, 0, w, w), r"k must be an int in \[1, F = 6\]"),
+    (lambda x, w: sg.layer_norm_maxk(x, 2, w[:5], w), r"weight must have shape \[F\] = \[6\]"),
+    (lambda x, w: sg.layer_norm_maxk(x, 2, w, w[:5]), r"bias must have shape \[F\] = \[6\]"),
+    (lambda x, w: sg.layer_norm_maxk(x.long(), 2, w, w), "floating tensor"),
+])
+def test_layer_norm_maxk_rejects_bad_input(call, message):
+    with pytest.raises(ValueError, match=r"layer_norm_maxk\(\): .*" + message):
+        call(torch.randn(4, 6), torch.ones(6))
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="a Reddit-width case for the compiled kernels")
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-6), (torch.bfloat16, 8e-3)], ids=["fp32", "bf16"])
+def test_layer_norm_maxk_on_the_gpu_at_width_256(dtype, tol):
+    """20,000 x 256, k = 32: more rows than the backward's programs (each loops over rows); values,
+    selection and the three gradients against float64."""
+    gen = torch.Generator().manual_seed(7)
+    x = (torch.randn(20_000, 256, generator=gen) * 2 + 0.5).to(dtype)
+    w, b = (torch.randn(256, generator=gen) * 0.3 + 1).to(dtype), (torch.randn(256, generator=gen) * 0.1).to(dtype)
+    leaves = [t.cuda().requires_grad_(True) for t in (x, w, b)]
+    c = sg.layer_norm_maxk(leaves[0], 32, leaves[1], leaves[2])
+    _check_selection(c, _ln64(x, w, b), 32, tol)
+    up = torch.randn(20_000, 32, generator=gen).to(dtype)
+    (c.values * up.cuda()).sum().backward()
+    ref = [t.double().requires_grad_(True) for t in (x, w, b)]
+    y = torch.nn.functional.layer_norm(ref[0], (256,), ref[1], ref[2])
+    (y.gather(1, c.index.long().cpu()) * up.double()).sum().backward()
+    for got, want in zip(leaves, ref):
+        err = (got.grad.cpu().double() - want.grad).norm() / want.grad.norm()
+        assert err < (1e-5 if dtype == torch.float32 else 1e-2), err

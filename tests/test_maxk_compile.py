@@ -65,6 +65,28 @@ def test_opcheck_maxk_triton_in_interpreter():
         OPS.maxk(x.double(), 5, "triton")
 
 
+def test_opcheck_layer_norm_maxk_and_its_backward():
+    """The fused LayerNorm + MaxK ops (CUDA, or the Triton interpreter)."""
+    if not torch.cuda.is_available() and not interpreting():
+        pytest.skip("needs CUDA or TRITON_INTERPRET=1")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(7, 40, generator=gen).to(device).requires_grad_(True)
+    w = torch.randn(40, generator=gen).to(device).requires_grad_(True)
+    b = torch.randn(40, generator=gen).to(device).requires_grad_(True)
+    torch.library.opcheck(OPS.layer_norm_maxk, (x, w, b, 6, 1e-5))
+    values, index, mean, rstd = OPS.layer_norm_maxk(x, w, b, 6, 1e-5)
+    assert index.dtype == torch.uint8 and mean.shape == rstd.shape == (7,)
+    up = torch.randn(7, 6, generator=gen).to(device)
+    torch.library.opcheck(OPS.layer_norm_maxk_backward, (up, index, x.detach(), w.detach(), mean.detach(), rstd.detach()))
+    eager = sg.layer_norm_maxk(x, 6, w, b, backend="triton")
+    assert torch.equal(eager.index, index) and torch.equal(eager.values, values)
+    got = torch.autograd.grad(values, (x, w, b), up)
+    want = torch.autograd.grad(eager.values, (x, w, b), up)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e)
+
+
 @pytest.mark.parametrize("make", [_graph, empty_graph], ids=["mixed", "no-edges"])
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 def test_opcheck_spmm_cbsr(make, reduce):
@@ -198,6 +220,24 @@ def test_compiled_maxkgnn_triton_backend_matches_eager():
     graph, x = compile_case(12)
     model = sgnn.MaxKGNN(8, 3, conv="gcn", hidden=32, k=8, num_layers=1, dropout=0.0, backend="triton").to(device)
     assert_compiled_step_matches_eager(model, x.to(device), graph.to(device))
+
+
+def test_compiled_maxkgnn_fuses_layer_norm_and_maxk_like_eager():
+    """On the Triton backend the compiled model calls ``sparsegnn::layer_norm_maxk`` between convs (as
+    the eager model fuses them) and matches eager's output and gradients."""
+    if not torch.cuda.is_available() and not interpreting():
+        pytest.skip("needs CUDA or TRITON_INTERPRET=1")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    graph, x = compile_case(12)
+    graph, x = graph.to(device), x.to(device)
+    model = sgnn.prepare(sgnn.MaxKGNN(8, 3, conv="sage", hidden=32, k=8, num_layers=3, dropout=0.0,
+                                      backend="triton").to(device), x, graph)
+    explanation = torch._dynamo.explain(model)(x, graph)
+    code = "\n".join(str(gm.graph) for gm in explanation.graphs)
+    assert explanation.graph_break_count == 0 and code.count("sparsegnn.layer_norm_maxk") == 2, code
+    assert code.count("sparsegnn.maxk") == 1, code          # the first conv selects from lin_in's output
+    assert_compiled_step_matches_eager(model, x, graph)
 
 
 def test_compiled_maxkgnn_with_dynamic_shapes():

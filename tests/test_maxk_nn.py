@@ -14,6 +14,8 @@ from sparsegnn.nn import GCNConv, GINConv, MaxKGCNConv, MaxKGINConv, MaxKGNN, Ma
 from sparsegnn.maxk_sweep import maxk_sweep
 from sparsegnn.training import build_model, train_node_classifier
 
+from conftest import DEVICE
+
 DATA = default_data_dir()
 needs_real = pytest.mark.skipif(DATA is None or not (DATA / "real" / "lastfm.npz").is_file(),
                                 reason="no shared datasets folder with real/ (set SPARSEGNN_DATA)")
@@ -342,6 +344,59 @@ def test_maxkgnn_is_the_papers_stack(conv, linear_first):
         torch.testing.assert_close(mk(x, g), stack(lambda t: sg.maxk(t, 5, dense=True), relu.convs),
                                    rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(relu(x, g), stack(torch.relu, relu.convs), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("conv", ["sage", "gin"])
+def test_maxkgnn_fuses_layer_norm_and_maxk_between_convs(conv, monkeypatch):
+    """On the Triton backend (the interpreter without a GPU) the LayerNorm before a MaxK conv and the
+    conv's selection run as one ``layer_norm_maxk``, once per conv but the first; output and parameter
+    gradients equal the unfused stack (each norm, then the conv selecting on its own)."""
+    import sparsegnn.nn.models as models
+
+    calls = []
+    fused = models.layer_norm_maxk
+    monkeypatch.setattr(models, "layer_norm_maxk", lambda *a, **kw: calls.append(kw) or fused(*a, **kw))
+    torch.manual_seed(0)
+    g = sg.Graph.from_edge_index(_edges(), num_nodes=N).to(DEVICE)
+    model = MaxKGNN(F_IN, 3, conv=conv, hidden=32, num_layers=3, k=5, dropout=0.0, backend="triton").to(DEVICE).train()
+    x = torch.randn(N, F_IN, device=DEVICE)
+    out = model(x, g)
+    assert len(calls) == 2 and all(kw["backend"] == "triton" for kw in calls)
+    h = model.lin_in(x)
+    for layer, norm in zip(model.convs, model.norms):
+        h = norm(layer(h, g))
+    want = model.lin_out(h)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    up = torch.randn_like(out)
+    params = list(model.parameters())
+    got_grads = torch.autograd.grad((out * up).sum(), params)
+    want_grads = torch.autograd.grad((want * up).sum(), params)
+    for got, ref in zip(got_grads, want_grads):
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max()) + 1e-7)
+    calls.clear()
+    MaxKGNN(F_IN, 3, conv=conv, hidden=32, k=5, nonlinearity="relu", backend="triton").to(DEVICE)(x, g)
+    MaxKGNN(F_IN, 3, conv=conv, hidden=32, k=5, norm=False, backend="triton").to(DEVICE)(x, g)
+    assert calls == []
+
+
+def test_maxk_layers_take_a_selected_cbsr():
+    """A CBSR x (selected already) is the layer's input after selection: only dropout is left to do."""
+    torch.manual_seed(0)
+    g = sg.Graph.from_edge_index(_edges(), num_nodes=N)
+    x = torch.randn(N, F_IN)
+    c = sg.maxk(x, K)
+    for layer in (MaxKSAGEConv(F_IN, F_OUT, K), MaxKGCNConv(F_IN, F_OUT, K),
+                  MaxKGINConv(torch.nn.Linear(F_IN, F_OUT), K)):
+        layer.eval()
+        torch.testing.assert_close(layer(c, g), layer(x, g))
+    with pytest.raises(ValueError, match=r"MaxKSAGEConv\(\): the CBSR x keeps k = 4 entries a row, the layer k = 3"):
+        MaxKSAGEConv(F_IN, F_OUT, 3)(c, g)
+    with pytest.raises(ValueError, match=r"MaxKGCNConv\(\): the CBSR x has 12 columns but in_channels = 13"):
+        MaxKGCNConv(F_IN + 1, F_OUT, K)(c, g)
+    with pytest.raises(ValueError, match=r"MaxKGCNConv\(\): a CBSR x .* its linear map's output \(linear_first\)"):
+        MaxKGCNConv(F_IN, F_OUT, K, linear_first=True)(c, g)
+    with pytest.raises(ValueError, match=r"MaxKGINConv\(\): a CBSR x .* is a ReLU twin \(k=None\)"):
+        MaxKGINConv(torch.nn.Identity(), None)(c, g)
 
 
 def test_maxkgnn_errors():

@@ -2,7 +2,7 @@
 
 Build a :class:`Graph` once, then call :func:`spmm`, :func:`sddmm`, :func:`edge_softmax`,
 the fused :func:`gat_attention` / :func:`agnn_attention`, the MaxK nonlinearity :func:`maxk`
-(rows kept as :class:`CBSR`), or the layers in :mod:`sparsegnn.nn`.  CUDA tensors run Triton kernels; CPU tensors run
+(rows kept as :class:`CBSR`; :func:`layer_norm_maxk` fuses a LayerNorm before it), or the layers in :mod:`sparsegnn.nn`.  CUDA tensors run Triton kernels; CPU tensors run
 the CPU backend (Numba kernels and ``torch.sparse``, :mod:`sparsegnn.ops._cpu`); the pure-PyTorch
 reference in :mod:`sparsegnn.ops.reference` is the oracle and the fallback.
 
@@ -11,7 +11,7 @@ ours (weights kept); :mod:`sparsegnn.sampling` has a neighbour loader for mini-b
 """
 from .graph import Graph
 from .formats.cbsr import CBSR
-from .ops import agnn_attention, dropout, edge_softmax, gat_attention, maxk, sddmm, spmm
+from .ops import agnn_attention, dropout, edge_softmax, gat_attention, layer_norm_maxk, maxk, sddmm, spmm
 from .ops.pool import global_pool
 
 __version__ = "0.1.0"
@@ -22,7 +22,7 @@ from .kernels import _prewarm as _prewarm  # noqa: E402
 _prewarm.start()
 
 __all__ = ["Graph", "CBSR", "spmm", "sddmm", "edge_softmax", "gat_attention", "agnn_attention", "dropout", "maxk",
-           "global_pool", "accelerate",
+           "layer_norm_maxk", "global_pool", "accelerate",
            "nn", "datasets", "sampling", "__version__"]
 
 

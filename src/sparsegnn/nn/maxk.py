@@ -28,6 +28,10 @@ applied to ``maxk(lin(x), k, dense=True)``.  All have their plain layer's parame
 shapes, so state dicts move between the two.  Gradients reach the selected tensor at the kept
 positions only.
 
+With MaxK on the input, ``x`` may also be a :class:`~sparsegnn.CBSR` with the layer's ``k``, selected
+already (:func:`sparsegnn.layer_norm_maxk` selects from a LayerNorm's output without writing it, as
+:class:`~sparsegnn.nn.MaxKGNN` does between layers): the layer then applies only the dropout.
+
 Graph argument: a :class:`~sparsegnn.Graph`, an ``edge_index`` (with ``edge_weight``), PyG's
 ``EdgeIndex``, a torch sparse ``adj_t`` or a ``SparseTensor``, through the plain layers' cached
 graph machinery (``GraphInputMixin``; GCN's normalised graph included).  One node set only:
@@ -93,16 +97,20 @@ class _MaxKConv(GraphInputMixin, nn.Module):
         self.backend = backend
         self.cached = False
 
-    def sparsify(self, x: Tensor) -> CBSR:
-        """``maxk(x, k)`` with dropout on the kept values in training mode.
+    def sparsify(self, x: Union[Tensor, CBSR]) -> CBSR:
+        """``maxk(x, k)`` with dropout on the kept values in training mode; a CBSR ``x`` (selected
+        already, e.g. by :func:`sparsegnn.layer_norm_maxk`) gets the dropout only.
 
         Shapes:
-            x: [N, F] -> CBSR with values / index [N, k].
+            x: [N, F] (or a CBSR [N, k]) -> CBSR with values / index [N, k].
         """
-        if x.shape[1] < self.k:     # messages on failure only (a symbolic shape cannot be formatted)
+        if isinstance(x, CBSR):
+            c = x
+        elif x.shape[1] < self.k:     # messages on failure only (a symbolic shape cannot be formatted)
             raise ValueError(f"{self._name}(): the selected features have width {x.shape[1]}, fewer than "
                              f"k = {self.k}")
-        c = maxk(x, self.k, backend=_maxk_backend(self.backend))
+        else:
+            c = maxk(x, self.k, backend=_maxk_backend(self.backend))
         if self.training and self.dropout > 0.0:
             c = c.with_values(dropout_fn(c.values, self.dropout, True))
         return c
@@ -121,12 +129,25 @@ class _MaxKConv(GraphInputMixin, nn.Module):
                           sparse_values: bool = True):
         """``(graph, x)``: the transformed Graph of ``edge_index`` and the checked features."""
         fn = self._name
-        x, _, _ = split_features(fn, x, pairs=False, dims=2)
-        _, num_nodes = node_counts(fn, edge_index, x, x, None, -2, square=True)
+        if isinstance(x, CBSR):     # selected already: MaxK on the input only, with this layer's k
+            if self.k is None or getattr(self, "linear_first", False):
+                what = ("selects from its linear map's output (linear_first)" if self.k is not None
+                        else "is a ReLU twin (k=None)")
+                raise ValueError(f"{fn}(): a CBSR x (features selected already) needs MaxK on the layer's input; "
+                                 f"this layer {what}: pass a tensor")
+            if x.k != self.k:
+                raise ValueError(f"{fn}(): the CBSR x keeps k = {x.k} entries a row, the layer k = {self.k}")
+            split_features(fn, x.values, pairs=False, dims=2)
+            _, num_nodes = node_counts(fn, edge_index, x.values, x.values, None, -2, square=True)
+        else:
+            x, _, _ = split_features(fn, x, pairs=False, dims=2)
+            _, num_nodes = node_counts(fn, edge_index, x, x, None, -2, square=True)
         graph = self._graph(fn, edge_index, edge_weight, num_nodes, transform, sparse_values=sparse_values)
         return graph, x
 
-    def _check_width(self, x: Tensor, width: int) -> None:
+    def _check_width(self, x: Union[Tensor, CBSR], width: int) -> None:
+        if isinstance(x, CBSR) and x.num_cols != width:
+            raise ValueError(f"{self._name}(): the CBSR x has {x.num_cols} columns but in_channels = {width}")
         if isinstance(x, Tensor) and x.dim() == 2 and width > 0:
             if x.shape[1] != width:
                 raise ValueError(f"{self._name}(): x has {x.shape[1]} features but in_channels = {width}")

@@ -25,8 +25,9 @@ from torch import Tensor, nn
 
 from .._checks import check
 from ..ops.dropout import dropout
+from ..ops.maxk import layer_norm_maxk
 from .conv import AGNNConv, GATConv, GCNConv, GINConv, SAGEConv
-from .maxk import MaxKGCNConv, MaxKGINConv, MaxKSAGEConv
+from .maxk import MaxKGCNConv, MaxKGINConv, MaxKSAGEConv, _maxk_backend
 from .replay import Replayable
 
 
@@ -190,7 +191,9 @@ class MaxKGNN(nn.Module):
       conv, the linear maps after the aggregation (:class:`~sparsegnn.nn.MaxKSAGEConv`,
       :class:`~sparsegnn.nn.MaxKGCNConv`, :class:`~sparsegnn.nn.MaxKGINConv` with MaxK; the plain
       ``SAGEConv`` / ``GCNConv`` / ``GINConv`` after ReLU and dropout for the baseline).  This is
-      the authors' SAGE model.
+      the authors' SAGE model.  Between two MaxK convs the LayerNorm and the next selection run as
+      one op (:func:`sparsegnn.layer_norm_maxk`: the normalised matrix is never written), equal to
+      ``norm`` followed by the conv's own ``maxk``.
     * ``linear_first=True`` with ``conv="gcn"`` / ``"gin"``: the authors' GCN / GIN models (the
       paper's Eq. 3: the aggregation takes "the feature map post linear layer and the MaxK
       nonlinearity"): ``lin_in`` then ReLU, and per layer
@@ -269,12 +272,20 @@ class MaxKGNN(nn.Module):
         x = self.lin_in(x)
         if self.linear_first:       # the convs begin with a linear map: the authors' input ReLU
             x = F.relu(x)
-        for conv, norm in zip(self.convs, self.norms):
+        # MaxK on the input of the next conv: its LayerNorm and selection fused (the normalised
+        # matrix is never written; ``layer_norm_maxk``), the conv applying the dropout
+        fuse = self.nonlinearity == "maxk" and not self.linear_first
+        last = len(self.convs) - 1
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
             if self.nonlinearity == "relu" and not self.linear_first:
                 x = conv(dropout(F.relu(x), self.dropout, self.training), graph)
-            else:                   # the nonlinearity and dropout inside the conv
+            else:                   # the nonlinearity and dropout inside the conv (x a CBSR when fused)
                 x = conv(x, graph)
-            x = norm(x)
+            if fuse and i < last and isinstance(norm, nn.LayerNorm) and norm.weight is not None:
+                x = layer_norm_maxk(x, self.k, norm.weight, norm.bias, norm.eps,
+                                    backend=_maxk_backend(self.convs[i + 1].backend))
+            else:
+                x = norm(x)
         return self.lin_out(x)
 
     def extra_repr(self) -> str:

@@ -362,6 +362,55 @@ def _maxk_backward(ctx, grad_values: Tensor, _grad_index):
 maxk_op.register_autograd(_maxk_backward, setup_context=_maxk_setup)
 
 
+@torch.library.custom_op(f"{_LIB}::layer_norm_maxk", mutates_args=(),
+                         schema="(Tensor x, Tensor weight, Tensor bias, int k, float eps) -> "
+                                "(Tensor values, Tensor index, Tensor mean, Tensor rstd)")
+def layer_norm_maxk_op(x: Tensor, weight: Tensor, bias: Tensor, k: int, eps: float
+                       ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The fused LayerNorm + MaxK kernel (``kernels.maxk.layer_norm_maxk_select``; CUDA or the
+    interpreter): ``ops.maxk.layer_norm_maxk`` calls it under torch.compile where the eager call fuses."""
+    from ..kernels.maxk import layer_norm_maxk_select
+
+    out = layer_norm_maxk_select(x.contiguous(), weight, bias, eps, k, index_dtype(x.shape[1]))
+    return tuple(_fresh(t) for t in out)
+
+
+@layer_norm_maxk_op.register_fake
+def _(x, weight, bias, k, eps):
+    n = x.shape[0]
+    return (x.new_empty((n, k)), x.new_empty((n, k), dtype=index_dtype(x.shape[1])),
+            x.new_empty((n,), dtype=torch.float32), x.new_empty((n,), dtype=torch.float32))
+
+
+@torch.library.custom_op(f"{_LIB}::layer_norm_maxk_backward", mutates_args=(),
+                         schema="(Tensor grad_values, Tensor index, Tensor x, Tensor weight, Tensor mean, Tensor rstd) "
+                                "-> (Tensor dx, Tensor dweight, Tensor dbias)")
+def layer_norm_maxk_backward_op(grad_values: Tensor, index: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
+                                rstd: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    from ..kernels.maxk import layer_norm_maxk_backward
+
+    return tuple(_fresh(t) for t in layer_norm_maxk_backward(grad_values, index, x, weight, mean, rstd))
+
+
+@layer_norm_maxk_backward_op.register_fake
+def _(grad_values, index, x, weight, mean, rstd):
+    return torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight), torch.empty_like(weight)
+
+
+def _layer_norm_maxk_setup(ctx, inputs, output) -> None:
+    x, weight = inputs[0], inputs[1]
+    ctx.save_for_backward(x, weight, output[1], output[2], output[3])
+
+
+def _layer_norm_maxk_backward(ctx, grad_values: Tensor, _grad_index, _grad_mean, _grad_rstd):
+    x, weight, index, mean, rstd = ctx.saved_tensors
+    dx, dw, db = torch.ops.sparsegnn.layer_norm_maxk_backward(grad_values.contiguous(), index, x, weight, mean, rstd)
+    return dx, dw, db, None, None
+
+
+layer_norm_maxk_op.register_autograd(_layer_norm_maxk_backward, setup_context=_layer_norm_maxk_setup)
+
+
 @torch.library.custom_op(f"{_LIB}::spmm_cbsr", mutates_args=(),
                          schema="(Tensor values, Tensor index, int num_cols, Tensor? weight, int graph, str reduce, str backend) -> Tensor")
 def spmm_cbsr_op(values: Tensor, index: Tensor, num_cols: int, weight: Optional[Tensor], graph: int, reduce: str,
@@ -478,4 +527,5 @@ cbsr_linear_op.register_autograd(_cbsr_linear_backward, setup_context=_cbsr_line
 
 __all__ = ["compiling", "not_traceable_graph", "graph_of", "spmm_op", "spmm_transposed_op", "spmm_weight_grad_op",
            "spmm_max_backward_op", "sddmm_op", "edge_sum_op", "edge_softmax_op", "edge_softmax_backward_op", "maxk_op",
+           "layer_norm_maxk_op", "layer_norm_maxk_backward_op",
            "spmm_cbsr_op", "spmm_cbsr_backward_op", "cbsr_linear_op", "cbsr_linear_backward_op"]

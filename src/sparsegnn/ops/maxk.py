@@ -8,13 +8,16 @@ Entries rank by their fp32 value (NaN and +inf as the largest float, -inf as the
 and the same on every backend.  Backward: the gradient flows to the kept positions only,
 ``dx = scatter(index, d values)``.
 
+:func:`layer_norm_maxk` is ``maxk(layer_norm(x), k)`` in one pass (the normalised matrix is never
+written; its backward forms LayerNorm's input gradient from the ``k`` kept gradients a row).
+
 Backends: ``"triton"`` (CUDA, fp32 / fp16 / bf16, rows up to ``kernels.maxk.MAX_FEATS`` wide: one read of ``x``
 and ``k`` writes per row, as an element-wise op) and ``"reference"`` (a stable descending
 sort; CPU and wider rows).  ``"auto"`` takes Triton where it runs.
 """
 from __future__ import annotations
 
-from typing import Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -129,3 +132,82 @@ def maxk(x: Tensor, k: int, *, dense: bool = False, backend: str = "auto") -> Un
         values, index = _MaxK.apply(x, k, resolve_backend(backend, x))
     out = CBSR(values, index, int(x.shape[1]))
     return out.to_dense() if dense else out
+
+
+#: Widest rows and largest ``k`` of the fused LayerNorm + MaxK kernels (register tiles of
+#: ``F / 32 x next_pow2(k)`` per warp in the backward); wider ones run the two ops one after the other.
+FUSED_MAX_FEATS, FUSED_MAX_K = 1024, 128
+
+
+class _LayerNormMaxK(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, k: int, eps: float):
+        from ..kernels.maxk import layer_norm_maxk_select
+
+        x = x.detach().contiguous()
+        values, index, mean, rstd = layer_norm_maxk_select(x, weight.detach(), bias.detach(), eps, k,
+                                                           index_dtype(x.shape[1]))
+        ctx.save_for_backward(x, weight, index, mean, rstd)
+        ctx.mark_non_differentiable(index)
+        return values, index
+
+    @staticmethod
+    def backward(ctx, grad_values: Tensor, _grad_index):
+        from ..kernels.maxk import layer_norm_maxk_backward
+
+        x, weight, index, mean, rstd = ctx.saved_tensors
+        dx, dw, db = layer_norm_maxk_backward(grad_values, index, x, weight.detach(), mean, rstd)
+        return dx, dw, db, None, None
+
+
+def _fused_runs(x: Tensor, k: int, weight, bias) -> bool:
+    """Whether the fused Triton kernels take this call (else the two ops run one after the other)."""
+    return (weight is not None and bias is not None and _triton_runs(x) and x.shape[1] <= FUSED_MAX_FEATS
+            and k <= FUSED_MAX_K and weight.dtype == bias.dtype and weight.device == x.device
+            and weight.is_floating_point())
+
+
+def layer_norm_maxk(x: Tensor, k: int, weight: Optional[Tensor], bias: Optional[Tensor], eps: float = 1e-5,
+                    *, backend: str = "auto") -> CBSR:
+    r"""MaxK of the LayerNorm of ``x``: ``maxk(F.layer_norm(x, (F,), weight, bias, eps), k)``, fused.
+
+    :math:`y_i = (x_i - \mu_i) / \sqrt{\sigma_i^2 + \epsilon} \odot w + b` (biased variance over the
+    row), then the ``k`` largest entries of each ``y_i`` (ranked in fp32, ties as :func:`maxk`).  On
+    CUDA the Triton kernel normalises each row in registers and selects from it, so ``y`` is never
+    written or read back (MaxK-GNN's model applies MaxK to the LayerNorm output of every layer but
+    the last); the backward turns the ``k`` gradients a row into LayerNorm's ``dx``, ``dw``, ``db``
+    without a dense ``dy``.  Elsewhere (CPU, ``backend="reference"``, no affine parameters, rows
+    wider than 1024 or ``k > 128``, under autocast) it is the two ops in sequence.  Under
+    ``torch.compile`` the kernels run as the custom ops ``sparsegnn::layer_norm_maxk`` and
+    ``sparsegnn::layer_norm_maxk_backward``.
+
+    Args:
+        x: [N, F] floating tensor (the pre-normalisation features).
+        k: entries kept per row, ``1 <= k <= F``.
+        weight, bias: LayerNorm's affine parameters [F] (or ``None``).
+        eps: added to the variance.
+        backend: ``"auto"``, ``"triton"`` (the selection on Triton; fused where the shape allows) or
+            ``"reference"``.
+
+    Shapes:
+        x: [N, F]; weight, bias: [F] -> CBSR with values / index [N, k].
+    """
+    if not (isinstance(x, Tensor) and x.dim() == 2):
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"layer_norm_maxk(): x must be a 2-D tensor [N, F], got {got}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and tuple(p.shape) != (x.shape[1],):
+            raise ValueError(f"layer_norm_maxk(): {name} must have shape [F] = [{x.shape[1]}], got {tuple(p.shape)}")
+    if not (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= x.shape[1]):
+        raise ValueError(f"layer_norm_maxk(): k must be an int in [1, F = {x.shape[1]}], got {k!r}")
+    check(x.is_floating_point(), "layer_norm_maxk", f"x must be a floating tensor, got {x.dtype}")
+    # under autocast F.layer_norm runs in fp32 (its autocast rule), which the composition keeps
+    if (not torch.is_autocast_enabled(x.device.type) and resolve_backend(backend, x) == "triton"
+            and _fused_runs(x, k, weight, bias)):
+        if compiling():     # the custom op sparsegnn::layer_norm_maxk (``_library``), with its backward op
+            values, index, _, _ = torch.ops.sparsegnn.layer_norm_maxk(x, weight, bias, k, float(eps))
+        else:
+            values, index = _LayerNormMaxK.apply(x, weight, bias, k, float(eps))
+        return CBSR(values, index, int(x.shape[1]))
+    y = torch.nn.functional.layer_norm(x, (x.shape[1],), weight, bias, eps)
+    return maxk(y, k, backend=backend)
