@@ -436,21 +436,41 @@ def test_layer_norm_maxk_matches_float64(backend, dtype, tol, f, k):
     _check_selection(c, _ln64(x, w, b), k, tol)
 
 
-@pytest.mark.parametrize("f,k", [(37, 5), (256, 32), (64, 64)])
-def test_layer_norm_maxk_gradients_match_float64(f, k):
-    """dx, dweight, dbias of the fused kernels against float64 autograd of LayerNorm at the kept columns."""
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("f,k,eps", [(37, 5, 1e-5), (256, 32, 1e-5), (64, 64, 1e-5), (40, 7, 0.3)])
+def test_layer_norm_maxk_gradients_match_float64(f, k, eps, dtype, tol):
+    """dx, dweight, dbias of the fused kernels against float64 autograd of LayerNorm at the kept columns
+    (a row offset by 1e4 and a low-variance row, where eps weighs, among them)."""
     gen = torch.Generator().manual_seed(f + k)
     x = torch.randn(13, f, generator=gen) * 2 - 0.5
+    x[4] += 1e4
+    x[5] = 0.5 + 0.01 * torch.randn(f, generator=gen)
     w, b = torch.randn(f, generator=gen), torch.randn(f, generator=gen)
     up = torch.randn(13, k, generator=gen)
+    x, w, b, up = x.to(dtype), w.to(dtype), b.to(dtype), up.to(dtype)
     leaves = [t.to(DEVICE).clone().requires_grad_(True) for t in (x, w, b)]
-    c = sg.layer_norm_maxk(*leaves[:1], k, *leaves[1:], backend="triton")
+    c = sg.layer_norm_maxk(leaves[0], k, leaves[1], leaves[2], eps, backend="triton")
     (c.values * up.to(DEVICE)).sum().backward()
     ref = [t.detach().double().requires_grad_(True) for t in (x, w, b)]
-    y = torch.nn.functional.layer_norm(ref[0], (f,), ref[1], ref[2])
+    y = torch.nn.functional.layer_norm(ref[0], (f,), ref[1], ref[2], eps)
     (y.gather(1, c.index.long().cpu()) * up.double()).sum().backward()
     for got, want in zip(leaves, ref):
-        torch.testing.assert_close(got.grad.cpu().double(), want.grad, rtol=1e-5, atol=1e-5 * want.grad.abs().max())
+        assert got.grad.dtype == dtype
+        torch.testing.assert_close(got.grad.cpu().double(), want.grad, rtol=tol, atol=tol * want.grad.abs().max())
+
+
+def test_layer_norm_maxk_eps_and_once_differentiable():
+    """eps reaches the kernel (a low-variance row); the backward is once differentiable (a double
+    backward raises instead of silently dropping the second-order term)."""
+    gen = torch.Generator().manual_seed(11)
+    x = (0.5 + 0.01 * torch.randn(6, 40, generator=gen)).to(DEVICE).requires_grad_(True)
+    w, b = torch.randn(40, generator=gen).to(DEVICE), torch.randn(40, generator=gen).to(DEVICE)
+    for eps in (1e-5, 0.3):
+        c = sg.layer_norm_maxk(x, 7, w, b, eps, backend="triton")
+        _check_selection(c, _ln64(x.detach().cpu(), w.cpu(), b.cpu(), eps), 7, 2e-6)
+    (gx,) = torch.autograd.grad(c.values.pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        gx.sum().backward()
 
 
 @pytest.mark.parametrize("programs", [1, 3, 13])
@@ -470,6 +490,31 @@ def test_layer_norm_maxk_backward_rows_per_program(programs):
     (y.gather(1, index.long().cpu()) * up.double().cpu()).sum().backward()
     for got, want in zip((dx, dw, db), ref):
         torch.testing.assert_close(got.cpu().double(), want.grad, rtol=1e-5, atol=1e-5 * want.grad.abs().max())
+
+
+def test_layer_norm_maxk_fuses_only_the_parameter_dtypes_layer_norm_takes():
+    """fp32 parameters with a half / bf16 x fuse (as F.layer_norm takes them); other mixes go to the
+    composition, where F.layer_norm accepts or refuses them itself."""
+    import sys
+
+    mk = sys.modules["sparsegnn.ops.maxk"]
+    x = torch.randn(4, 16, device=DEVICE)
+    p32, p64 = torch.ones(16, device=DEVICE), torch.ones(16, device=DEVICE, dtype=torch.float64)
+    if not mk._triton_runs(x):
+        pytest.skip("needs CUDA or TRITON_INTERPRET=1")
+    assert mk._fused_runs(x, 4, p32, p32) and mk._fused_runs(x.bfloat16(), 4, p32, p32)
+    assert mk._fused_runs(x.bfloat16(), 4, p32.bfloat16(), p32.bfloat16())
+    assert not mk._fused_runs(x, 4, p64, p64) and not mk._fused_runs(x, 4, p32.bfloat16(), p32.bfloat16())
+    assert not mk._fused_runs(x, 4, p32, p32.bfloat16()) and not mk._fused_runs(x, 4, p32, None)
+
+
+def test_layer_norm_maxk_backward_checks_shapes():
+    from sparsegnn.kernels.maxk import layer_norm_maxk_backward
+
+    x, w, r = torch.randn(4, 8), torch.ones(8), torch.ones(4)
+    index = torch.arange(5, dtype=torch.uint8).repeat(4, 1)
+    with pytest.raises(ValueError, match=r"layer_norm_maxk_backward\(\): shapes do not match"):
+        layer_norm_maxk_backward(torch.randn(4, 3), index, x, w, r, r)
 
 
 def test_layer_norm_maxk_composes_where_it_does_not_fuse(monkeypatch):

@@ -359,6 +359,10 @@ def test_maxkgnn_fuses_layer_norm_and_maxk_between_convs(conv, monkeypatch):
     torch.manual_seed(0)
     g = sg.Graph.from_edge_index(_edges(), num_nodes=N).to(DEVICE)
     model = MaxKGNN(F_IN, 3, conv=conv, hidden=32, num_layers=3, k=5, dropout=0.0, backend="triton").to(DEVICE).train()
+    with torch.no_grad():               # LayerNorm's affine parameters away from their initial 1 / 0
+        for norm in model.norms:
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.normal_(0.0, 0.3)
     x = torch.randn(N, F_IN, device=DEVICE)
     out = model(x, g)
     assert len(calls) == 2 and all(kw["backend"] == "triton" for kw in calls)
@@ -377,6 +381,10 @@ def test_maxkgnn_fuses_layer_norm_and_maxk_between_convs(conv, monkeypatch):
     MaxKGNN(F_IN, 3, conv=conv, hidden=32, k=5, nonlinearity="relu", backend="triton").to(DEVICE)(x, g)
     MaxKGNN(F_IN, 3, conv=conv, hidden=32, k=5, norm=False, backend="triton").to(DEVICE)(x, g)
     assert calls == []
+    seen = []                           # a hooked norm runs as a module (the hook sees it), the other fuses
+    model.norms[0].register_forward_hook(lambda *args: seen.append(1))
+    torch.testing.assert_close(model(x, g), want, rtol=1e-5, atol=1e-5)
+    assert seen == [1] and len(calls) == 1
 
 
 def test_maxk_layers_take_a_selected_cbsr():
@@ -389,6 +397,14 @@ def test_maxk_layers_take_a_selected_cbsr():
                   MaxKGINConv(torch.nn.Linear(F_IN, F_OUT), K)):
         layer.eval()
         torch.testing.assert_close(layer(c, g), layer(x, g))
+        layer.dropout = 0.5             # training: the CBSR's values get the layer's dropout, same draw
+        layer.train()
+        torch.manual_seed(3)
+        dropped = layer(c, g)
+        torch.manual_seed(3)
+        torch.testing.assert_close(dropped, layer(x, g))
+        layer.eval()
+        assert not torch.allclose(dropped, layer(c, g))
     with pytest.raises(ValueError, match=r"MaxKSAGEConv\(\): the CBSR x keeps k = 4 entries a row, the layer k = 3"):
         MaxKSAGEConv(F_IN, F_OUT, 3)(c, g)
     with pytest.raises(ValueError, match=r"MaxKGCNConv\(\): the CBSR x has 12 columns but in_channels = 13"):

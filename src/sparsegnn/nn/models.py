@@ -180,6 +180,13 @@ MAXK_CONVS = ("sage", "gcn", "gin")
 NONLINEARITIES = ("maxk", "relu")
 
 
+def _fusable(norm: nn.Module) -> bool:
+    """Whether ``layer_norm_maxk`` may stand in for ``norm``: a plain affine ``nn.LayerNorm`` over the
+    last dimension with no hooks (a subclass's forward or a hook would be skipped)."""
+    return (type(norm) is nn.LayerNorm and norm.weight is not None and len(norm.normalized_shape) == 1
+            and not (norm._forward_hooks or norm._forward_pre_hooks))
+
+
 class MaxKGNN(nn.Module):
     r"""MaxK-GNN's model: ``lin_in``, ``num_layers`` hidden layers each followed by LayerNorm, ``lin_out``.
 
@@ -191,9 +198,10 @@ class MaxKGNN(nn.Module):
       conv, the linear maps after the aggregation (:class:`~sparsegnn.nn.MaxKSAGEConv`,
       :class:`~sparsegnn.nn.MaxKGCNConv`, :class:`~sparsegnn.nn.MaxKGINConv` with MaxK; the plain
       ``SAGEConv`` / ``GCNConv`` / ``GINConv`` after ReLU and dropout for the baseline).  This is
-      the authors' SAGE model.  Between two MaxK convs the LayerNorm and the next selection run as
-      one op (:func:`sparsegnn.layer_norm_maxk`: the normalised matrix is never written), equal to
-      ``norm`` followed by the conv's own ``maxk``.
+      the authors' SAGE model.  Between two MaxK convs a plain ``nn.LayerNorm`` (affine, no hooks)
+      and the next selection run as one op (:func:`sparsegnn.layer_norm_maxk`: the normalised
+      matrix is never written), equal to ``norm`` followed by the conv's own ``maxk`` (in fp16 /
+      bf16 up to which of the entries that tie after rounding are kept: the fused op ranks in fp32).
     * ``linear_first=True`` with ``conv="gcn"`` / ``"gin"``: the authors' GCN / GIN models (the
       paper's Eq. 3: the aggregation takes "the feature map post linear layer and the MaxK
       nonlinearity"): ``lin_in`` then ReLU, and per layer
@@ -281,7 +289,7 @@ class MaxKGNN(nn.Module):
                 x = conv(dropout(F.relu(x), self.dropout, self.training), graph)
             else:                   # the nonlinearity and dropout inside the conv (x a CBSR when fused)
                 x = conv(x, graph)
-            if fuse and i < last and isinstance(norm, nn.LayerNorm) and norm.weight is not None:
+            if fuse and i < last and _fusable(norm):
                 x = layer_norm_maxk(x, self.k, norm.weight, norm.bias, norm.eps,
                                     backend=_maxk_backend(self.convs[i + 1].backend))
             else:

@@ -364,7 +364,7 @@ maxk_op.register_autograd(_maxk_backward, setup_context=_maxk_setup)
 
 @torch.library.custom_op(f"{_LIB}::layer_norm_maxk", mutates_args=(),
                          schema="(Tensor x, Tensor weight, Tensor bias, int k, float eps) -> "
-                                "(Tensor values, Tensor index, Tensor mean, Tensor rstd)")
+                                "(Tensor values, Tensor index, Tensor center, Tensor rstd)")
 def layer_norm_maxk_op(x: Tensor, weight: Tensor, bias: Tensor, k: int, eps: float
                        ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """The fused LayerNorm + MaxK kernel (``kernels.maxk.layer_norm_maxk_select``; CUDA or the
@@ -383,28 +383,29 @@ def _(x, weight, bias, k, eps):
 
 
 @torch.library.custom_op(f"{_LIB}::layer_norm_maxk_backward", mutates_args=(),
-                         schema="(Tensor grad_values, Tensor index, Tensor x, Tensor weight, Tensor mean, Tensor rstd) "
+                         schema="(Tensor grad_values, Tensor index, Tensor x, Tensor weight, Tensor center, Tensor rstd) "
                                 "-> (Tensor dx, Tensor dweight, Tensor dbias)")
-def layer_norm_maxk_backward_op(grad_values: Tensor, index: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
+def layer_norm_maxk_backward_op(grad_values: Tensor, index: Tensor, x: Tensor, weight: Tensor, center: Tensor,
                                 rstd: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     from ..kernels.maxk import layer_norm_maxk_backward
 
-    return tuple(_fresh(t) for t in layer_norm_maxk_backward(grad_values, index, x, weight, mean, rstd))
+    return tuple(_fresh(t) for t in layer_norm_maxk_backward(grad_values, index, x, weight, center, rstd))
 
 
 @layer_norm_maxk_backward_op.register_fake
-def _(grad_values, index, x, weight, mean, rstd):
+def _(grad_values, index, x, weight, center, rstd):
     return torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight), torch.empty_like(weight)
 
 
 def _layer_norm_maxk_setup(ctx, inputs, output) -> None:
     x, weight = inputs[0], inputs[1]
+    ctx.mark_non_differentiable(output[1], output[2], output[3])     # columns, center, rstd: saved for the backward
     ctx.save_for_backward(x, weight, output[1], output[2], output[3])
 
 
-def _layer_norm_maxk_backward(ctx, grad_values: Tensor, _grad_index, _grad_mean, _grad_rstd):
-    x, weight, index, mean, rstd = ctx.saved_tensors
-    dx, dw, db = torch.ops.sparsegnn.layer_norm_maxk_backward(grad_values.contiguous(), index, x, weight, mean, rstd)
+def _layer_norm_maxk_backward(ctx, grad_values: Tensor, _grad_index, _grad_center, _grad_rstd):
+    x, weight, index, center, rstd = ctx.saved_tensors
+    dx, dw, db = torch.ops.sparsegnn.layer_norm_maxk_backward(grad_values.contiguous(), index, x, weight, center, rstd)
     return dx, dw, db, None, None
 
 

@@ -145,26 +145,30 @@ class _LayerNormMaxK(torch.autograd.Function):
         from ..kernels.maxk import layer_norm_maxk_select
 
         x = x.detach().contiguous()
-        values, index, mean, rstd = layer_norm_maxk_select(x, weight.detach(), bias.detach(), eps, k,
-                                                           index_dtype(x.shape[1]))
-        ctx.save_for_backward(x, weight, index, mean, rstd)
+        values, index, center, rstd = layer_norm_maxk_select(x, weight.detach(), bias.detach(), eps, k,
+                                                             index_dtype(x.shape[1]))
+        ctx.save_for_backward(x, weight, index, center, rstd)
         ctx.mark_non_differentiable(index)
         return values, index
 
     @staticmethod
+    @torch.autograd.function.once_differentiable     # the kernels have no derivative: no double backward
     def backward(ctx, grad_values: Tensor, _grad_index):
         from ..kernels.maxk import layer_norm_maxk_backward
 
-        x, weight, index, mean, rstd = ctx.saved_tensors
-        dx, dw, db = layer_norm_maxk_backward(grad_values, index, x, weight.detach(), mean, rstd)
+        x, weight, index, center, rstd = ctx.saved_tensors
+        dx, dw, db = layer_norm_maxk_backward(grad_values, index, x, weight.detach(), center, rstd)
         return dx, dw, db, None, None
 
 
 def _fused_runs(x: Tensor, k: int, weight, bias) -> bool:
-    """Whether the fused Triton kernels take this call (else the two ops run one after the other)."""
-    return (weight is not None and bias is not None and _triton_runs(x) and x.shape[1] <= FUSED_MAX_FEATS
-            and k <= FUSED_MAX_K and weight.dtype == bias.dtype and weight.device == x.device
-            and weight.is_floating_point())
+    """Whether the fused Triton kernels take this call (else the two ops run one after the other, and
+    ``F.layer_norm`` judges the parameters: it takes ``x``'s dtype, or fp32 with a half / bf16 ``x``)."""
+    if weight is None or bias is None or not _triton_runs(x):
+        return False
+    dtypes_ok = weight.dtype == bias.dtype and (weight.dtype == x.dtype or weight.dtype == torch.float32)
+    return (x.shape[1] <= FUSED_MAX_FEATS and k <= FUSED_MAX_K and dtypes_ok
+            and weight.device == x.device and bias.device == x.device)
 
 
 def layer_norm_maxk(x: Tensor, k: int, weight: Optional[Tensor], bias: Optional[Tensor], eps: float = 1e-5,
@@ -172,7 +176,10 @@ def layer_norm_maxk(x: Tensor, k: int, weight: Optional[Tensor], bias: Optional[
     r"""MaxK of the LayerNorm of ``x``: ``maxk(F.layer_norm(x, (F,), weight, bias, eps), k)``, fused.
 
     :math:`y_i = (x_i - \mu_i) / \sqrt{\sigma_i^2 + \epsilon} \odot w + b` (biased variance over the
-    row), then the ``k`` largest entries of each ``y_i`` (ranked in fp32, ties as :func:`maxk`).  On
+    row), then the ``k`` largest entries of each ``y_i`` (ranked in fp32, ties as :func:`maxk`).
+    The fused kernel ranks the fp32 ``y``; the composition ranks LayerNorm's output in ``x``'s dtype,
+    so with fp16 / bf16 inputs the two may keep different entries where the rounded values tie
+    (both are the k largest of their ``y``).  The fused backward is once differentiable.  On
     CUDA the Triton kernel normalises each row in registers and selects from it, so ``y`` is never
     written or read back (MaxK-GNN's model applies MaxK to the LayerNorm output of every layer but
     the last); the backward turns the ``k`` gradients a row into LayerNorm's ``dx``, ``dw``, ``db``
