@@ -156,6 +156,30 @@ def _maxk_kernel(x_ptr, val_ptr, idx_ptr, num_feats, stride_x, k, z, w_ptr, b_pt
     tl.store(idx_ptr + slot, col.to(idx_ptr.dtype.element_ty), mask=keep)
 
 
+def _register_rows(num_feats: int) -> int:
+    """Register rows of 32 columns that hold a row of ``num_feats`` (a power of two, at least 1)."""
+    return max(triton.next_power_of_2(num_feats), 32) // 32
+
+
+def _select(x: Tensor, k: int, index_dtype: torch.dtype, num_warps: Optional[int], norm: Optional[tuple]):
+    """Launches ``_maxk_kernel`` over the rows of ``x``; ``norm = (weight, bias, eps)`` normalises
+    each row first and also returns its ``center`` and ``rstd``."""
+    num_rows, num_feats = x.shape
+    x = x if x.stride(1) == 1 else x.contiguous()
+    values = torch.empty((num_rows, k), dtype=x.dtype, device=x.device)
+    index = torch.empty((num_rows, k), dtype=index_dtype, device=x.device)
+    stats = [torch.empty(num_rows, dtype=torch.float32, device=x.device) for _ in range(2 if norm else 0)]
+    if num_rows > 0:
+        nr = _register_rows(num_feats)
+        extra = ((norm[0].contiguous(), norm[1].contiguous(), *stats, float(norm[2])) if norm
+                 else (x, x, x, x, 0.0))        # unused pointers without NORM
+        launch(_maxk_kernel, (num_rows,),
+               (x, values, index, num_feats, x.stride(0), k, _normal_quantile(1.0 - (k + 0.5) / num_feats), *extra),
+               dict(NR=nr, EVEN=num_feats == 32 * nr, NORM=norm is not None),
+               num_warps or maxk_config(32 * nr)["num_warps"])
+    return (values, index, *stats)
+
+
 def maxk_select(x: Tensor, k: int, index_dtype: torch.dtype, config: Optional[Dict[str, int]] = None
                 ) -> Tuple[Tensor, Tensor]:
     """The ``k`` largest entries of each row of ``x`` and their columns (increasing).
@@ -164,19 +188,7 @@ def maxk_select(x: Tensor, k: int, index_dtype: torch.dtype, config: Optional[Di
     Shapes:
         x: [N, F] with ``F <= MAX_FEATS`` -> values [N, k] (``x``'s dtype), index [N, k].
     """
-    num_rows, num_feats = x.shape
-    x = x if x.stride(1) == 1 else x.contiguous()
-    values = torch.empty((num_rows, k), dtype=x.dtype, device=x.device)
-    index = torch.empty((num_rows, k), dtype=index_dtype, device=x.device)
-    if num_rows == 0:
-        return values, index
-    nr = max(triton.next_power_of_2(num_feats), 32) // 32
-    cfg = config or maxk_config(32 * nr)
-    launch(_maxk_kernel, (num_rows,),
-           (x, values, index, num_feats, x.stride(0), k, _normal_quantile(1.0 - (k + 0.5) / num_feats),
-            x, x, x, x, 0.0),
-           dict(NR=nr, EVEN=num_feats == 32 * nr, NORM=False), cfg["num_warps"])
-    return values, index
+    return _select(x, k, index_dtype, (config or {}).get("num_warps"), None)
 
 
 def layer_norm_maxk_select(x: Tensor, weight: Tensor, bias: Tensor, eps: float, k: int, index_dtype: torch.dtype
@@ -189,22 +201,9 @@ def layer_norm_maxk_select(x: Tensor, weight: Tensor, bias: Tensor, eps: float, 
 
     Shapes:
         x: [N, F] (``F <= MAX_FEATS``); weight, bias: [F] -> values [N, k] (``x``'s dtype),
-        index [N, k], mean [N] and rstd [N] (float32, for the backward).
+        index [N, k], center [N] and rstd [N] (float32, for the backward).
     """
-    num_rows, num_feats = x.shape
-    x = x if x.stride(1) == 1 else x.contiguous()
-    values = torch.empty((num_rows, k), dtype=x.dtype, device=x.device)
-    index = torch.empty((num_rows, k), dtype=index_dtype, device=x.device)
-    center = torch.empty(num_rows, dtype=torch.float32, device=x.device)
-    rstd = torch.empty(num_rows, dtype=torch.float32, device=x.device)
-    if num_rows == 0:
-        return values, index, center, rstd
-    nr = max(triton.next_power_of_2(num_feats), 32) // 32
-    launch(_maxk_kernel, (num_rows,),
-           (x, values, index, num_feats, x.stride(0), k, _normal_quantile(1.0 - (k + 0.5) / num_feats),
-            weight.contiguous(), bias.contiguous(), center, rstd, float(eps)),
-           dict(NR=nr, EVEN=num_feats == 32 * nr, NORM=True), maxk_config(32 * nr)["num_warps"])
-    return values, index, center, rstd
+    return _select(x, k, index_dtype, None, (weight, bias, eps))
 
 
 @triton.jit
@@ -297,7 +296,7 @@ def layer_norm_maxk_backward(grad_values: Tensor, index: Tensor, x: Tensor, weig
     db = torch.empty((programs, num_feats), dtype=torch.float32, device=x.device)
     if num_rows == 0:
         return dx, weight.new_zeros(num_feats), weight.new_zeros(num_feats)
-    nr = max(triton.next_power_of_2(num_feats), 32) // 32
+    nr = _register_rows(num_feats)
     launch(_ln_maxk_backward_kernel, (programs,),
            (x, grad_values.contiguous(), index.contiguous(), weight.contiguous(), center, rstd, dx, dw, db,
             num_rows, num_feats, x.stride(0), k),
