@@ -259,8 +259,11 @@ def test_inductor_on_cpu_matches_eager():
     out_eager, grads_eager = output_and_grads(model, x, graph)
     out, grads = output_and_grads(model, x, graph, torch.compile(model, fullgraph=True))
     torch.testing.assert_close(out, out_eager, rtol=1e-5, atol=1e-6)
+    # the weight gradients are fp32 sums over the nodes, which Inductor's CPU kernels add in another
+    # order: one entry of lin_out's in 96 has been seen 2.4e-5 (relative) away from eager's
     for key in grads_eager:
-        torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-5, atol=1e-6, msg=key)
+        torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-4, atol=1e-5,
+                                   msg=lambda m, key=key: f"{key}: {m}")
 
 
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
