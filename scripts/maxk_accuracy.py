@@ -38,6 +38,7 @@ def markdown(report: dict) -> str:
     lines = [f"# MaxK-GNN accuracy: MaxK k={s['k']} vs ReLU ({s['device']})", "",
              f"MaxKGNN ({s['model']}{', linear first' if s.get('linear_first') else ''}, {s['num_layers']} layers, hidden {s['hidden']}, dropout {s['dropout']}, "
              f"LayerNorm), full graph, Adam lr {s['lr']}, weight decay {s['weight_decay']}, {s['epochs']} epochs, "
+             f"matmul precision {s.get('matmul_precision', 'highest')}, "
              f"{s['seeds']} seed(s); test accuracy at the best validation epoch, mean +- sample std over seeds. "
              f"Cora / Citeseer: the Planetoid split; the real-suite graphs: a stratified 60/20/20 split (seed 0), "
              f"features: twitch's own, else 64 fixed N(0, 1) + log(1 + degree). {s['date']}, torch {s['torch']}, "
@@ -70,7 +71,11 @@ def main(argv: List[str] = None) -> int:
     parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated (default: %(default)s)")
     parser.add_argument("--data-dir", default=None, help="the datasets folder (default: SPARSEGNN_DATA, "
                                                          "../shared/datasets)")
+    parser.add_argument("--matmul-precision", default="highest", choices=["highest", "high"],
+                        help="torch.set_float32_matmul_precision for both models (high: TF32 GEMMs, as "
+                             "bench_maxk_train.py --matmul-precision high times them)")
     args = parser.parse_args(argv)
+    torch.set_float32_matmul_precision(args.matmul_precision)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("maxk_accuracy: --device cuda requested but no CUDA device is available", file=sys.stderr)
         return 2
@@ -99,7 +104,7 @@ def main(argv: List[str] = None) -> int:
     meta = next(iter(sweeps.values()))["meta"]
     settings = {
         "device": device_name(args.device), "model": args.model, "linear_first": meta["linear_first"],
-        "k": args.k, "seeds": args.seeds,
+        "k": args.k, "seeds": args.seeds, "matmul_precision": args.matmul_precision,
         "epochs": args.epochs, "lr": args.lr, "weight_decay": args.weight_decay, "hidden": meta["hidden"],
         "dropout": meta["dropout"], "num_layers": meta["num_layers"], "torch": torch.__version__,
         "date": datetime.date.today().isoformat(), "wall_s": time.perf_counter() - start,

@@ -303,7 +303,36 @@ def test_maxkgnn_forward_backward(conv, nonlinearity):
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
     other = MaxKGNN(F_IN, 3, conv=conv, hidden=16, num_layers=2, k=4,
                     nonlinearity="relu" if nonlinearity == "maxk" else "maxk")
-    assert {k: v.shape for k, v in model.state_dict().items()} == {k: v.shape for k, v in other.state_dict().items()}
+    shapes = {k: v.shape for k, v in model.state_dict().items()}
+    other_shapes = {k: v.shape for k, v in other.state_dict().items()}
+    assert ("lin_in.bias" in shapes) == (nonlinearity == "relu")      # MaxK's lin_in has no bias
+    shapes.pop("lin_in.bias", None), other_shapes.pop("lin_in.bias", None)
+    assert shapes == other_shapes
+
+
+def test_maxkgnn_first_selection_starts_from_the_data():
+    """On row-normalised bag-of-words features (Cora's and Citeseer's form) the units that MaxK's first
+    selection keeps depend on the node: its ``lin_in`` has no bias.  A bias drawn as torch's default
+    draws it (as wide as one weight) outweighs ``W x``, an average of ~30 weights, and nearly every
+    node then keeps the same units (the ReLU model, which keeps its bias, shows it).
+    ``reset_parameters`` re-draws the weights and adds no bias."""
+    torch.manual_seed(0)
+    n, f, words, hidden, k = 400, 2000, 30, 64, 8
+    x = torch.zeros(n, f).scatter_(1, torch.rand(n, f).argsort(1)[:, :words], 1.0 / words)
+    model = MaxKGNN(f, 3, hidden=hidden, k=k)
+    relu = MaxKGNN(f, 3, hidden=hidden, nonlinearity="relu")
+    assert model.lin_in.bias is None and relu.lin_in.bias is not None
+
+    def kept_units(lin):
+        with torch.no_grad():
+            return lin(x).topk(k, dim=1).indices.unique().numel()
+
+    assert kept_units(model.lin_in) >= 0.9 * hidden
+    assert kept_units(relu.lin_in) < hidden / 2          # the drawn bias: the same few units everywhere
+    weight = model.lin_in.weight.detach().clone()
+    model.reset_parameters()
+    assert not torch.equal(weight, model.lin_in.weight) and model.lin_in.bias is None
+    assert kept_units(model.lin_in) >= 0.9 * hidden
 
 
 @pytest.mark.parametrize("conv, linear_first", KINDS)
@@ -316,7 +345,10 @@ def test_maxkgnn_is_the_papers_stack(conv, linear_first):
     kw = dict(conv=conv, hidden=16, num_layers=3, k=5, linear_first=linear_first)
     relu = MaxKGNN(F_IN, 3, nonlinearity="relu", **kw).double().eval()
     mk = MaxKGNN(F_IN, 3, nonlinearity="maxk", **kw).double().eval()
-    mk.load_state_dict(relu.state_dict())
+    with torch.no_grad():           # MaxK's lin_in has no bias: the shared stack below uses none either
+        relu.lin_in.bias.zero_()
+    missing, unexpected = mk.load_state_dict(relu.state_dict(), strict=False)
+    assert not missing and unexpected == ["lin_in.bias"]
     if conv == "gin":               # the authors' GIN learns epsilon; GIN-0 otherwise
         assert isinstance(mk.convs[0].eps, torch.nn.Parameter) == linear_first
     x = torch.randn(N, F_IN, dtype=torch.float64)
