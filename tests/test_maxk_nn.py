@@ -487,7 +487,7 @@ def test_build_model_maxk_options():
 def test_train_node_classifier_maxk_learns():
     result = train_node_classifier(load("cora"), "gin", epochs=30, hidden=64, maxk=8, progress=False)
     assert result.maxk == 8 and result.losses[-1] < result.losses[0]
-    assert result.best_val_acc > 0.5                             # 7 classes: chance is ~0.14 (0.76 measured)
+    assert result.best_val_acc > 0.5                             # 7 classes: chance is ~0.14 (0.80 measured)
 
 
 def test_cli_train_maxk(capsys):

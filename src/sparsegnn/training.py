@@ -27,7 +27,7 @@ def build_model(name: str, in_channels: int, out_channels: int, hidden: Optional
     ``maxk`` (``name`` = ``"sage"``, ``"gcn"`` or ``"gin"``): an int ``K`` builds MaxK-GNN's model
     :class:`~sparsegnn.nn.MaxKGNN` with that conv and the MaxK nonlinearity keeping ``K`` of the
     ``hidden`` entries per row (``1 <= K <= hidden``); ``"relu"`` builds its ReLU baseline (the
-    same structure and parameters with ReLU).  Defaults then are MaxK-GNN's: hidden 256,
+    same structure with ReLU; its ``lin_in`` keeps a bias, MaxK's has none).  Defaults then are MaxK-GNN's: hidden 256,
     3 layers, dropout 0.5; the aggregation is exact (``precision="ieee"``).  ``maxk_linear_first``
     builds GCN / GIN as the authors' models (``MaxKGNN(linear_first=True)``: MaxK on the output of
     each layer's linear map)."""

@@ -192,7 +192,7 @@ class MaxKGNN(nn.Module):
 
     :math:`\sigma` below is MaxK (``nonlinearity="maxk"``: the ``k`` largest entries per row,
     dropout on the kept values, the CBSR aggregated by the MaxK convs) or ReLU (``"relu"``: the
-    paper's baseline, the same structure and parameter shapes with dense dropout).
+    paper's baseline, the same structure with dense dropout; its ``lin_in`` has a bias, MaxK's none).
 
     * Default: :math:`h \leftarrow \mathrm{LN}(\mathrm{conv}(\mathrm{drop}(\sigma(h))))` for every
       conv, the linear maps after the aggregation (:class:`~sparsegnn.nn.MaxKSAGEConv`,
@@ -214,7 +214,18 @@ class MaxKGNN(nn.Module):
     :math:`h_\Theta` = one ``Linear(hidden, hidden)`` (GIN-0 by default).  ``lin_in`` /
     ``lin_out`` are ``torch.nn.Linear``; the defaults are MaxK-GNN's Table 3 (3 layers, hidden
     256, dropout 0.5, k = 32 of 256).  The two nonlinearities have the same ``state_dict`` keys
-    and shapes but one: under MaxK ``lin_in`` has no bias (:meth:`reset_parameters` says why).
+    and shapes but one: under MaxK ``lin_in`` has no bias.
+
+    Why no bias under MaxK: MaxK ranks the entries of each row, and a per-unit offset moves a
+    unit's rank in every row alike. torch's default ``Linear`` init draws a bias as wide as one
+    weight, while ``W x`` on a row-normalised sparse input (bag-of-words: Cora, Citeseer) averages
+    some 20-30 weights: the bias outweighs it, nearly every node keeps the same ``k`` units, and
+    the others, never kept, get no gradient (Citeseer, k = 32 of 256: 54-57 units ever kept after
+    training with the bias, 227-230 without). A zero-initialised bias does not help: Adam moves it
+    as fast as a weight. The ReLU model keeps its bias, which it needs (Cora, 30 seeds: 0.63 points
+    lower without it); the gradient reaches every positive unit there. With ``linear_first`` the
+    same holds for GCN (its linear map has no bias); GIN's first ``h_\Theta`` keeps its bias, which
+    still outweighs its small input on such features (not changed: unmeasured).
 
     Args:
         in_channels: input feature width.
@@ -252,25 +263,14 @@ class MaxKGNN(nn.Module):
               "authors' (MaxK before the aggregation and its linear maps)")
         self.linear_first = bool(linear_first)
         self.k = k if nonlinearity == "maxk" else None
-        # MaxK's lin_in has no bias, ReLU's has one (see reset_parameters)
+        # MaxK's lin_in has no bias, ReLU's has one (the class doc says why)
         self.lin_in = nn.Linear(in_channels, hidden, bias=nonlinearity == "relu")
         self.convs = nn.ModuleList([self._make_conv(conv, hidden, backend) for _ in range(num_layers)])
         self.norms = nn.ModuleList([nn.LayerNorm(hidden) if norm else nn.Identity() for _ in range(num_layers)])
         self.lin_out = nn.Linear(hidden, out_channels)
 
     def reset_parameters(self) -> None:
-        """Re-initialise every layer.
-
-        With MaxK, ``lin_in`` has no bias. MaxK ranks the entries of each row, and a per-unit
-        offset moves a unit's rank in every row alike. torch's default ``Linear`` init draws a bias
-        as wide as one weight, while ``W x`` on a row-normalised sparse input (bag-of-words: Cora,
-        Citeseer) averages some 20-30 weights: the bias outweighs it, nearly every node keeps the
-        same ``k`` units, and the others, never kept, get no gradient (Citeseer, k = 32 of 256: 54-57
-        units ever kept after training with the bias, 227-230 without). A zero-initialised bias
-        does not help: Adam moves it as fast as a weight. The ReLU model keeps its bias, which it
-        needs (Cora, 30 seeds: 0.63 points lower without it); the gradient reaches every positive
-        unit there.
-        """
+        """Re-initialise every layer (``lin_in`` stays without a bias under MaxK: the class doc says why)."""
         for module in (self.lin_in, *self.convs, *self.norms, self.lin_out):
             if hasattr(module, "reset_parameters"):
                 module.reset_parameters()
