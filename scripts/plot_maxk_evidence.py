@@ -53,7 +53,7 @@ def plot_train(runs: List[Tuple[str, dict]], out: str) -> None:
     for i, (label, report) in enumerate(runs):
         ms: Dict[str, float] = {r["provider"]: r["ms"] for r in report["rows"] if r.get("ms") is not None}
         ys = [p + (i - (len(runs) - 1) / 2) * height for p in range(len(providers))]
-        bars = ax.barh(ys, [ms.get(p, 0.0) for p in providers], height=height, label=label)
+        bars = ax.barh(ys, [ms.get(p, float("nan")) for p in providers], height=height, label=label)  # missing: no bar
         ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=2)
     ax.set_yticks(range(len(providers)), providers)
     ax.invert_yaxis()
