@@ -509,6 +509,36 @@ def test_cli_train_maxk(capsys):
     assert summary["maxk"] == 8 and summary["maxk_linear_first"] is True
 
 
+def test_cli_matmul_precision(monkeypatch, capsys, tmp_path):
+    """``--matmul-precision high`` holds while ``train`` / ``maxk-sweep`` run (TF32 GEMMs) and the previous
+    setting comes back after; ``--nproc`` refuses it (its workers are other processes)."""
+    import sparsegnn.maxk_sweep as sweep_module
+    import sparsegnn.training as training
+
+    seen = []
+    real_train = training.train_node_classifier
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_float32_matmul_precision())
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(training, "train_node_classifier", spy)
+    monkeypatch.setattr(sweep_module, "train_node_classifier", spy)
+    before = torch.get_float32_matmul_precision()
+    argv = ["train", "--model", "sage", "--maxk", "8", "--hidden", "32", "--epochs", "1", "--device", "cpu", "--json"]
+    assert main(argv + ["--matmul-precision", "high"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["matmul_precision"] == "high"
+    assert main(argv) == 0
+    assert seen == ["high", before] and torch.get_float32_matmul_precision() == before
+    assert main(["train", "--nproc", "2", "--matmul-precision", "high", "--device", "cpu"]) == 2
+    assert "--matmul-precision do not apply with --nproc" in capsys.readouterr().err
+    seen.clear()
+    assert main(["maxk-sweep", "--ks", "4", "--hidden", "16", "--epochs", "1", "--device", "cpu",
+                 "--matmul-precision", "high", "--out", str(tmp_path)]) == 0
+    assert seen == ["high", "high"] and torch.get_float32_matmul_precision() == before
+    assert "matmul precision high" in capsys.readouterr().out
+
+
 def test_build_model_maxk_linear_first():
     model = build_model("gcn", 10, 3, hidden=32, maxk=8, maxk_linear_first=True)
     assert model.linear_first and all(conv.linear_first and conv.k == 8 for conv in model.convs)

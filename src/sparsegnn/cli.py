@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import sys
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import torch
 
@@ -60,8 +61,29 @@ def _maxk_problem(args: argparse.Namespace) -> Optional[str]:
 #: Node-classification defaults of the ``train`` options whose graph-level defaults differ.
 _NODE_DEFAULTS = {"epochs": 200, "lr": 0.01, "weight_decay": 5e-4, "compile": "none"}
 
+#: ``--matmul-precision``: ``torch.set_float32_matmul_precision`` for the dense layers' fp32 GEMMs.
+MATMUL_PRECISIONS = ("highest", "high")
+_MATMUL_HELP = ("fp32 GEMMs of the dense layers: highest (exact fp32, default) or high (TF32 tensor cores, "
+                "~1e-3 relative error a product; torch.set_float32_matmul_precision) for the whole run")
+
+
+@contextlib.contextmanager
+def _matmul_precision(precision: str) -> Iterator[None]:
+    """``torch.set_float32_matmul_precision(precision)`` for the command; the previous setting after it."""
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    with _matmul_precision(args.matmul_precision):
+        return _train(args)
+
+
+def _train(args: argparse.Namespace) -> int:
     from .datasets import load
     from .graph_training import GRAPH_MODELS, is_graph_dataset
     from .training import train_minibatch, train_node_classifier
@@ -121,8 +143,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     mean = lambda key: sum(getattr(r, key) for r in results) / len(results)  # noqa: E731
     summary = {
         "model": args.model, "dataset": args.dataset, "device": args.device, "backend": args.backend,
-        "compile": args.compile, "precision": args.precision, "maxk": args.maxk,
-        "maxk_linear_first": args.maxk_linear_first, "minibatch": args.minibatch,
+        "compile": args.compile, "precision": args.precision, "matmul_precision": args.matmul_precision,
+        "maxk": args.maxk, "maxk_linear_first": args.maxk_linear_first, "minibatch": args.minibatch,
         "batch_size": (args.batch_size or 1024) if args.minibatch else None,
         "epochs": args.epochs, "runs": args.runs, "seeds": [r.seed for r in results],
         "val_acc": mean("val_acc"), "test_acc": mean("test_acc"),
@@ -147,7 +169,8 @@ def _cmd_train_distributed(args: argparse.Namespace) -> int:
 
     others = {"--minibatch": args.minibatch is not None, "--reorder": args.reorder is not None,
               "--precision": args.precision != "ieee", "--maxk": args.maxk is not None, "--maxk-linear-first": args.maxk_linear_first,
-              "--compile": args.compile != "none", "--runs": args.runs != 1}
+              "--compile": args.compile != "none", "--runs": args.runs != 1,
+              "--matmul-precision": args.matmul_precision != "highest"}   # the workers are other processes
     given = [name for name, on in others.items() if on]
     problem = (f"--nproc must be >= 1, got {args.nproc}" if args.nproc < 1 else
                f"--nproc trains --model gcn or sage, got {args.model}" if args.model not in ("gcn", "sage") else
@@ -246,6 +269,11 @@ def _cmd_train_graphs(args: argparse.Namespace) -> int:
 
 
 def _cmd_maxk_sweep(args: argparse.Namespace) -> int:
+    with _matmul_precision(args.matmul_precision):
+        return _maxk_sweep(args)
+
+
+def _maxk_sweep(args: argparse.Namespace) -> int:
     from .datasets import load
     from .maxk_sweep import markdown, maxk_sweep, write_sweep
 
@@ -473,6 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="renumber the nodes for locality before full-graph training (Graph.reorder)")
     train.add_argument("--precision", default="ieee", choices=["ieee", "tf32", "bf16"],
                        help="aggregation precision: ieee (exact fp32, default), tf32 or bf16 (tensor cores)")
+    train.add_argument("--matmul-precision", default="highest", choices=MATMUL_PRECISIONS, help=_MATMUL_HELP)
     train.add_argument("--maxk", type=int, default=None, metavar="K",
                        help="MaxK-GNN: train MaxKGNN (--model sage, gcn or gin) with the MaxK nonlinearity keeping K "
                             "of the hidden entries per row; defaults then hidden 256, 3 layers, dropout 0.5 "
@@ -493,6 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--ks", type=_ks, default=[8, 16, 32, 64, 128], help="comma-separated k values "
                                                                            "(default 8,16,32,64,128)")
     sweep.add_argument("--epochs", type=int, default=200)
+    sweep.add_argument("--matmul-precision", default="highest", choices=MATMUL_PRECISIONS, help=_MATMUL_HELP)
     sweep.add_argument("--runs", type=int, default=1, help="seeds per configuration: seed, seed+1, ...")
     sweep.add_argument("--seed", type=int, default=0)
     sweep.add_argument("--lr", type=float, default=0.01)

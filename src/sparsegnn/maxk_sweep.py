@@ -117,6 +117,7 @@ def maxk_sweep(data: NodeDataset, model: str = "sage", ks: Sequence[int] = DEFAU
         "classes": data.num_classes, "epochs": epochs, "runs": runs, "seed": seed, "lr": lr,
         "weight_decay": weight_decay, "hidden": width, "dropout": 0.5 if dropout is None else dropout,
         "num_layers": 3, "ks": ks, "backend": backend, "linear_first": bool(linear_first),
+        "matmul_precision": torch.get_float32_matmul_precision(),
         "torch": torch.__version__,
         "date": datetime.date.today().isoformat(),
     }
@@ -134,7 +135,8 @@ def markdown(result: Dict[str, object]) -> str:
     lines = [f"# MaxK sweep: {meta['model']} on {meta['dataset']} ({meta['device']})", "",
              f"MaxKGNN ({meta['num_layers']} layers, hidden {meta['hidden']}, dropout {meta['dropout']}"
              f"{placement}), "
-             f"{meta['epochs']} epochs, lr {meta['lr']}, weight decay {meta['weight_decay']}, {meta['runs']} seed(s) "
+             f"{meta['epochs']} epochs, lr {meta['lr']}, weight decay {meta['weight_decay']}, "
+             f"matmul precision {meta.get('matmul_precision', 'highest')}, {meta['runs']} seed(s) "
              f"from {meta['seed']}; {meta['date']}, torch {meta['torch']}.  Test accuracy at the best validation "
              "epoch (mean +- sample std over seeds) and at the last epoch; epoch ms: forward + backward + Adam step, "
              "mean over the second half of the epochs.", "",
