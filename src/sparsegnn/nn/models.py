@@ -225,7 +225,8 @@ class MaxKGNN(nn.Module):
     as fast as a weight. The ReLU model keeps its bias, which it needs (Cora, 30 seeds: 0.63 points
     lower without it); the gradient reaches every positive unit there. With ``linear_first`` the
     same holds for GCN (its linear map has no bias); GIN's first ``h_\Theta`` keeps its bias, which
-    still outweighs its small input on such features (not changed: unmeasured).
+    still outweighs its small input on such features (removing it gave no test gain on Citeseer,
+    CPU, 5 seeds: ``notes/maxk.md``).
 
     Args:
         in_channels: input feature width.
