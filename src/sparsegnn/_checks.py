@@ -41,11 +41,31 @@ def check_index(index: Tensor, fn: str, name: str, upper: Optional[int] = None) 
     check(index.dtype in INDEX_DTYPES, fn, f"{name} must have an integer dtype, got {index.dtype}")
     if index.numel() == 0:
         return
-    low = int(index.min())
-    check(low >= 0, fn, f"{name} contains a negative index ({low})")
-    if upper is not None:
-        high = int(index.max())
+    if upper is not None and index.is_cuda and torch.cuda.get_sync_debug_mode() != 0:
+        # the caller forbade host syncs (torch.cuda.set_sync_debug_mode): checked on the device,
+        # where a bad index stops the process with a device-side assertion instead
+        torch._assert_async(((index.min() >= 0) & (index.max() < upper)).reshape(()),
+                            f"{fn}(): {name} holds an index out of [0, {upper})")
+        return
+    if upper is None:
+        low = int(index.min())
+    else:
+        low, high = (int(v) for v in torch.aminmax(index))   # one read-back for both bounds
+        check(low >= 0, fn, f"{name} contains a negative index ({low})")
         check(high < upper, fn, f"{name} contains index {high}, out of range for {upper} nodes")
+    check(low >= 0, fn, f"{name} contains a negative index ({low})")
+
+
+def index_size(index: Tensor, fn: str, name: str) -> int:
+    """``max(index) + 1`` (0 when empty) of an index tensor checked as ``check_index`` does
+    (integer dtype, no negatives), both bounds read back at once."""
+    check_tensor(index, fn, name)
+    check(index.dtype in INDEX_DTYPES, fn, f"{name} must have an integer dtype, got {index.dtype}")
+    if index.numel() == 0:
+        return 0
+    low, high = (int(v) for v in torch.aminmax(index))
+    check(low >= 0, fn, f"{name} contains a negative index ({low})")
+    return high + 1
 
 
 def check_same_device(fn: str, **tensors: Optional[Tensor]) -> None:

@@ -26,7 +26,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ._checks import check, check_edge_values, check_index, check_same_device, check_tensor
+from ._checks import check, check_edge_values, check_index, check_same_device, check_tensor, index_size
 from .formats import csr as csr_fmt
 from .formats.plan import RowPlan, build_row_plan
 
@@ -154,14 +154,15 @@ class Graph:
         check_tensor(edge_index, fn, "edge_index")
         check(edge_index.dim() == 2 and edge_index.shape[0] == 2, fn,
               f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
-        check_index(edge_index, fn, "edge_index")
         if num_src is None:
-            if num_nodes is None:
-                num_nodes = int(edge_index.max()) + 1 if edge_index.numel() > 0 else 0
-            check(int(num_nodes) >= 0, fn, f"num_nodes must be >= 0, got {num_nodes}")
-            check_index(edge_index, fn, "edge_index", upper=int(num_nodes))
+            if num_nodes is None:   # one read-back gives the size and checks the lower bound
+                num_nodes = index_size(edge_index, fn, "edge_index")
+            else:
+                check(int(num_nodes) >= 0, fn, f"num_nodes must be >= 0, got {num_nodes}")
+                check_index(edge_index, fn, "edge_index", upper=int(num_nodes))
             num_src = num_nodes
         else:
+            check_index(edge_index, fn, "edge_index")
             if num_nodes is None:
                 num_nodes = int(edge_index[1].max()) + 1 if edge_index.numel() > 0 else 0
             check(int(num_nodes) >= 0 and int(num_src) >= 0, fn,
@@ -573,8 +574,6 @@ def as_graph(obj, fn: str, num_nodes: Optional[int] = None, per_edge: bool = Fal
         check(obj.dim() == 2 and obj.shape[0] == 2, fn, f"edge_index must have shape [2, E], got {tuple(obj.shape)}")
         check(obj.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8), fn,
               f"edge_index must have an integer dtype, got {obj.dtype}")
-        if num_nodes is not None:
-            check_index(obj, fn, "edge_index", upper=num_nodes)
-        return Graph.from_edge_index(obj, None, num_nodes), True
+        return Graph.from_edge_index(obj, None, num_nodes), True   # checks the indices against num_nodes
     raise ValueError(f"{fn}(): graph must be a Graph, an edge_index tensor or a torch sparse tensor, got {type(obj).__name__}")
 

@@ -34,14 +34,18 @@ def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int,
     Shapes:
         target, source: [E]; rowptr: [N + 1]; col, perm: [E].
     """
+    span = max(num_nodes if num_cols is None else num_cols, 1)
+    # 32-bit keys where they fit: the radix sort then makes half the passes
+    key_dtype = torch.int32 if max(num_nodes, 1) * span < (1 << 31) else torch.int64
     target = target.to(torch.int64)
     source = source.to(torch.int64)
-    key = target * max(num_nodes if num_cols is None else num_cols, 1) + source
+    key = target.to(key_dtype) * span + source.to(key_dtype)
     perm = torch.argsort(key, stable=True)
+    del key
     col = source[perm]
-    counts = torch.bincount(target, minlength=num_nodes)
-    rowptr = counts.new_zeros(num_nodes + 1)
-    torch.cumsum(counts, 0, out=rowptr[1:])
+    # row offsets by binary search in the sorted targets: no read-back of a count or maximum
+    # (``bincount`` on a GPU reads its largest index back to the host)
+    rowptr = torch.searchsorted(target[perm], torch.arange(num_nodes + 1, device=target.device))
     return rowptr, col, perm
 
 

@@ -244,3 +244,4 @@ def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
                    int(deg.max()) if deg.numel() else 0, rowptr)
     _ = plan.short_desc  # built with the plan: never first under a CUDA-graph capture
     return plan
+

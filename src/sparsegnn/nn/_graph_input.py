@@ -5,8 +5,11 @@ tensor every step and from every layer of a model. Building a Graph (a sort, the
 self loops and normalisation) and, worse, planning and tuning kernels for every new Graph
 object would cost far more than the aggregation itself. So built graphs are cached:
 
-* **An ``edge_index`` tensor** (with an optional ``edge_weight``) is looked up in one small
-  process-wide LRU cache (``set_graph_cache_size``, 16 entries by default). The key is the
+* **An ``edge_index`` tensor** (with an optional ``edge_weight``) is looked up in one
+  process-wide cache bounded in bytes and entries (``set_graph_cache_size``: 4 GiB and 4,096
+  graphs by default; ``graph_cache_info`` gives its size, hits and misses), which evicts the
+  least-hit graph, newest first, so that a working set visited in a cycle (an inductive epoch
+  over more graphs than fit) keeps hitting instead of missing every time. The key is the
   *identity and version* of the inputs: ``(id(edge_index), edge_index._version, shape, dtype,
   device, num_nodes, num_src, edge_weight's (id, _version) or None, transform name)``
   (``num_src``: the source nodes of a bipartite graph, ``num_nodes`` when square; it is passed
@@ -65,7 +68,6 @@ import contextlib
 import itertools
 import threading
 import weakref
-from collections import OrderedDict
 from typing import Callable, Dict, Hashable, List, Optional
 
 import torch
@@ -345,13 +347,15 @@ class _Router:
 
 # ---------------------------------------------------------------------------- process-wide cache
 class _Entry:
-    """A cached build of one (inputs, transform): the Graph, or the router for grad weights."""
+    """A cached build of one (inputs, transform): the Graph, or the router for grad weights,
+    with its size in bytes, its hits and when it was inserted."""
 
-    __slots__ = ("refs", "versions", "graph", "router")
+    __slots__ = ("refs", "versions", "graph", "router", "nbytes", "hits", "order")
 
     def __init__(self, refs: List[weakref.ref], versions: List[int], graph: Optional[Graph],
-                 router: Optional[_Router]) -> None:
+                 router: Optional[_Router], nbytes: int, order: int) -> None:
         self.refs, self.versions, self.graph, self.router = refs, versions, graph, router
+        self.nbytes, self.hits, self.order = nbytes, 0, order
 
     def matches(self, tensors: List[Tensor]) -> bool:
         return all(r() is t for r, t in zip(self.refs, tensors))
@@ -365,16 +369,31 @@ class _Entry:
         return False
 
 
+def _graph_bytes(graph: Optional[Graph], router: Optional[_Router]) -> int:
+    """Bytes an entry holds: the graph's CSR, values and edge order, twice (its transpose and
+    derived forms are about as large again, built on use)."""
+    if graph is None and router is not None:
+        graph = router.last
+    if graph is None:
+        return 0
+    parts = (graph.rowptr, graph.col, graph.edge_val, graph.edge_perm)
+    return 2 * sum(t.numel() * t.element_size() for t in parts if t is not None)
+
+
 _LOCK = threading.Lock()
-_CACHE: "OrderedDict[Hashable, _Entry]" = OrderedDict()
+_CACHE: "Dict[Hashable, _Entry]" = {}
 _FREED: List[Hashable] = []     # keys whose inputs were freed; appended by weakref callbacks
-_MAX_ENTRIES = 16
-_BUILDS = 0
+#: Bounds of the process-wide cache: bytes held (graphs of a working set: an inductive epoch's
+#: graphs, a validation set) and entries.
+_MAX_BYTES = 4 << 30
+_MAX_ENTRIES = 4096
+_STATS = {"builds": 0, "hits": 0, "misses": 0, "evictions": 0}
+_INSERTED = itertools.count()
 
 
 def graph_builds() -> int:
     """Number of graphs built by layers so far (cache misses), for tests and benchmarks."""
-    return _BUILDS
+    return _STATS["builds"]
 
 
 def clear_graph_cache() -> None:
@@ -384,28 +403,39 @@ def clear_graph_cache() -> None:
         _FREED.clear()
 
 
-def set_graph_cache_size(max_entries: int) -> int:
-    """Bound the process-wide cache to ``max_entries`` graphs (0 disables it); returns the old bound."""
-    global _MAX_ENTRIES
-    check(int(max_entries) >= 0, "set_graph_cache_size", f"max_entries must be >= 0, got {max_entries}")
+def set_graph_cache_size(max_entries: Optional[int] = None, max_bytes: Optional[int] = None) -> int:
+    """Bound the process-wide cache to ``max_entries`` graphs and ``max_bytes`` bytes (each
+    left as it is when None; 0 disables the cache); returns the old entry bound.
+
+    Default bounds: 4,096 graphs and 4 GiB (``graph_cache_info`` tells the bytes held).
+    """
+    global _MAX_ENTRIES, _MAX_BYTES
+    fn = "set_graph_cache_size"
+    if max_entries is not None:
+        check(int(max_entries) >= 0, fn, f"max_entries must be >= 0, got {max_entries}")
+    if max_bytes is not None:
+        check(int(max_bytes) >= 0, fn, f"max_bytes must be >= 0, got {max_bytes}")
     with _LOCK:
-        old, _MAX_ENTRIES = _MAX_ENTRIES, int(max_entries)
-        while len(_CACHE) > _MAX_ENTRIES:
-            _CACHE.popitem(last=False)
+        old = _MAX_ENTRIES
+        _MAX_ENTRIES = _MAX_ENTRIES if max_entries is None else int(max_entries)
+        _MAX_BYTES = _MAX_BYTES if max_bytes is None else int(max_bytes)
+        _evict(None)
     return old
 
 
 def graph_cache_info() -> Dict[str, int]:
-    """``{"entries", "max_entries", "builds"}`` of the process-wide cache."""
+    """The process-wide cache: ``entries``, ``bytes`` held, the bounds ``max_entries`` and
+    ``max_bytes``, and since the process started ``builds`` (graphs built by layers),
+    ``hits``, ``misses`` and ``evictions``."""
     with _LOCK:
         _drop_freed()
-        return {"entries": len(_CACHE), "max_entries": _MAX_ENTRIES, "builds": _BUILDS}
+        return {"entries": len(_CACHE), "bytes": sum(e.nbytes for e in _CACHE.values()),
+                "max_entries": _MAX_ENTRIES, "max_bytes": _MAX_BYTES, **_STATS}
 
 
 def _count_build() -> None:
-    global _BUILDS
     with _LOCK:
-        _BUILDS += 1
+        _STATS["builds"] += 1
 
 
 def _drop_freed() -> None:
@@ -421,29 +451,50 @@ def _lookup(key: Hashable, tensors: List[Tensor]) -> Optional[_Entry]:
     with _LOCK:
         _drop_freed()
         entry = _CACHE.get(key)
-        if entry is None:
-            return None
-        if not entry.matches(tensors):          # an id reused by another tensor
+        if entry is not None and not entry.matches(tensors):          # an id reused by another tensor
             del _CACHE[key]
+            entry = None
+        if entry is None:
+            _STATS["misses"] += 1
             return None
-        _CACHE.move_to_end(key)
+        entry.hits += 1
+        _STATS["hits"] += 1
         return entry
+
+
+def _evict(keep: Optional[Hashable]) -> None:
+    """Evict until both bounds hold (lock held), never ``keep`` (the entry just inserted).
+
+    The victim is the entry with the fewest hits, the newest of those first.  A working set
+    larger than the bounds, visited in a cycle (an epoch over more graphs than fit), then keeps
+    the graphs that were resident first and lets the others take turns in the last places: a
+    hit for every resident graph each cycle, where least-recently-used eviction hits none.
+    """
+    used = sum(e.nbytes for e in _CACHE.values())
+    while _CACHE and (len(_CACHE) > _MAX_ENTRIES or used > _MAX_BYTES):
+        candidates = [(e.hits, -e.order, k) for k, e in _CACHE.items() if k != keep]
+        if not candidates:
+            if _MAX_ENTRIES == 0 or _MAX_BYTES == 0 or _CACHE[keep].nbytes > _MAX_BYTES:
+                del _CACHE[keep]      # a cache turned off, or one graph larger than all of it
+            break
+        victim = min(candidates)[2]
+        used -= _CACHE.pop(victim).nbytes
+        _STATS["evictions"] += 1
 
 
 def _insert(key: Hashable, tensors: List[Tensor], graph: Optional[Graph], router: Optional[_Router]) -> None:
     # The callback only records the key: it may run inside the garbage collector at any point.
     refs = [weakref.ref(t, lambda _ref, k=key: _FREED.append(k)) for t in tensors]
-    entry = _Entry(refs, [_version_of(t) for t in tensors], graph, router)
+    entry = _Entry(refs, [_version_of(t) for t in tensors], graph, router, _graph_bytes(graph, router),
+                   next(_INSERTED))
     with _LOCK:
         _drop_freed()
         for old in [k for k, e in _CACHE.items() if e.stale()]:
             del _CACHE[old]
-        if _MAX_ENTRIES == 0:
+        if _MAX_ENTRIES == 0 or _MAX_BYTES == 0:
             return
         _CACHE[key] = entry
-        _CACHE.move_to_end(key)
-        while len(_CACHE) > _MAX_ENTRIES:
-            _CACHE.popitem(last=False)
+        _evict(key)
 
 
 _COLLECTOR: Optional[List[Graph]] = None

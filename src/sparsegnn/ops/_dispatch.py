@@ -19,6 +19,7 @@ from ..graph import Graph
 from ..formats.csr import permute_edges
 from ..kernels import interpreting, triton_available
 from ..kernels.cpu import numba_available
+from ..tune.reuse import count_investment, invested, use
 from ..tune.store import stores_generation
 from . import _cpu, reference
 
@@ -72,7 +73,8 @@ class _Kernels:
     and each ``@triton.jit`` reads its kernel's source when its module is imported (a first
     GCN step needs the SpMM kernels only; the SDDMM and batched modules cost ~20 ms each)."""
 
-    _MODULES = {"configs": "configs", "spmm": "spmm_csr", "sddmm": "sddmm_csr", "batched": "spmm_batched"}
+    _MODULES = {"configs": "configs", "spmm": "spmm_csr", "sddmm": "sddmm_csr", "batched": "spmm_batched",
+                "pieces": "spmm_pieces"}
 
     def __getattr__(self, name: str):
         if name == "decide":
@@ -91,7 +93,7 @@ _KERNELS = _Kernels()
 
 
 def _kernels() -> _Kernels:
-    """The kernel modules (``configs``, ``spmm``, ``sddmm``, ``batched``) and ``decide``."""
+    """The kernel modules (``configs``, ``spmm``, ``sddmm``, ``batched``, ``pieces``) and ``decide``."""
     return _KERNELS
 
 
@@ -101,6 +103,7 @@ def plan_of(graph: Graph):
     if plan is None:
         chunk = _kernels().configs.spmm_chunk(graph.num_nodes, graph.num_edges)
         plan = graph.cache["plan"] = graph.row_plan(chunk)
+        count_investment("plans")
     return plan
 
 
@@ -194,8 +197,8 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
             tiles = derived_values(graph, ("batch_tiles", reduce, cfg["MAXN"]), weight, lambda: k.batched.batch_tiles(
                 graph.ptr, graph.rowptr, graph.row, graph.col, weight, reduce, cfg["MAXN"]))
         return k.batched.spmm_batched(graph.ptr, graph.rowptr, graph.col, weight, x, cfg, reduce, tiles=tiles)
-    if graph.transient:   # one step: the plan-free row kernel, no plan, no tuning (see Graph.transient)
-        return k.spmm.spmm_csr(graph.rowptr, graph.col, weight, x, reduce=reduce)
+    if not use(graph, x.shape[1], x.element_size()):   # first contact: no plan, no tuning (tune.reuse)
+        return first_contact_spmm(graph, x, weight, reduce)
     detail = spmm_detail(weight, reduce)
 
     plan = plan_of(graph)
@@ -229,6 +232,18 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     return entry[3](x)
 
 
+def first_contact_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
+    """``A x`` on a graph not invested in (``tune.reuse``): the piece kernel
+    (``kernels/spmm_pieces.py``: one launch, nothing built per graph, config from the sizes),
+    or the unsplit row kernel for ``max``, multi-head weights and under deterministic
+    algorithms (the pieces of a hub add atomically).  Nothing here reads back to the host."""
+    k = _kernels()
+    if reduce == "max" or (weight is not None and weight.dim() == 2) or torch.are_deterministic_algorithms_enabled():
+        return k.spmm.spmm_csr(graph.rowptr, graph.col, weight, x, reduce=reduce)
+    cfg = k.pieces.first_contact_config(graph.num_nodes, graph.num_edges, x.shape[1])
+    return k.pieces.spmm_pieces(graph.rowptr, graph.col, weight, x, cfg, reduce)
+
+
 def _planned_config(graph: Graph, plan, x: Tensor, weight: Optional[Tensor], reduce: str) -> dict:
     """The tuner's row-kernel config (family ``SPMM_FAMILY``) for ``A x`` on ``graph``'s plan."""
     k = _kernels()
@@ -251,7 +266,7 @@ def sum_rows_into(graph: Graph, x: Tensor, weight: Optional[Tensor], out: Tensor
         x: [M, F]; weight: [E] or None; out: [N, F] contiguous; src_scale: [M] or None -> out.
     """
     k = _kernels()
-    if graph.transient:
+    if not invested(graph):
         return k.spmm.spmm_csr(graph.rowptr, graph.col, weight, x, out=out, src_scale=src_scale)
     plan = plan_of(graph)
     config = _planned_config(graph, plan, x, weight, "sum")
@@ -262,7 +277,7 @@ def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Te
     """Per-edge ``op(a[row[e]], b[col[e]])`` with the chosen backend (``dot`` -> [E], else [E, F])."""
     if backend == "triton":
         k = _kernels()
-        if graph.transient:   # one step: one segment per row, no plan, no tuning (see Graph.transient)
+        if not use(graph, a.shape[1], a.element_size()):   # first contact: one segment per row (tune.reuse)
             return k.sddmm.sddmm_rows(graph.rowptr, graph.col, a, b, op)
         plan = plan_of(graph)
         run = lambda cfg: k.sddmm.sddmm_csr(plan, a, b, op, config=cfg)  # noqa: E731

@@ -24,6 +24,7 @@ from ..graph import Graph, as_graph
 from . import _cpu
 from ._dispatch import BACKENDS, aggregate, aggregate_transposed, choose_backend, spmm_max_backward, spmm_weight_grad
 from ._library import compiling, not_traceable_graph
+from ..tune.reuse import invested
 
 REDUCES = ("sum", "mean", "max")
 
@@ -280,7 +281,7 @@ def spmm(
         return torch.ops.sparsegnn.spmm(x, edge_weight, graph.key, reduce, backend)
     check_same_device(fn, graph=graph.rowptr, x=x, edge_weight=edge_weight)
     chosen = choose_backend(fn, backend, x)
-    if reduced and chosen == "triton":
+    if reduced and chosen == "triton" and invested(graph):   # until then the exact call counts the graph's uses
         return _tensor_core_spmm(graph, x, edge_weight, reduce, precision)
     if chosen in ("cpu", "triton") and input_order is False and reduce != "max" and not reduced \
             and not graph.transient and (given is None or given.dim() == 1):

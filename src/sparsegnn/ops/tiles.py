@@ -26,6 +26,7 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_edge_values, check_node_features, check_same_device
 from ..graph import Graph
 from ..kernels import interpreting, triton_available
+from ..tune.reuse import count_investment
 from ._dispatch import SPMM_FAMILY, csr_of, derived_values, edge_values
 
 __all__ = ["tile_encoding", "RUNS_MIN_BYTES", "spmm_tc", "spmm_precise", "TC_FAMILY", "PACKED_MIN_WORK", "precise_aggregate", "sddmm_precise", "SDDMM_TC_SPACE", "tiles_of_graph", "translate_graph", "tc_candidates", "TC_SPACE"]
@@ -54,6 +55,7 @@ def tiles_of_graph(graph: Graph, window: int = 16, block_k: int = 16):
     tiles = graph.cache.get(key)
     if tiles is None:
         tiles = graph.cache[key] = translate_graph(graph, window, block_k)
+        count_investment("translations")
     return tiles
 
 

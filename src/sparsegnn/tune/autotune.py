@@ -43,6 +43,7 @@ from .._streams import side_stream
 from ..kernels import interpreting
 from .features import graph_stats_cached, signature
 from .model import load_model
+from .reuse import invested
 from .store import store_for_device
 
 #: Kernels predicted faster than this (ms) take the model's pick without timing.
@@ -182,10 +183,11 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
         ranked: whether the cost model ranks this family's configs (SpMM); without it every
             candidate is timed (short lists only).
 
-    A transient graph (``Graph.transient``: a sampled mini-batch) gets the heuristic (the first
-    candidate) at once: no signature, no lookup, nothing timed or stored.
+    A graph not invested in (``tune.reuse``: a transient graph, or one met too few times to
+    repay tuning) gets the heuristic (the first candidate) at once: no signature, no lookup,
+    nothing timed or stored.  The CPU backend's families (``cpu_*``) decide on every graph.
     """
-    if getattr(graph, "transient", False):   # used for one step: the heuristic, nothing measured or stored
+    if not (op.startswith(CPU_FAMILY_PREFIX) or invested(graph)) or getattr(graph, "transient", False):
         return (candidates() if callable(candidates) else candidates)[0]
     key = decision_key(op, graph, detail, num_feats, dtype)
     own_key = key + "#" + fingerprint(graph)

@@ -1,0 +1,137 @@
+"""When a graph has been used enough to repay planning and tuning: the amortisation rule.
+
+A graph met for the first time (a DataLoader batch, one of many graphs of an inductive epoch,
+a graph to run inference on) takes the *first-contact* path: kernels chosen by a rule from the
+graph's sizes, no work plan, no tile translation, no signature or statistics, nothing timed,
+nothing read back to the host.  Investing in a graph (a degree-aware plan, its statistics and
+signature, a predicted or timed config, cuSPARSE timed beside ours, tensor-core tiles) costs
+milliseconds to a second and pays only if the graph comes back often enough.
+
+The rule is the ski-rental one: every call on a graph not invested in adds its *rent*, the
+time investing would have saved on that call, estimated from the call's size; the graph is
+invested in once the rent paid reaches the estimated cost of investing.  Whatever the number
+of calls that follow, the time lost to this rule is then at most the investment's cost
+(at most twice the best offline choice):
+
+    rent per call  = SAVED_FRACTION * E * F * bytes / GATHER_BYTES_PER_MS
+    investment     = INVEST_BASE_MS + E * INVEST_MS_PER_EDGE
+    invest once    sum(rent) >= investment
+
+So a graph of 100M edges at F = 256 is invested in after about 20 calls (five epochs of a
+two-layer model), a 1M-edge graph at F = 64 after about 1,500 calls, and a molecule batch
+never.  ``SPARSEGNN_INVEST`` overrides the rule: ``always`` (every graph planned and tuned on
+its first call) or ``never``.
+
+The use counts live on the graph's structure (``Graph.cache["reuse"]``, shared by graphs made
+with ``with_values``); the process-wide counters (``reuse_counts``) tell a user or a test how
+many graphs were met, invested in and how many calls took each path.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Dict
+
+#: The share of a first-contact call's gather time that planning and tuning save (the tuned
+#: row kernels against the piece kernel on the real suite; notes/first-contact.md).
+SAVED_FRACTION = 0.25
+#: Bytes of gathered features per millisecond a first-contact SpMM streams (H200: ~3 TB/s).
+GATHER_BYTES_PER_MS = 3.0e9
+#: Fixed part of investing: a work plan, the graph's statistics and signature, the decisions
+#: looked up, predicted or timed (several kernel variants loaded, a few timed).
+INVEST_BASE_MS = 40.0
+#: Per-edge part (the plan's and statistics' sorts and scans, ~20 passes over the edges).
+INVEST_MS_PER_EDGE = 2.0e-6
+
+_POLICIES = ("auto", "always", "never")
+_COUNTS: Counter = Counter()
+
+
+def policy() -> str:
+    """``SPARSEGNN_INVEST``: ``auto`` (the amortisation rule), ``always`` or ``never``."""
+    value = os.environ.get("SPARSEGNN_INVEST", "auto").strip().lower() or "auto"
+    if value not in _POLICIES:
+        raise ValueError(f"SPARSEGNN_INVEST must be one of {_POLICIES}, got {value!r}")
+    return value
+
+
+class _Use:
+    """A structure's account: calls, rent paid (ms), and whether it was invested in."""
+
+    __slots__ = ("calls", "rent_ms", "invested")
+
+    def __init__(self) -> None:
+        self.calls, self.rent_ms, self.invested = 0, 0.0, False
+
+
+def _account(graph) -> _Use:
+    account = graph.cache.get("reuse")
+    if account is None:
+        account = _Use()
+        if not graph.volatile:
+            graph.cache["reuse"] = account
+        _COUNTS["graphs"] += 1
+    return account
+
+
+def investment_ms(num_edges: int) -> float:
+    """Estimated cost of investing in a graph of ``num_edges`` edges (module doc)."""
+    return INVEST_BASE_MS + num_edges * INVEST_MS_PER_EDGE
+
+
+def rent_ms(num_edges: int, num_feats: int, elem_size: int) -> float:
+    """Estimated time one call on the first-contact path loses against an invested graph."""
+    return SAVED_FRACTION * num_edges * max(num_feats, 1) * elem_size / GATHER_BYTES_PER_MS
+
+
+def use(graph, num_feats: int, elem_size: int) -> bool:
+    """Record one call on ``graph`` of ``num_feats`` features of ``elem_size`` bytes, and
+    whether it runs invested (planned and tuned) or on the first-contact path.
+
+    A transient graph (``Graph.transient``) is never invested in; a graph someone planned
+    already (its ``plan`` cached) counts as invested.
+    """
+    if graph.transient:
+        _COUNTS["first_contact_calls"] += 1
+        return False
+    account = _account(graph)
+    account.calls += 1
+    if not account.invested:
+        mode = policy()
+        if mode == "always" or "plan" in graph.cache:
+            account.invested = True
+        elif mode == "auto":
+            account.rent_ms += rent_ms(graph.num_edges, num_feats, elem_size)
+            account.invested = account.rent_ms >= investment_ms(graph.num_edges)
+        if account.invested:
+            _COUNTS["invested"] += 1
+    _COUNTS["invested_calls" if account.invested else "first_contact_calls"] += 1
+    return account.invested
+
+
+def invested(graph) -> bool:
+    """Whether ``graph`` has been invested in (``use`` said so once); transient graphs never."""
+    if graph.transient:
+        return False
+    if policy() == "always":
+        return True
+    account = graph.cache.get("reuse")
+    return account is not None and account.invested
+
+
+def count_investment(kind: str) -> None:
+    """Count one piece of investment work done on a graph (``"plans"``: a work plan built,
+    ``"translations"``: a tile translation), for ``reuse_counts``."""
+    _COUNTS[kind] += 1
+
+
+def reuse_counts() -> Dict[str, int]:
+    """Process-wide counts: ``graphs`` met, ``invested`` graphs, ``first_contact_calls`` and
+    ``invested_calls``, and the investment work done: ``plans`` and ``translations`` built."""
+    return {k: _COUNTS[k] for k in ("graphs", "invested", "first_contact_calls", "invested_calls", "plans",
+                                    "translations")}
+
+
+def reset_reuse_counts() -> None:
+    """Zero the process-wide counts (the graphs' own accounts are kept)."""
+    _COUNTS.clear()

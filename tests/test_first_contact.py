@@ -1,0 +1,203 @@
+"""First contact: the piece kernel against float64, the amortisation rule's counts per call
+pattern (with a fake timer), and the layers' graph cache under cyclic access."""
+import pytest
+import torch
+
+import sparsegnn as sg
+from sparsegnn.datasets import random_graph
+from sparsegnn.tune import reuse
+
+from conftest import DEVICE, dense_adjacency
+
+triton = pytest.importorskip("triton")
+from sparsegnn.kernels import spmm_pieces as pieces  # noqa: E402
+
+
+def _hub_graph(n=30, seed=3):
+    """Random edges with empty rows, isolated nodes, self loops, duplicates, plus a hub row."""
+    ei, _ = random_graph(n, 90, seed=seed, num_isolated=2, num_empty_rows=3, num_self_loops=3, num_duplicates=5)
+    hub = torch.stack([torch.arange(70) % (n - 2), torch.full((70,), 4)])
+    return torch.cat([ei, hub], 1), n
+
+
+def _tol(dtype):
+    return {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("values", ["none", "edge"])
+def test_piece_kernel_matches_float64(dtype, reduce, values):
+    ei, n = _hub_graph()
+    gen = torch.Generator().manual_seed(7)
+    w = torch.rand(ei.shape[1], generator=gen) + 0.5
+    g = sg.Graph.from_edge_index(ei.to(DEVICE), w.to(DEVICE), num_nodes=n)
+    x = torch.randn(n, 12, generator=gen, dtype=torch.float64).to(dtype)
+    stored = torch.bincount(ei[1], minlength=n).clamp(min=1).to(torch.float64)
+    ref = _rounded_reference(ei, n, x, w, values, reduce, stored)
+    val = g.edge_val if values == "edge" else None
+    # pieces of 1 edge (every row split), 5 (some), 1024 (none: the rule picks 64-1024), and
+    # 1 or 8 rows side by side
+    for chunk, rows in ((1, 8), (5, 8), (5, 1), (1024, 8)):
+        cfg = dict(pieces.first_contact_config(n, g.num_edges, 12), chunk=chunk, ROWS=rows)
+        out = pieces.spmm_pieces(g.rowptr, g.col, val, x.to(DEVICE), cfg, reduce)
+        assert out.dtype == dtype and out.shape == (n, 12)
+        err = float((out.double().cpu() - ref).abs().max())
+        assert err <= _tol(dtype) * max(1.0, float(ref.abs().max())), (chunk, rows, err)
+
+
+def _rounded_reference(ei, n, x, w, values, reduce, stored):
+    """float64 result from the raw edge list, on the features as given (half features' rounding
+    is the input's, not the kernel's)."""
+    x64 = x.double().cpu()
+    out = torch.zeros(n, x.shape[1], dtype=torch.float64)
+    for e in range(ei.shape[1]):
+        src, dst = int(ei[0, e]), int(ei[1, e])
+        out[dst] += x64[src] * (float(w[e]) if values == "edge" else 1.0)
+    return out / stored[:, None] if reduce == "mean" else out
+
+
+def test_first_call_on_a_new_graph_plans_and_tunes_nothing(monkeypatch, fresh_store):
+    """A new graph: the piece kernel, no plan, no decision, nothing timed; the result exact."""
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    timed = []
+    sg.tune.set_timer(lambda run, cfg: timed.append(cfg) or 1.0)
+    ei, n = _hub_graph()
+    x = torch.randn(n, 8, dtype=torch.float64)
+    reuse.reset_reuse_counts()
+    decisions = sg.tune.tuner_invocations()
+    g = sg.Graph.from_edge_index(ei.to(DEVICE), num_nodes=n)
+    xs = x.float().to(DEVICE).requires_grad_(True)
+    out = sg.spmm(g, xs, backend="triton")
+    out.backward(torch.ones_like(out))
+    a = dense_adjacency(ei, n)
+    assert torch.allclose(out.detach().double().cpu(), a @ x, atol=1e-5)
+    assert torch.allclose(xs.grad.double().cpu(), a.T @ torch.ones(n, 8, dtype=torch.float64), atol=1e-5)
+    counts = reuse.reuse_counts()
+    assert counts["plans"] == 0 and counts["invested"] == 0 and counts["first_contact_calls"] == 2
+    assert sg.tune.tuner_invocations() == decisions and timed == []
+    assert "plan" not in g.cache and "signature" not in g.cache
+
+
+def _calls_until_invested(g, x):
+    for call in range(1, 100_000):
+        sg.spmm(g, x, backend="triton")
+        if reuse.invested(g):
+            return call
+    return None
+
+
+def test_one_graph_reused_is_invested_in_when_the_rent_repays_it(monkeypatch, fresh_store):
+    """Ski rental: invested on the call whose summed rent first reaches the investment."""
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    monkeypatch.setattr(reuse, "INVEST_BASE_MS", 0.0)
+    monkeypatch.setattr(reuse, "GATHER_BYTES_PER_MS", 1e3)   # scaled so a tiny graph reaches it quickly
+    sg.tune.set_timer(lambda run, cfg: 1.0)
+    ei, n = _hub_graph()
+    g = sg.Graph.from_edge_index(ei.to(DEVICE), num_nodes=n)
+    x = torch.randn(n, 4, device=DEVICE)
+    rent = reuse.rent_ms(g.num_edges, 4, 4)
+    expected = -int(-reuse.investment_ms(g.num_edges) // rent)
+    reuse.reset_reuse_counts()
+    assert _calls_until_invested(g, x) == expected
+    counts = reuse.reuse_counts()
+    assert counts["plans"] == 1 and counts["invested"] == 1
+    assert counts["first_contact_calls"] == expected - 1 and counts["invested_calls"] == 1
+    for _ in range(3):                                 # later calls: the plan and decision are kept
+        sg.spmm(g, x, backend="triton")
+    assert reuse.reuse_counts()["plans"] == 1
+
+
+def test_graphs_in_rotation_and_new_graphs_invest_nothing(monkeypatch, fresh_store):
+    """100 graphs in rotation, and a new graph every call, at sizes that never repay: no plan,
+    no decision, no timing, whatever the number of calls."""
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    timed = []
+    sg.tune.set_timer(lambda run, cfg: timed.append(cfg) or 1.0)
+    graphs = [sg.Graph.from_edge_index(random_graph(12, 30, seed=s)[0].to(DEVICE), num_nodes=12) for s in range(100)]
+    x = torch.randn(12, 4, device=DEVICE)
+    reuse.reset_reuse_counts()
+    decisions = sg.tune.tuner_invocations()
+    for _ in range(2):
+        for g in graphs:
+            sg.spmm(g, x, backend="triton")
+    for s in range(20):
+        sg.spmm(sg.Graph.from_edge_index(random_graph(12, 30, seed=1000 + s)[0].to(DEVICE), num_nodes=12), x,
+                backend="triton")
+    counts = reuse.reuse_counts()
+    assert counts["graphs"] == 120 and counts["invested"] == 0 and counts["plans"] == 0
+    assert counts["first_contact_calls"] == 220 and counts["translations"] == 0
+    assert sg.tune.tuner_invocations() == decisions and timed == []
+
+
+def test_invest_policy_is_checked(monkeypatch):
+    monkeypatch.setenv("SPARSEGNN_INVEST", "sometimes")
+    with pytest.raises(ValueError, match="SPARSEGNN_INVEST"):
+        reuse.policy()
+
+
+def test_layer_cache_keeps_hitting_under_cyclic_access():
+    """More graphs in rotation than the cache holds: residents keep hitting (LRU would miss all)."""
+    from sparsegnn.nn import GCNConv
+    from sparsegnn.nn._graph_input import clear_graph_cache, graph_cache_info, set_graph_cache_size
+
+    layer = GCNConv(4, 4)
+    x = torch.randn(20, 4)
+    edge_indices = [random_graph(20, 60, seed=s)[0] for s in range(24)]
+    clear_graph_cache()
+    old = set_graph_cache_size(16)
+    try:
+        for t in edge_indices:
+            layer(x, t)
+        before = graph_cache_info()
+        for _ in range(3):
+            for t in edge_indices:
+                layer(x, t)
+        after = graph_cache_info()
+        assert after["entries"] == 16 and after["bytes"] > 0
+        assert after["hits"] - before["hits"] >= 3 * 15
+        assert after["misses"] - before["misses"] <= 3 * 9
+    finally:
+        set_graph_cache_size(old)
+        clear_graph_cache()
+
+
+def test_layer_cache_byte_bound():
+    from sparsegnn.nn import GCNConv
+    from sparsegnn.nn._graph_input import clear_graph_cache, graph_cache_info, set_graph_cache_size
+
+    layer = GCNConv(4, 4)
+    x = torch.randn(20, 4)
+    edge_indices = [random_graph(20, 60, seed=s)[0] for s in range(10)]
+    clear_graph_cache()
+    layer(x, edge_indices[0])
+    one = graph_cache_info()["bytes"]
+    old = set_graph_cache_size(max_bytes=3 * one + one // 2)
+    try:
+        for t in edge_indices:
+            layer(x, t)
+        info = graph_cache_info()
+        assert info["entries"] == 3 and info["bytes"] <= info["max_bytes"]
+    finally:
+        set_graph_cache_size(max_bytes=4 << 30)
+        set_graph_cache_size(old)
+        clear_graph_cache()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host syncs are only detectable on a GPU")
+def test_first_contact_path_does_not_sync(monkeypatch):
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    ei, n = _hub_graph()
+    ei = ei.cuda()
+    x = torch.randn(n, 32, device="cuda", requires_grad=True)
+    sg.spmm(sg.Graph.from_edge_index(ei, num_nodes=n), x).sum().backward()   # kernels loaded
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        g = sg.Graph.from_edge_index(ei, num_nodes=n)
+        out = sg.spmm(g, x)
+        out.sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    a = dense_adjacency(ei.cpu(), n)
+    assert torch.allclose(out.detach().double().cpu(), a @ x.detach().double().cpu(), atol=1e-4)
