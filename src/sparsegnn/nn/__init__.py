@@ -9,7 +9,8 @@ from .norm import PaddedBatchNorm1d, padded_nodes
 from .accelerate import AccelerateReport, accelerate
 from .prepare import prepare
 from .replay import enable_replay
+from ._graph_input import clear_graph_cache, graph_cache_info, set_graph_cache_size
 
-__all__ = ["GCNConv", "SAGEConv", "GINConv", "GINEConv", "AGNNConv", "GATConv", "GATv2Conv", "GCN", "AGNN",
+__all__ = ["clear_graph_cache", "graph_cache_info", "set_graph_cache_size", "GCNConv", "SAGEConv", "GINConv", "GINEConv", "AGNNConv", "GATConv", "GATv2Conv", "GCN", "AGNN",
            "GraphSAGE", "GIN", "GAT", "MaxKSAGEConv", "MaxKGCNConv", "MaxKGINConv", "MaxKGNN", "prepare", "accelerate",
            "AccelerateReport", "enable_replay", "ChemGCN", "GINClassifier", "PaddedBatchNorm1d", "padded_nodes"]
