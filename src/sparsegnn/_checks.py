@@ -49,11 +49,11 @@ def check_index(index: Tensor, fn: str, name: str, upper: Optional[int] = None) 
         return
     if upper is None:
         low = int(index.min())
-    else:
-        low, high = (int(v) for v in torch.aminmax(index))   # one read-back for both bounds
         check(low >= 0, fn, f"{name} contains a negative index ({low})")
-        check(high < upper, fn, f"{name} contains index {high}, out of range for {upper} nodes")
+        return
+    low, high = (int(v) for v in torch.aminmax(index))   # one read-back for both bounds
     check(low >= 0, fn, f"{name} contains a negative index ({low})")
+    check(high < upper, fn, f"{name} contains index {high}, out of range for {upper} nodes")
 
 
 def index_size(index: Tensor, fn: str, name: str) -> int:
