@@ -1,9 +1,13 @@
-"""The persistent tuning-decision store: round trips, location, corruption, concurrency, locking."""
+"""The persistent tuning-decision store: round trips, location, bounds, unusable files, the old
+JSON format, concurrency, locking."""
 import json
 import multiprocessing
 import os
+import sqlite3
+import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import pytest
@@ -22,12 +26,18 @@ def fresh_stores(monkeypatch, tmp_path):
 
 
 def _load(path):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """The file's decisions, ``{key: record}``, read with the standard library's sqlite3."""
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        return {key: json.loads(record) for key, record in conn.execute("SELECT key, record FROM decisions")}
+
+
+def _names(directory):
+    return sorted(p.name for p in directory.iterdir() if not p.name.endswith(".lock"))
 
 
 def test_put_get_round_trip_and_second_process_sees_it(tmp_path):
-    path = tmp_path / "cpu.json"
+    path = tmp_path / "cpu.sqlite"
     store = DecisionStore(path)
     assert store.path == path and len(store) == 0 and store.get("missing") is None
     assert not path.exists()  # nothing is written before a put
@@ -38,11 +48,9 @@ def test_put_get_round_trip_and_second_process_sees_it(tmp_path):
     assert rec["source"] == "tuned" and rec["candidates"] == 7 and "T" in rec["time"]
     assert len(store) == 1
 
-    data = _load(path)  # the documented format, human-readable
-    assert data["version"] == 1 and data["device"] == "cpu"
-    assert data["decisions"]["spmm|sig=abc|F=64"] == rec
-    text = path.read_text()
-    assert text == json.dumps(data, indent=1, sort_keys=True) + "\n"
+    assert _load(path) == {"spmm|sig=abc|F=64": rec}  # the documented layout: one row per decision, JSON text
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
 
     other = DecisionStore(path)  # a second process starting later
     assert other.get("spmm|sig=abc|F=64") == {"BLOCK_F": 64, "num_warps": 4}
@@ -50,7 +58,7 @@ def test_put_get_round_trip_and_second_process_sees_it(tmp_path):
 
 
 def test_returned_values_are_copies(tmp_path):
-    store = DecisionStore(tmp_path / "cpu.json")
+    store = DecisionStore(tmp_path / "cpu.sqlite")
     store.put("k", {"A": 1})
     store.get("k")["A"] = 99
     store.get_record("k")["config"]["A"] = 99
@@ -58,15 +66,15 @@ def test_returned_values_are_copies(tmp_path):
 
 
 def test_writers_merge_instead_of_overwriting(tmp_path):
-    path = tmp_path / "cpu.json"
+    path = tmp_path / "cpu.sqlite"
     a, b = DecisionStore(path), DecisionStore(path)
-    assert a.get("x") is None  # a has loaded (an empty file) before b writes
+    assert a.get("x") is None  # a has looked at the (missing) file before b writes
     b.put("from-b", {"A": 1})
     a.put("from-a", {"A": 2})
     b.put("from-a", {"A": 3})  # the newer record wins for its key
-    assert set(_load(path)["decisions"]) == {"from-a", "from-b"}
-    assert _load(path)["decisions"]["from-a"]["config"] == {"A": 3}
-    assert a.get("from-b") == {"A": 1}  # a learned b's decision while merging
+    assert set(_load(path)) == {"from-a", "from-b"}
+    assert _load(path)["from-a"]["config"] == {"A": 3}
+    assert a.get("from-b") == {"A": 1}  # a reads b's decision from the file
     assert DecisionStore(path).get("from-a") == {"A": 3}
 
 
@@ -74,12 +82,12 @@ def test_put_normalises_and_validates(tmp_path):
     import numpy as np
     import torch
 
-    store = DecisionStore(tmp_path / "cpu.json")
+    store = DecisionStore(tmp_path / "cpu.sqlite")
     store.put("k", {"A": np.int64(3), "B": torch.tensor(5), "FLAT": True}, ms=float("inf"), source="heuristic")
     rec = store.get_record("k")
     assert rec["config"] == {"A": 3, "B": 5, "FLAT": True} and type(rec["config"]["A"]) is int
     assert rec["ms"] is None and rec["source"] == "heuristic"
-    assert DecisionStore(tmp_path / "cpu.json").get_record("k") == rec
+    assert DecisionStore(tmp_path / "cpu.sqlite").get_record("k") == rec
     with pytest.raises(TypeError):
         store.put(("tuple", "key"), {"A": 1})
     with pytest.raises(TypeError):
@@ -94,10 +102,10 @@ def test_put_normalises_and_validates(tmp_path):
 def test_store_for_device_memoises_and_slugifies(tmp_path):
     store = store_for_device("NVIDIA H100 80GB HBM3")
     assert store is store_for_device("NVIDIA H100 80GB HBM3")
-    assert store.path == tmp_path / "tune" / "nvidia-h100-80gb-hbm3.json"
-    assert store_for_device("cpu").path == tmp_path / "tune" / "cpu.json"
+    assert store.path == tmp_path / "tune" / "nvidia-h100-80gb-hbm3.sqlite"
+    assert store_for_device("cpu").path == tmp_path / "tune" / "cpu.sqlite"
     store.put("k", {"BLOCK_F": 32})
-    assert _load(store.path)["device"] == "NVIDIA H100 80GB HBM3"
+    assert _load(store.path)["k"]["config"] == {"BLOCK_F": 32}
     reset_stores()
     again = store_for_device("NVIDIA H100 80GB HBM3")
     assert again is not store and again.get("k") == {"BLOCK_F": 32}
@@ -129,34 +137,117 @@ def test_disabled_persistence_keeps_memory_only(monkeypatch, tmp_path, value):
     assert list(tmp_path.rglob("*")) == []  # nothing written anywhere
 
 
-@pytest.mark.parametrize("content", [
-    b"\x00\xff\xfe not json {",
-    b"[1, 2, 3]",
-    json.dumps({"version": 2, "device": "cpu", "decisions": {"k": {"config": {"A": 1}}}}).encode(),
-    json.dumps({"version": 1, "device": "cpu", "decisions": ["k"]}).encode(),
-], ids=["garbage", "list", "wrong-version", "wrong-structure"])
-def test_corrupt_file_is_ignored_then_replaced(tmp_path, content):
-    path = tmp_path / "cpu.json"
+def _sqlite_bytes(tmp_path, rows=300, version=2):
+    """A valid decision database of ``rows`` decisions (``version``: its user_version)."""
+    path = tmp_path / "made.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE decisions (key TEXT PRIMARY KEY NOT NULL, record TEXT NOT NULL, size INTEGER NOT NULL)")
+        conn.executemany("INSERT INTO decisions VALUES (?, ?, 40)",
+                         [(f"k{i}", json.dumps({"config": {"A": i}})) for i in range(rows)])
+        conn.execute(f"PRAGMA user_version = {version}")
+    data = path.read_bytes()
+    path.unlink()
+    return data
+
+
+@pytest.mark.parametrize("kind", ["garbage", "truncated", "newer-version", "foreign-database"])
+def test_unusable_file_is_moved_aside_not_replaced(tmp_path, kind):
+    content = {"garbage": lambda: b"\x00\xff\xfe not a database {",
+               "truncated": lambda: _sqlite_bytes(tmp_path)[:6000],
+               "newer-version": lambda: _sqlite_bytes(tmp_path, version=3),
+               "foreign-database": lambda: _sqlite_bytes(tmp_path).replace(b"decisions", b"dexisions")}[kind]()
+    path = tmp_path / "cpu.sqlite"
     path.write_bytes(content)
     store = DecisionStore(path)
-    with pytest.warns(RuntimeWarning, match="cpu.json"):
-        assert store.get("k") is None
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # one warning per store: neither this get nor the put warns
-        assert store.get("other") is None
+    with pytest.warns(RuntimeWarning, match=r"cpu\.sqlite.*moved it to .*cpu\.sqlite\.unreadable-"):
+        assert store.get("k299") is None
         store.put("new", {"A": 2})
-    data = _load(path)
-    assert data["version"] == 1 and list(data["decisions"]) == ["new"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one warning per store
+        assert store.get("other") is None
+        store.put("newer", {"A": 3})
+    backups = [p for p in tmp_path.iterdir() if ".unreadable-" in p.name]
+    assert len(backups) == 1 and backups[0].read_bytes() == content      # kept byte for byte
+    assert set(_load(path)) == {"new", "newer"}
     assert DecisionStore(path).get("new") == {"A": 2}
 
 
-def test_malformed_records_are_dropped(tmp_path):
-    path = tmp_path / "cpu.json"
-    path.write_text(json.dumps({"version": 1, "decisions": {"good": {"config": {"A": 1}}, "bad": {"A": 1}}}))
+def test_malformed_records_are_skipped(tmp_path):
+    path = tmp_path / "cpu.sqlite"
+    DecisionStore(path).put("good", {"A": 1})
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO decisions VALUES ('bad', '{\"A\": 1}', 8), ('worse', 'not json', 8)")
     store = DecisionStore(path)
+    assert store.get("good") == {"A": 1}
     with pytest.warns(RuntimeWarning, match="malformed"):
-        assert store.get("good") == {"A": 1}
-    assert store.get("bad") is None
+        assert store.get("bad") is None
+    assert store.get("worse") is None
+
+
+def test_store_is_bounded_oldest_dropped(tmp_path):
+    path = tmp_path / "cpu.sqlite"
+    store = DecisionStore(path, max_entries=10)
+    for i in range(25):
+        store.put(f"k{i}", {"A": i})
+    assert set(_load(path)) == {f"k{i}" for i in range(15, 25)}
+    store.put("k15", {"A": -1})             # re-written: now the newest
+    store.put("k25", {"A": 25})
+    assert set(_load(path)) == {f"k{i}" for i in range(17, 26)} | {"k15"}
+    by_bytes = DecisionStore(tmp_path / "bytes.sqlite", max_bytes=1000)
+    for i in range(40):
+        by_bytes.put(f"k{i}", {"A": i, "PAD": "x" * 50})
+    kept = _load(tmp_path / "bytes.sqlite")
+    sizes = sum(len(json.dumps(r, sort_keys=True, separators=(",", ":"))) for r in kept.values())
+    assert sizes <= 1000 and "k39" in kept and "k0" not in kept and len(kept) >= 5
+
+
+def test_writes_are_incremental(tmp_path):
+    """A put writes its row and leaves the others' pages alone: the time of a put does not grow
+    with the file (a whole rewrite of 20 000 records takes far longer than one row)."""
+    path = tmp_path / "cpu.sqlite"
+    store = DecisionStore(path, max_entries=100_000)
+    store._write_rows({f"old{i}": {"config": {"A": i}, "source": "tuned", "pad": "y" * 200} for i in range(20_000)})
+    start = time.perf_counter()
+    for i in range(20):
+        store.put(f"new{i}", {"A": i})
+    per_put = (time.perf_counter() - start) / 20
+    small = DecisionStore(tmp_path / "small.sqlite")
+    start = time.perf_counter()
+    for i in range(20):
+        small.put(f"new{i}", {"A": i})
+    per_small_put = (time.perf_counter() - start) / 20
+    assert per_put < 5 * per_small_put + 0.005, (per_put, per_small_put)
+    assert len(_load(path)) == 20_020
+
+
+def test_old_json_file_is_imported_once_and_kept(tmp_path, monkeypatch):
+    tune = tmp_path / "tune"
+    tune.mkdir()
+    old = {"version": 1, "device": "cpu", "decisions": {
+        "a": {"config": {"A": 1}, "ms": 1.0, "source": "tuned", "time": "2025-01-01T00:00:00+00:00"},
+        "b": {"config": {"A": 2}, "ms": 1.0, "source": "tuned", "time": "2025-01-02T00:00:00+00:00"},
+        "junk": {"A": 1}}}
+    (tune / "cpu.json").write_text(json.dumps(old))
+    with pytest.warns(RuntimeWarning, match=r"imported 2 decision\(s\) of .*cpu\.json"):
+        assert store_for_device("cpu").get("b") == {"A": 2}
+    assert set(_load(tune / "cpu.sqlite")) == {"a", "b"}
+    backups = [p for p in tune.iterdir() if p.name.startswith("cpu.json.v1-")]
+    assert len(backups) == 1 and json.loads(backups[0].read_text()) == old and not (tune / "cpu.json").exists()
+    reset_stores()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # nothing left to import
+        assert store_for_device("cpu").get("a") == {"A": 1}
+
+
+def test_old_json_file_too_large_is_moved_aside_unread(tmp_path):
+    tune = tmp_path / "tune"
+    tune.mkdir()
+    (tune / "cpu.json").write_text(json.dumps({"version": 1, "decisions": {
+        f"k{i}": {"config": {"A": i}} for i in range(2000)}}))
+    store = DecisionStore(tune / "cpu.sqlite", legacy=tune / "cpu.json", max_bytes=10_000)
+    with pytest.warns(RuntimeWarning, match="larger than the store's bound"):
+        assert store.get("k1") is None
+    assert [p.name.startswith("cpu.json.v1-") for p in tune.iterdir() if "json" in p.name] == [True]
 
 
 # Run in each spawned child.  It loads store.py by file (it needs only the stdlib and filelock)
@@ -177,7 +268,7 @@ for i in range(COUNT):
 def test_concurrent_writers_lose_nothing(tmp_path):
     from sparsegnn.tune import store as store_module
 
-    path = str(tmp_path / "shared.json")
+    path = str(tmp_path / "shared.sqlite")
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(4)
     procs = [ctx.Process(target=exec, args=(_WORKER, {"STORE_FILE": store_module.__file__, "PATH": path,
@@ -188,27 +279,24 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     for p in procs:
         p.join(timeout=60)
     assert [p.exitcode for p in procs] == [0, 0, 0, 0]
-    data = _load(path)  # valid JSON, not torn
-    assert data["version"] == 1
-    assert set(data["decisions"]) == {f"w{w}-k{i}" for w in range(4) for i in range(25)}
+    assert set(_load(path)) == {f"w{w}-k{i}" for w in range(4) for i in range(25)}  # not torn, nothing lost
     assert DecisionStore(path).get("w3-k24") == {"worker": 3, "i": 24}
-    leftovers = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock"))
-    assert leftovers == ["shared.json"]  # no temp files left behind
+    assert _names(tmp_path) == ["shared.sqlite"]  # no journal or backup left behind
 
 
 def test_concurrent_threads_lose_nothing(tmp_path):
-    store = DecisionStore(tmp_path / "cpu.json")
+    store = DecisionStore(tmp_path / "cpu.sqlite")
     threads = [threading.Thread(target=lambda t=t: [store.put(f"t{t}-{i}", {"i": i}) for i in range(10)])
                for t in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(store) == 60 and len(_load(tmp_path / "cpu.json")["decisions"]) == 60
+    assert len(store) == 60 and len(_load(tmp_path / "cpu.sqlite")) == 60
 
 
 def test_lock_timeout_keeps_decision_in_memory(tmp_path):
-    path = tmp_path / "cpu.json"
+    path = tmp_path / "cpu.sqlite"
     store = DecisionStore(path, lock_timeout=0.05)
     with FileLock(str(path) + ".lock"):
         with pytest.warns(RuntimeWarning, match="lock"):
@@ -219,12 +307,12 @@ def test_lock_timeout_keeps_decision_in_memory(tmp_path):
         assert store.get("k") == {"A": 1} and store.get("k2") == {"A": 2}
         assert not path.exists()
     store.put("k3", {"A": 3})  # lock free again: the earlier decisions are written too
-    assert set(_load(path)["decisions"]) == {"k", "k2", "k3"}
+    assert set(_load(path)) == {"k", "k2", "k3"}
 
 
 def _assert_warns_once_then_keeps_memory(store):
     """The first failed write warns once; later ones are silent; decisions stay in memory."""
-    with pytest.warns(RuntimeWarning, match="cpu.json"):
+    with pytest.warns(RuntimeWarning, match=r"cpu\.sqlite"):
         store.put("k", {"A": 1})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -240,7 +328,7 @@ def test_read_only_directory_keeps_memory_only(tmp_path):
     try:
         if os.geteuid() == 0 and os.access(ro, os.W_OK):
             pytest.skip("root ignores directory permissions (CAP_DAC_OVERRIDE)")
-        store = DecisionStore(ro / "cpu.json")
+        store = DecisionStore(ro / "cpu.sqlite")
         _assert_warns_once_then_keeps_memory(store)
         assert list(ro.iterdir()) == []
     finally:
@@ -248,22 +336,44 @@ def test_read_only_directory_keeps_memory_only(tmp_path):
 
 
 def test_unwritable_file_keeps_memory_only(tmp_path, monkeypatch):
-    """The read-only path without relying on permissions (also runs as root)."""
-    def deny(self, decisions):
-        raise PermissionError(13, "Permission denied", str(self.path))
+    """The read-only path without relying on permissions (also runs as root): SQLite's own
+    refusal to write is taken as read-only, and the file is read but left as it is."""
+    path = tmp_path / "cpu.sqlite"
+    DecisionStore(path).put("old", {"A": 0})
+    before = path.read_bytes()
 
-    monkeypatch.setattr(DecisionStore, "_replace_file", deny)
-    store = DecisionStore(tmp_path / "cpu.json")
+    def deny(self, rows):
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(DecisionStore, "_write_rows", deny)
+    store = DecisionStore(path)
     _assert_warns_once_then_keeps_memory(store)
-    assert not (tmp_path / "cpu.json").exists()
+    assert store.get("old") == {"A": 0} and len(store) == 3 and path.read_bytes() == before
+
+
+def test_read_only_file_is_read_not_moved(tmp_path, monkeypatch):
+    """A file that cannot be written is neither written nor moved aside, even when unusable."""
+    path = tmp_path / "cpu.sqlite"
+    DecisionStore(path).put("old", {"A": 0})
+    monkeypatch.setattr(DecisionStore, "_writable", lambda self: False)
+    store = DecisionStore(path)
+    assert store.get("old") == {"A": 0}
+    _assert_warns_once_then_keeps_memory(store)
+    assert _load(path).keys() == {"old"}
+    path.write_bytes(b"garbage")
+    broken = DecisionStore(path)
+    with pytest.warns(RuntimeWarning, match="read-only here"):
+        assert broken.get("old") is None
+    broken.put("k", {"A": 1})
+    assert broken.get("k") == {"A": 1} and path.read_bytes() == b"garbage" and _names(tmp_path) == ["cpu.sqlite"]
 
 
 def test_clear_forgets_memory_and_file(tmp_path):
-    path = tmp_path / "cpu.json"
+    path = tmp_path / "cpu.sqlite"
     store = DecisionStore(path)
     store.put("k", {"A": 1})
     store.clear()
     assert len(store) == 0 and store.get("k") is None and not path.exists()
     assert DecisionStore(path).get("k") is None
     store.put("k2", {"A": 2})
-    assert list(_load(path)["decisions"]) == ["k2"]
+    assert list(_load(path)) == ["k2"]

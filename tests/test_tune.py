@@ -1,5 +1,6 @@
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -69,8 +70,9 @@ def test_decide_tunes_once_per_graph_and_persists(fresh_store):
         assert tuner_invocations() == before + 2
     finally:
         del os.environ["SPARSEGNN_TUNE"]
-    files = list(fresh_store.glob("*.json"))
-    assert len(files) == 1 and len(json.loads(files[0].read_text())["decisions"]) == 2
+    files = list(fresh_store.glob("*.sqlite"))
+    with sqlite3.connect(files[0]) as conn:
+        assert len(files) == 1 and conn.execute("SELECT COUNT(*) FROM decisions").fetchone()[0] == 2
 
 
 def test_class_mates_are_timed_on_themselves_up_to_the_cap(fresh_store, monkeypatch):
@@ -144,7 +146,8 @@ def test_second_process_reuses_persisted_decisions(tmp_path):
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert runs[0]["decisions"] == 1 and runs[0]["timed"] > 1
     assert runs[1] == {"decisions": 0, "timed": 0}
-    record = next(iter(json.loads(next(tmp_path.glob("*.json")).read_text())["decisions"].values()))
+    with sqlite3.connect(next(tmp_path.glob("*.sqlite"))) as conn:
+        record = json.loads(conn.execute("SELECT record FROM decisions").fetchone()[0])
     assert record["config"].get("SPLIT") == 1 and record["source"] == "exhaustive"
 
 

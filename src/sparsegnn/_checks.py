@@ -5,6 +5,7 @@ e.g. ``ValueError("spmm(): x has 3 rows but the graph has 4 nodes")``.
 """
 from __future__ import annotations
 
+import numbers
 from typing import Optional
 
 import torch
@@ -21,6 +22,37 @@ def check(cond: bool, fn: str, msg: str) -> None:
 
 #: ``precision=`` of the ops and layers: exact fp32 products, or tensor cores at tf32 / bf16.
 PRECISIONS = ("ieee", "tf32", "bf16")
+
+
+#: Largest node count (and, in the loaders, node id + 1 or label count) accepted from input.
+#: Index tensors are int64 but the kernels address rows and columns with 32-bit indices, and a
+#: graph of 2**31 nodes needs a 16 GiB ``rowptr`` before it holds one edge: a count above this
+#: is a typo or a hostile file, refused before anything is allocated for it.
+MAX_NODES = 2 ** 31 - 1
+
+
+def check_count(value, fn: str, name: str, limit: int = MAX_NODES) -> int:
+    """``value`` as a Python ``int`` if it is an integer in ``[0, limit]``, else ``ValueError``.
+
+    Counts that size an allocation (``num_nodes``, ids read from files, label counts) go
+    through here first, so a wrong or hostile value fails with a message instead of asking the
+    allocator for terabytes.  Only integers pass: Python ints, numpy integers and one-element
+    integer tensors; ``bool`` (an ``int`` subclass), floats (``3.7`` is not a node count, and
+    ``3.0`` hides a unit mistake as well) and strings are refused rather than coerced.
+    """
+    if isinstance(value, Tensor):
+        if value.numel() != 1 or value.dtype not in INDEX_DTYPES:
+            raise ValueError(f"{fn}(): {name} must be an integer, got a tensor of shape "
+                             f"{tuple(value.shape)} and dtype {value.dtype}")
+        value = value.item()
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{fn}(): {name} must be an integer, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if value < 0:
+        raise ValueError(f"{fn}(): {name} must be >= 0, got {value}")
+    if value > limit:
+        raise ValueError(f"{fn}(): {name} = {value} exceeds the limit of {limit}")
+    return value
 
 
 def check_precision(fn: str, precision) -> str:

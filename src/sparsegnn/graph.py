@@ -26,7 +26,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ._checks import check, check_edge_values, check_index, check_same_device, check_tensor, index_size
+from ._checks import check, check_count, check_edge_values, check_index, check_same_device, check_tensor, index_size
 from .formats import csr as csr_fmt
 from .formats.plan import RowPlan, build_row_plan
 
@@ -156,17 +156,16 @@ class Graph:
               f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
         if num_src is None:
             if num_nodes is None:   # one read-back gives the size and checks the lower bound
-                num_nodes = index_size(edge_index, fn, "edge_index")
+                num_nodes = check_count(index_size(edge_index, fn, "edge_index"), fn, "num_nodes")
             else:
-                check(int(num_nodes) >= 0, fn, f"num_nodes must be >= 0, got {num_nodes}")
+                num_nodes = check_count(num_nodes, fn, "num_nodes")
                 check_index(edge_index, fn, "edge_index", upper=int(num_nodes))
             num_src = num_nodes
         else:
             check_index(edge_index, fn, "edge_index")
             if num_nodes is None:
                 num_nodes = int(edge_index[1].max()) + 1 if edge_index.numel() > 0 else 0
-            check(int(num_nodes) >= 0 and int(num_src) >= 0, fn,
-                  f"num_nodes and num_src must be >= 0, got {num_nodes} and {num_src}")
+            num_nodes, num_src = check_count(num_nodes, fn, "num_nodes"), check_count(num_src, fn, "num_src")
             check_index(edge_index[0], fn, "edge_index[0] (sources)", upper=int(num_src))
             check_index(edge_index[1], fn, "edge_index[1] (targets)", upper=int(num_nodes))
         if edge_weight is not None:
@@ -201,12 +200,11 @@ class Graph:
         check(col.dim() == 1, fn, f"col must be 1-D, got shape {tuple(col.shape)}")
         check_index(rowptr, fn, "rowptr")
         n = rowptr.numel() - 1
-        check(num_nodes is None or int(num_nodes) == n, fn, f"num_nodes={num_nodes} but rowptr describes {n} rows")
+        check(num_nodes is None or check_count(num_nodes, fn, "num_nodes") == n, fn, f"num_nodes={num_nodes} but rowptr describes {n} rows")
         check(int(rowptr[0]) == 0 and int(rowptr[-1]) == col.numel(), fn,
               f"rowptr must start at 0 and end at len(col)={col.numel()}, got {int(rowptr[0])}..{int(rowptr[-1])}")
         check(bool((rowptr[1:] >= rowptr[:-1]).all()), fn, "rowptr must be non-decreasing")
-        m = n if num_src is None else int(num_src)
-        check(m >= 0, fn, f"num_src must be >= 0, got {num_src}")
+        m = n if num_src is None else check_count(num_src, fn, "num_src")
         check_index(col, fn, "col", upper=m)
         check_same_device(fn, rowptr=rowptr, col=col, edge_val=edge_val)
         if edge_val is not None:

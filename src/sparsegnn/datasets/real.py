@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import re
+import zipfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +18,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check
+from .._checks import check, check_count
 from ..formats.csr import coo_to_csr
 from ..graph import Graph
-from .tu import _read_members
+from .tu import MAX_DENSE, _bad_line, _graph_count, _read_members, one_hot_labels
 
 
 @dataclass
@@ -77,17 +78,38 @@ def _data_text(text: str, comment: str) -> Tuple[str, int]:
     return text, text.count("\n") + 1 if text else 0
 
 
-def _numbers(text: str, nlines: int, ncols: int, dtype, fn: str, what: str) -> np.ndarray:
-    """Parse whitespace-separated numbers (``np.fromstring``: C speed) into ``[nlines, ncols]``."""
+def _blank_size_line(rest: str) -> str:
+    """A Matrix Market body (after the header line) with its size line emptied, so the entry
+    lines keep their line numbers when searched for a bad one."""
+    lines = rest.split("\n")
+    for k, line in enumerate(lines):
+        if line.strip() and not line.lstrip().startswith("%"):
+            lines[k] = ""
+            break
+    return "\n".join(lines)
+
+
+def _numbers(text: str, nlines: int, ncols: int, dtype, fn: str, what: str,
+             source: Optional[Tuple[str, str]] = None) -> np.ndarray:
+    """Parse whitespace-separated numbers (``np.fromstring``: C speed) into ``[nlines, ncols]``.
+
+    Floats must be finite (a NaN or infinite weight is a damaged file, not a weight).
+    ``source``: the file's text as read and its comment marker, searched on failure for the
+    line to name in the message."""
+    def fail(problem: str, finite: bool = False):
+        where = _bad_line(*source, ncols, dtype, finite) if source is not None else ""
+        return ValueError(f"{fn}(): {what}{where or ': ' + problem}")
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy < 2.3 only warns on unparsable text
         try:
             flat = np.fromstring(text, dtype=dtype, sep=" ")
-        except (ValueError, DeprecationWarning) as exc:
-            raise ValueError(f"{fn}(): {what} contains a token that is not a valid "
-                             f"{'integer' if dtype == np.int64 else 'number'}") from exc
-    check(flat.size == nlines * ncols, fn,
-          f"{what}: expected {ncols} columns on each of {nlines} lines, got {flat.size} numbers in all")
+        except (ValueError, DeprecationWarning):
+            raise fail(f"contains a token that is not a valid {'integer' if dtype == np.int64 else 'number'}") from None
+    if flat.size != nlines * ncols:
+        raise fail(f"expected {ncols} columns on each of {nlines} lines, got {flat.size} numbers in all")
+    if flat.dtype.kind == "f" and not np.isfinite(flat).all():
+        raise fail("contains a NaN or infinite value", finite=True)
     return flat.reshape(nlines, ncols)
 
 
@@ -95,10 +117,11 @@ def _table(text: str, fn: str, what: str, dtype, delimiter: Optional[str] = ",",
     """A numeric table with the column count of its first data line; ``delimiter`` or whitespace separated."""
     if delimiter is not None and delimiter.strip():
         text = text.replace(delimiter, " ")
+    source = text
     text, nlines = _data_text(text, comment)
     if not nlines:
         return np.zeros((0, 0), dtype=dtype)
-    return _numbers(text, nlines, len(text.partition("\n")[0].split()), dtype, fn, what)
+    return _numbers(text, nlines, len(text.partition("\n")[0].split()), dtype, fn, what, (source, comment))
 
 
 def _as_ids(values: np.ndarray, fn: str, what: str) -> np.ndarray:
@@ -138,12 +161,15 @@ def read_npz_graph(path) -> RealGraph:
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = dict(npz)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise ValueError(f"{fn}(): cannot read {path} as a plain npz ({exc})") from exc
     missing = [k for k in ("src", "dst", "num_nodes") if k not in arrays]
     check(not missing, fn, f"{path} lacks array(s) {', '.join(missing)}")
+    for key in ("src", "dst", "num_nodes"):
+        check(arrays[key].dtype.kind in "iu", fn, f"{path}: {key} must hold integers, got dtype {arrays[key].dtype}")
+    check(arrays["num_nodes"].size == 1, fn, f"{path}: num_nodes must hold one integer, got {arrays['num_nodes'].size}")
     src, dst = (arrays[k].astype(np.int64).ravel() for k in ("src", "dst"))
-    n = int(arrays["num_nodes"].reshape(-1)[0])
+    n = check_count(arrays["num_nodes"].reshape(-1)[0], fn, f"num_nodes of {path}")
     check(src.shape == dst.shape, fn, f"src has {src.size} entries but dst has {dst.size}")
     lo, hi = (int(min(src.min(), dst.min())), int(max(src.max(), dst.max()))) if src.size else (0, -1)
     check(lo >= 0 and hi < n, fn, f"edge ids must lie in [0, {n}), got {lo}..{hi}")
@@ -162,7 +188,8 @@ def read_npz_graph(path) -> RealGraph:
     def labels(key: str, size: int, what: str) -> Optional[Tensor]:
         if key not in arrays:
             return None
-        check(arrays[key].shape[0] == size, fn, f"{key} has {arrays[key].shape[0]} entries for {size} {what}")
+        check(arrays[key].ndim >= 1 and arrays[key].shape[0] == size, fn,
+              f"{path}: {key} has {arrays[key].shape[:1]} entries for {size} {what}")
         return torch.from_numpy(arrays[key])
 
     y = labels("y", n, "nodes")
@@ -171,7 +198,10 @@ def read_npz_graph(path) -> RealGraph:
     if "x_indptr" in arrays:
         missing = [k for k in ("x_indices", "x_data", "x_shape") if k not in arrays]
         check(not missing, fn, f"x_indptr present but {', '.join(missing)} missing")
-        rows, cols = (int(v) for v in arrays["x_shape"])
+        check(arrays["x_shape"].dtype.kind in "iu" and arrays["x_shape"].size == 2, fn,
+              f"{path}: x_shape must hold two integers, got {arrays['x_shape'].size} of dtype {arrays['x_shape'].dtype}")
+        rows, cols = (check_count(v, fn, f"x_shape of {path}") for v in arrays["x_shape"].ravel())
+        check_count(rows * cols, fn, f"entries of the dense features of {path} (x_shape {rows} x {cols})", MAX_DENSE)
         indptr = np.asarray(arrays["x_indptr"], dtype=np.int64)
         indices = np.asarray(arrays["x_indices"], dtype=np.int64)
         check(rows == n and indptr.size == n + 1 and indptr[-1] == indices.size == arrays["x_data"].size, fn,
@@ -207,16 +237,17 @@ def read_edge_list(path, *, directed: bool = True, num_nodes: Optional[int] = No
         E lines -> Graph with E edges (directed) or 2E - loops edges (undirected).
     """
     fn, path = "read_edge_list", Path(path)
-    text = _read_text(path, fn)
-    text, nlines = _data_text(text.replace(delimiter if delimiter is not None else ",", " "), "#")
+    raw = _read_text(path, fn)
+    text, nlines = _data_text(raw.replace(delimiter if delimiter is not None else ",", " "), "#")
     first = text.partition("\n")[0]
     ncols = len(first.split()) if nlines else 2
     check(ncols in (2, 3), fn, f"expected 2 or 3 columns (source target [weight]), got {ncols}: {first[:80]!r}")
+    source = (raw.replace(delimiter if delimiter is not None else ",", " "), "#")
     if ncols == 2:
-        ids, weight = _numbers(text, nlines, 2, np.int64, fn, str(path)), None
+        ids, weight = _numbers(text, nlines, 2, np.int64, fn, str(path), source), None
     else:
-        table = _numbers(text, nlines, 3, np.float64, fn, str(path))
-        ids, weight = _as_ids(table[:, :2], fn, "node ids"), table[:, 2].astype(np.float32)
+        table = _numbers(text, nlines, 3, np.float64, fn, str(path), source)
+        ids, weight = _as_ids(table[:, :2], fn, f"node ids of {path}"), table[:, 2].astype(np.float32)
     src, dst = ids[:, 0].copy(), ids[:, 1].copy()
     if relabel:
         uniq, inverse = np.unique(ids, return_inverse=True)
@@ -225,9 +256,8 @@ def read_edge_list(path, *, directed: bool = True, num_nodes: Optional[int] = No
         count = uniq.size
     else:
         check(ids.size == 0 or int(ids.min()) >= 0, fn, f"negative node id {int(ids.min()) if ids.size else 0} (use relabel=True)")
-        count = int(ids.max()) + 1 if ids.size else 0
-    if num_nodes is None:
-        num_nodes = count
+        count = check_count(int(ids.max()) + 1 if ids.size else 0, fn, f"node count of {path} (largest id + 1)")
+    num_nodes = count if num_nodes is None else check_count(num_nodes, fn, "num_nodes")
     check(int(num_nodes) >= count, fn, f"num_nodes={num_nodes} but the file has {'distinct ids' if relabel else 'ids up to'} {count if relabel else count - 1}")
     if not directed:
         other = src != dst
@@ -265,12 +295,15 @@ def read_matrix_market(path) -> Graph:
     size = size_line.split()
     check(len(size) == 3 and all(s.isdigit() for s in size), fn, f"bad size line {size_line!r}")
     rows, cols, nnz = (int(s) for s in size)
+    check_count(rows, fn, f"row count on the size line of {path}")
+    check_count(cols, fn, f"column count on the size line of {path}")
     check(rows == cols, fn, f"matrix must be square, got {rows} x {cols}")
     check(nlines - 1 == nnz, fn, f"size line announces {nnz} entries, file has {nlines - 1}")
     ncols = 2 if field == "pattern" else 3
-    table = _numbers(body, nnz, ncols, np.int64 if field != "real" else np.float64, fn, f"entries of {path}")
-    ij = _as_ids(table[:, :2], fn, "row and column indices") - 1
-    check(ij.size == 0 or (ij.min() >= 0 and ij.max() < rows), fn, f"indices must lie in 1..{rows}")
+    table = _numbers(body, nnz, ncols, np.int64 if field != "real" else np.float64, fn, f"entries of {path}",
+                     ("\n" + _blank_size_line(rest), "%"))
+    ij = _as_ids(table[:, :2], fn, f"row and column indices of {path}") - 1
+    check(ij.size == 0 or (ij.min() >= 0 and ij.max() < rows), fn, f"{path}: indices must lie in 1..{rows}")
     i, j = ij[:, 0].copy(), ij[:, 1].copy()
     values = table[:, 2].astype(np.float32) if ncols == 3 else None
     if symmetry == "symmetric":
@@ -298,7 +331,7 @@ def load_tu_batch(path) -> RealGraph:
     fn, path = "load_tu_batch", Path(path)
     check(path.exists(), fn, f"{path} does not exist")
     check(path.is_dir() or path.suffix == ".zip", fn, f"{path} is neither a directory nor a .zip file")
-    name, members = path.stem, _read_members(path)
+    name, members = path.stem, _read_members(path, fn)
 
     def table(suffix: str, dtype):
         data = members.get(f"{name}_{suffix}.txt")
@@ -315,7 +348,7 @@ def load_tu_batch(path) -> RealGraph:
           "graph_indicator must list graph ids 1.. in non-decreasing order")
     check(edges.shape[1] == 2 and (edges.size == 0 or (edges.min() >= 0 and edges.max() < n)), fn,
           f"{name}_A.txt must hold 'source, target' pairs within 1..{n}")
-    num_graphs = int(indicator[-1]) + 1
+    num_graphs = _graph_count(indicator, fn, f"{name}_graph_indicator.txt")
     check(labels.size == num_graphs, fn, f"{labels.size} graph labels for {num_graphs} graphs")
     check(bool((indicator[edges[:, 0]] == indicator[edges[:, 1]]).all()), fn, "an edge joins two different graphs")
     feats = []
@@ -324,8 +357,7 @@ def load_tu_batch(path) -> RealGraph:
         feats.append(attrs.astype(np.float32))
     node_labels = table("node_labels", np.int64)
     if node_labels is not None:
-        nl = node_labels[:, 0] - node_labels[:, 0].min()
-        feats.append(np.eye(int(nl.max()) + 1, dtype=np.float32)[nl])
+        feats.append(one_hot_labels(node_labels[:, 0], fn, f"{name}_node_labels.txt"))
     check(all(f.shape[0] == n for f in feats), fn, f"node attribute/label files must have {n} rows")
     x = np.concatenate(feats, axis=1) if feats else np.ones((n, 1), np.float32)
     ptr = np.zeros(num_graphs + 1, dtype=np.int64)

@@ -1033,9 +1033,6 @@ def spmm_max_8_chunk(lo, hi, rowptr, col, val, has_val, x, out, has_arg, arg, ze
     nf = x.shape[1]
     nb = nf - nf % 8
     num_edges = col.shape[0]
-    lowest = np.empty(1, dtype=out.dtype)
-    lowest[0] = -np.inf
-    ninf = lowest[0]
     for ii in range(lo, hi):
         i = np.uint64(ii)
         start, end = rowptr[i], rowptr[i + np.uint64(1)]
@@ -1045,25 +1042,27 @@ def spmm_max_8_chunk(lo, hi, rowptr, col, val, has_val, x, out, has_arg, arg, ze
                 if has_arg:
                     arg[i, f] = num_edges
             continue
+        j0 = np.uint64(col[start])
+        w0 = val[start] if has_val else one
         for fbi in range(0, nb, 8):
             fb = np.uint64(fbi)
-            a0 = ninf
-            a1 = ninf
-            a2 = ninf
-            a3 = ninf
-            a4 = ninf
-            a5 = ninf
-            a6 = ninf
-            a7 = ninf
-            q0 = num_edges
-            q1 = num_edges
-            q2 = num_edges
-            q3 = num_edges
-            q4 = num_edges
-            q5 = num_edges
-            q6 = num_edges
-            q7 = num_edges
-            for e in range(start, end):
+            a0 = w0 * x[j0, fb + np.uint64(0)]
+            a1 = w0 * x[j0, fb + np.uint64(1)]
+            a2 = w0 * x[j0, fb + np.uint64(2)]
+            a3 = w0 * x[j0, fb + np.uint64(3)]
+            a4 = w0 * x[j0, fb + np.uint64(4)]
+            a5 = w0 * x[j0, fb + np.uint64(5)]
+            a6 = w0 * x[j0, fb + np.uint64(6)]
+            a7 = w0 * x[j0, fb + np.uint64(7)]
+            q0 = start
+            q1 = start
+            q2 = start
+            q3 = start
+            q4 = start
+            q5 = start
+            q6 = start
+            q7 = start
+            for e in range(start + 1, end):
                 j = np.uint64(col[e])
                 w = val[e] if has_val else one
                 m0 = w * x[j, fb + np.uint64(0)]
@@ -1082,14 +1081,14 @@ def spmm_max_8_chunk(lo, hi, rowptr, col, val, has_val, x, out, has_arg, arg, ze
                 g5 = m5 > a5
                 g6 = m6 > a6
                 g7 = m7 > a7
-                a0 = m0 if g0 else a0
-                a1 = m1 if g1 else a1
-                a2 = m2 if g2 else a2
-                a3 = m3 if g3 else a3
-                a4 = m4 if g4 else a4
-                a5 = m5 if g5 else a5
-                a6 = m6 if g6 else a6
-                a7 = m7 if g7 else a7
+                a0 = m0 if g0 or m0 != m0 else a0
+                a1 = m1 if g1 or m1 != m1 else a1
+                a2 = m2 if g2 or m2 != m2 else a2
+                a3 = m3 if g3 or m3 != m3 else a3
+                a4 = m4 if g4 or m4 != m4 else a4
+                a5 = m5 if g5 or m5 != m5 else a5
+                a6 = m6 if g6 or m6 != m6 else a6
+                a7 = m7 if g7 or m7 != m7 else a7
                 q0 = e if g0 else q0
                 q1 = e if g1 else q1
                 q2 = e if g2 else q2
@@ -1107,25 +1106,26 @@ def spmm_max_8_chunk(lo, hi, rowptr, col, val, has_val, x, out, has_arg, arg, ze
             out[i, fb + np.uint64(6)] = a6
             out[i, fb + np.uint64(7)] = a7
             if has_arg:
-                arg[i, fb + np.uint64(0)] = q0
-                arg[i, fb + np.uint64(1)] = q1
-                arg[i, fb + np.uint64(2)] = q2
-                arg[i, fb + np.uint64(3)] = q3
-                arg[i, fb + np.uint64(4)] = q4
-                arg[i, fb + np.uint64(5)] = q5
-                arg[i, fb + np.uint64(6)] = q6
-                arg[i, fb + np.uint64(7)] = q7
+                arg[i, fb + np.uint64(0)] = num_edges if a0 != a0 else q0
+                arg[i, fb + np.uint64(1)] = num_edges if a1 != a1 else q1
+                arg[i, fb + np.uint64(2)] = num_edges if a2 != a2 else q2
+                arg[i, fb + np.uint64(3)] = num_edges if a3 != a3 else q3
+                arg[i, fb + np.uint64(4)] = num_edges if a4 != a4 else q4
+                arg[i, fb + np.uint64(5)] = num_edges if a5 != a5 else q5
+                arg[i, fb + np.uint64(6)] = num_edges if a6 != a6 else q6
+                arg[i, fb + np.uint64(7)] = num_edges if a7 != a7 else q7
         for f in range(nb, nf):
-            best = ninf
-            at = num_edges
-            for e in range(start, end):
+            best = w0 * x[j0, f]
+            at = start
+            for e in range(start + 1, end):
                 m = (val[e] if has_val else one) * x[col[e], f]
-                if m > best:
+                if m > best or m != m:
+                    if m > best:
+                        at = e
                     best = m
-                    at = e
             out[i, f] = best
             if has_arg:
-                arg[i, f] = at
+                arg[i, f] = num_edges if best != best else at
 
 def spmm_max_8_par(bounds, rowptr, col, val, has_val, x, out, has_arg, arg, zero, one):
     for c in prange(bounds.shape[0] - 1):
@@ -1137,9 +1137,6 @@ def spmm_max_16_chunk(lo, hi, rowptr, col, val, has_val, x, out, has_arg, arg, z
     nf = x.shape[1]
     nb = nf - nf % 16
     num_edges = col.shape[0]
-    lowest = np.empty(1, dtype=out.dtype)
-    lowest[0] = -np.inf
-    ninf = lowest[0]
     for ii in range(lo, hi):
         i = np.uint64(ii)
         start, end = rowptr[i], rowptr[i + np.uint64(1)]
@@ -1149,41 +1146,43 @@ def spmm_max_16_chunk(lo, hi, rowptr, col, val, has_val, x, out, has_arg, arg, z
                 if has_arg:
                     arg[i, f] = num_edges
             continue
+        j0 = np.uint64(col[start])
+        w0 = val[start] if has_val else one
         for fbi in range(0, nb, 16):
             fb = np.uint64(fbi)
-            a0 = ninf
-            a1 = ninf
-            a2 = ninf
-            a3 = ninf
-            a4 = ninf
-            a5 = ninf
-            a6 = ninf
-            a7 = ninf
-            a8 = ninf
-            a9 = ninf
-            a10 = ninf
-            a11 = ninf
-            a12 = ninf
-            a13 = ninf
-            a14 = ninf
-            a15 = ninf
-            q0 = num_edges
-            q1 = num_edges
-            q2 = num_edges
-            q3 = num_edges
-            q4 = num_edges
-            q5 = num_edges
-            q6 = num_edges
-            q7 = num_edges
-            q8 = num_edges
-            q9 = num_edges
-            q10 = num_edges
-            q11 = num_edges
-            q12 = num_edges
-            q13 = num_edges
-            q14 = num_edges
-            q15 = num_edges
-            for e in range(start, end):
+            a0 = w0 * x[j0, fb + np.uint64(0)]
+            a1 = w0 * x[j0, fb + np.uint64(1)]
+            a2 = w0 * x[j0, fb + np.uint64(2)]
+            a3 = w0 * x[j0, fb + np.uint64(3)]
+            a4 = w0 * x[j0, fb + np.uint64(4)]
+            a5 = w0 * x[j0, fb + np.uint64(5)]
+            a6 = w0 * x[j0, fb + np.uint64(6)]
+            a7 = w0 * x[j0, fb + np.uint64(7)]
+            a8 = w0 * x[j0, fb + np.uint64(8)]
+            a9 = w0 * x[j0, fb + np.uint64(9)]
+            a10 = w0 * x[j0, fb + np.uint64(10)]
+            a11 = w0 * x[j0, fb + np.uint64(11)]
+            a12 = w0 * x[j0, fb + np.uint64(12)]
+            a13 = w0 * x[j0, fb + np.uint64(13)]
+            a14 = w0 * x[j0, fb + np.uint64(14)]
+            a15 = w0 * x[j0, fb + np.uint64(15)]
+            q0 = start
+            q1 = start
+            q2 = start
+            q3 = start
+            q4 = start
+            q5 = start
+            q6 = start
+            q7 = start
+            q8 = start
+            q9 = start
+            q10 = start
+            q11 = start
+            q12 = start
+            q13 = start
+            q14 = start
+            q15 = start
+            for e in range(start + 1, end):
                 j = np.uint64(col[e])
                 w = val[e] if has_val else one
                 m0 = w * x[j, fb + np.uint64(0)]
@@ -1218,22 +1217,22 @@ def spmm_max_16_chunk(lo, hi, rowptr, col, val, has_val, x, out, has_arg, arg, z
                 g13 = m13 > a13
                 g14 = m14 > a14
                 g15 = m15 > a15
-                a0 = m0 if g0 else a0
-                a1 = m1 if g1 else a1
-                a2 = m2 if g2 else a2
-                a3 = m3 if g3 else a3
-                a4 = m4 if g4 else a4
-                a5 = m5 if g5 else a5
-                a6 = m6 if g6 else a6
-                a7 = m7 if g7 else a7
-                a8 = m8 if g8 else a8
-                a9 = m9 if g9 else a9
-                a10 = m10 if g10 else a10
-                a11 = m11 if g11 else a11
-                a12 = m12 if g12 else a12
-                a13 = m13 if g13 else a13
-                a14 = m14 if g14 else a14
-                a15 = m15 if g15 else a15
+                a0 = m0 if g0 or m0 != m0 else a0
+                a1 = m1 if g1 or m1 != m1 else a1
+                a2 = m2 if g2 or m2 != m2 else a2
+                a3 = m3 if g3 or m3 != m3 else a3
+                a4 = m4 if g4 or m4 != m4 else a4
+                a5 = m5 if g5 or m5 != m5 else a5
+                a6 = m6 if g6 or m6 != m6 else a6
+                a7 = m7 if g7 or m7 != m7 else a7
+                a8 = m8 if g8 or m8 != m8 else a8
+                a9 = m9 if g9 or m9 != m9 else a9
+                a10 = m10 if g10 or m10 != m10 else a10
+                a11 = m11 if g11 or m11 != m11 else a11
+                a12 = m12 if g12 or m12 != m12 else a12
+                a13 = m13 if g13 or m13 != m13 else a13
+                a14 = m14 if g14 or m14 != m14 else a14
+                a15 = m15 if g15 or m15 != m15 else a15
                 q0 = e if g0 else q0
                 q1 = e if g1 else q1
                 q2 = e if g2 else q2
@@ -1267,33 +1266,34 @@ def spmm_max_16_chunk(lo, hi, rowptr, col, val, has_val, x, out, has_arg, arg, z
             out[i, fb + np.uint64(14)] = a14
             out[i, fb + np.uint64(15)] = a15
             if has_arg:
-                arg[i, fb + np.uint64(0)] = q0
-                arg[i, fb + np.uint64(1)] = q1
-                arg[i, fb + np.uint64(2)] = q2
-                arg[i, fb + np.uint64(3)] = q3
-                arg[i, fb + np.uint64(4)] = q4
-                arg[i, fb + np.uint64(5)] = q5
-                arg[i, fb + np.uint64(6)] = q6
-                arg[i, fb + np.uint64(7)] = q7
-                arg[i, fb + np.uint64(8)] = q8
-                arg[i, fb + np.uint64(9)] = q9
-                arg[i, fb + np.uint64(10)] = q10
-                arg[i, fb + np.uint64(11)] = q11
-                arg[i, fb + np.uint64(12)] = q12
-                arg[i, fb + np.uint64(13)] = q13
-                arg[i, fb + np.uint64(14)] = q14
-                arg[i, fb + np.uint64(15)] = q15
+                arg[i, fb + np.uint64(0)] = num_edges if a0 != a0 else q0
+                arg[i, fb + np.uint64(1)] = num_edges if a1 != a1 else q1
+                arg[i, fb + np.uint64(2)] = num_edges if a2 != a2 else q2
+                arg[i, fb + np.uint64(3)] = num_edges if a3 != a3 else q3
+                arg[i, fb + np.uint64(4)] = num_edges if a4 != a4 else q4
+                arg[i, fb + np.uint64(5)] = num_edges if a5 != a5 else q5
+                arg[i, fb + np.uint64(6)] = num_edges if a6 != a6 else q6
+                arg[i, fb + np.uint64(7)] = num_edges if a7 != a7 else q7
+                arg[i, fb + np.uint64(8)] = num_edges if a8 != a8 else q8
+                arg[i, fb + np.uint64(9)] = num_edges if a9 != a9 else q9
+                arg[i, fb + np.uint64(10)] = num_edges if a10 != a10 else q10
+                arg[i, fb + np.uint64(11)] = num_edges if a11 != a11 else q11
+                arg[i, fb + np.uint64(12)] = num_edges if a12 != a12 else q12
+                arg[i, fb + np.uint64(13)] = num_edges if a13 != a13 else q13
+                arg[i, fb + np.uint64(14)] = num_edges if a14 != a14 else q14
+                arg[i, fb + np.uint64(15)] = num_edges if a15 != a15 else q15
         for f in range(nb, nf):
-            best = ninf
-            at = num_edges
-            for e in range(start, end):
+            best = w0 * x[j0, f]
+            at = start
+            for e in range(start + 1, end):
                 m = (val[e] if has_val else one) * x[col[e], f]
-                if m > best:
+                if m > best or m != m:
+                    if m > best:
+                        at = e
                     best = m
-                    at = e
             out[i, f] = best
             if has_arg:
-                arg[i, f] = at
+                arg[i, f] = num_edges if best != best else at
 
 def spmm_max_16_par(bounds, rowptr, col, val, has_val, x, out, has_arg, arg, zero, one):
     for c in prange(bounds.shape[0] - 1):

@@ -185,15 +185,16 @@ def spmm_heads_{L}_chunk(lo, hi, rowptr, col, val, x, out, zero):
 #: Feature-wise max of ``w_e x[col e]`` (0 for empty rows); with ``has_arg`` also the first edge
 #: attaining it (``E`` for empty rows) in ``arg``.  Scalar accumulators ``a{k}`` (max) and ``q{k}``
 #: (its edge), loop-carried in registers: 2.5-3x faster than an accumulator array stored per edge.
-#: ``ninf``: -inf of the output's dtype (a float64 ``-np.inf`` would make the maxima float64).
+#: NaN and infinities follow PyG (``scatter_reduce(..., "amax")``): a NaN message makes the output
+#: NaN (a plain ``m > a`` never picks a NaN and would hide it), and a row of -inf messages gives
+#: -inf.  The first edge seeds the accumulators, so ``arg`` is the first edge attaining the max
+#: even when that max is -inf; a NaN output has no attaining edge (``E``), as the reference's
+#: ``spmm_max_arg`` finds (NaN equals nothing), so no gradient reaches it.
 SPMM_MAX = '''
 def spmm_max_{L}_chunk(lo, hi, rowptr, col, val, has_val, x, out, has_arg, arg, zero, one):
     nf = x.shape[1]
     nb = nf - nf % {L}
     num_edges = col.shape[0]
-    lowest = np.empty(1, dtype=out.dtype)
-    lowest[0] = -np.inf
-    ninf = lowest[0]
     for ii in range(lo, hi):
         i = np.uint64(ii)
         start, end = rowptr[i], rowptr[i + np.uint64(1)]
@@ -203,31 +204,34 @@ def spmm_max_{L}_chunk(lo, hi, rowptr, col, val, has_val, x, out, has_arg, arg, 
                 if has_arg:
                     arg[i, f] = num_edges
             continue
+        j0 = np.uint64(col[start])
+        w0 = val[start] if has_val else one
         for fbi in range(0, nb, {L}):
             fb = np.uint64(fbi)
-            a{k} = ninf  #L
-            q{k} = num_edges  #L
-            for e in range(start, end):
+            a{k} = w0 * x[j0, fb + np.uint64({k})]  #L
+            q{k} = start  #L
+            for e in range(start + 1, end):
                 j = np.uint64(col[e])
                 w = val[e] if has_val else one
                 m{k} = w * x[j, fb + np.uint64({k})]  #L
                 g{k} = m{k} > a{k}  #L
-                a{k} = m{k} if g{k} else a{k}  #L
+                a{k} = m{k} if g{k} or m{k} != m{k} else a{k}  #L
                 q{k} = e if g{k} else q{k}  #L
             out[i, fb + np.uint64({k})] = a{k}  #L
             if has_arg:
-                arg[i, fb + np.uint64({k})] = q{k}  #L
+                arg[i, fb + np.uint64({k})] = num_edges if a{k} != a{k} else q{k}  #L
         for f in range(nb, nf):
-            best = ninf
-            at = num_edges
-            for e in range(start, end):
+            best = w0 * x[j0, f]
+            at = start
+            for e in range(start + 1, end):
                 m = (val[e] if has_val else one) * x[col[e], f]
-                if m > best:
+                if m > best or m != m:
+                    if m > best:
+                        at = e
                     best = m
-                    at = e
             out[i, f] = best
             if has_arg:
-                arg[i, f] = at
+                arg[i, f] = num_edges if best != best else at
 '''
 
 #: The max's input gradient over the transpose: ``out[j, f] = sum w_e g[i, f]`` over the edges

@@ -78,11 +78,12 @@ def _reduce_range(
         elif SRC_SCALE:
             tile = tile * tl.load(scale_ptr + src, mask=edge_mask, other=0.0).to(tl.float32)[:, None]
         if REDUCE == 2:
-            acc = tl.maximum(acc, tl.where(mask, tile, float("-inf")))
+            acc = tl.maximum(acc, tl.where(mask, tile, float("-inf")), propagate_nan=tl.PropagateNan.ALL)
         else:
             acc += tile
     if REDUCE == 2:
-        result = tl.where(end > start, tl.max(acc, axis=0), 0.0)
+        # tl.max skips NaN; adding 0 (NaN where a lane holds NaN) makes the max NaN as in PyG
+        result = tl.where(end > start, tl.max(acc, axis=0) + tl.sum(tl.where(acc != acc, acc, 0.0), axis=0), 0.0)
     else:
         result = tl.sum(acc, axis=0)
         if REDUCE == 1:
@@ -228,7 +229,7 @@ def _spmm_split_kernel(
         for q in range(first, tl.where(is_last, last, first)):
             other = tl.load(partial_ptr + q * num_feats + feat, mask=feat_mask, other=0.0, cache_modifier=".cg")
             if REDUCE == 2:
-                acc = tl.maximum(acc, other)
+                acc = tl.maximum(acc, other, propagate_nan=tl.PropagateNan.ALL)
             else:
                 acc += other
         if REDUCE == 1:
@@ -269,11 +270,11 @@ def _rows_side_by_side(
         elif SRC_SCALE:
             tile = tile * tl.load(scale_ptr + src, mask=edge_mask, other=0.0).to(tl.float32)[:, :, None]
         if REDUCE == 2:
-            acc = tl.maximum(acc, tl.where(mask, tile, float("-inf")))
+            acc = tl.maximum(acc, tl.where(mask, tile, float("-inf")), propagate_nan=tl.PropagateNan.ALL)
         else:
             acc += tile
     if REDUCE == 2:
-        result = tl.max(acc, axis=1)
+        result = tl.max(acc, axis=1) + tl.sum(tl.where(acc != acc, acc, 0.0), axis=1)   # NaN kept, as above
         result = tl.where(deg[:, None] > 0, result, 0.0)
     else:
         result = tl.sum(acc, axis=1)
