@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
+import os
 import platform
 import sys
 from typing import Iterator, List, Optional
@@ -13,6 +15,105 @@ import torch
 
 def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class _Parser(argparse.ArgumentParser):
+    """``argparse`` with a one-line error: ``sparsegnn train: error: --hidden: ...`` on stderr and
+    exit status 2 (argparse's own usage block buries the message under every option)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _float_in(low: float, high: float = float("inf"), *, open_high: bool = False, open_low: bool = False):
+    """An argparse type: a finite float in ``[low, high]`` (ends open as asked)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        bad = (not math.isfinite(value) or value < low or (open_low and value == low)
+               or value > high or (open_high and value == high))
+        if bad:
+            span = f"{'(' if open_low else '['}{low:g}, {high:g}{')' if open_high or high == float('inf') else ']'}"
+            raise argparse.ArgumentTypeError(f"expected a number in {span}, got {text!r}")
+        return value
+    return parse
+
+
+def _usable_dir(option: str, value: Optional[str]) -> Optional[str]:
+    """Why the input folder ``value`` of ``option`` cannot be read (None when it can, or is not given)."""
+    if value is None:
+        return None
+    from pathlib import Path
+
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        return f"{option} {value}: no such directory"
+    if not os.access(path, os.R_OK | os.X_OK):
+        return f"{option} {value}: directory not readable"
+    return None
+
+
+def _writable_out(option: str, value: Optional[str], is_dir: bool = True) -> Optional[str]:
+    """Why the output ``value`` of ``option`` (a folder, or a file when not ``is_dir``) cannot be
+    written (None when it can).  Checked before any work, so a run's results are never lost to a
+    bad path at its end: the folder is made (as the command would) and a probe file written
+    and removed in it (permission bits alone say nothing for root, or on /proc)."""
+    if value is None:
+        return None
+    import tempfile
+    from pathlib import Path
+
+    path = Path(value).expanduser()
+    folder = path if is_dir else path.parent
+    if not is_dir and path.is_dir():
+        return f"{option} {value}: is a directory"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        return f"{option} {value}: cannot write there ({exc.strerror or exc})"
+    return None
+
+
+def _path_problem(args: argparse.Namespace, outputs=(), out_files=()) -> Optional[str]:
+    """The first unusable input folder (``--data-dir``, ``--root``) or output of ``args``."""
+    for option, attr in (("--data-dir", "data_dir"), ("--root", "root")):
+        problem = _usable_dir(option, getattr(args, attr, None))
+        if problem:
+            return problem
+    for option, attr in outputs:
+        problem = _writable_out(option, getattr(args, attr, None))
+        if problem:
+            return problem
+    for option, attr in out_files:
+        problem = _writable_out(option, getattr(args, attr, None), is_dir=False)
+        if problem:
+            return problem
+    return None
 
 
 def _fanouts(text: str) -> List[int]:
@@ -88,6 +189,10 @@ def _train(args: argparse.Namespace) -> int:
     from .graph_training import GRAPH_MODELS, is_graph_dataset
     from .training import train_minibatch, train_node_classifier
 
+    problem = _path_problem(args)
+    if problem is not None:
+        print(f"train: {problem}", file=sys.stderr)
+        return 2
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("train: --device cuda requested but no CUDA device is available", file=sys.stderr)
         return 2
@@ -280,6 +385,10 @@ def _maxk_sweep(args: argparse.Namespace) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("maxk-sweep: --device cuda requested but no CUDA device is available", file=sys.stderr)
         return 2
+    problem = _path_problem(args, outputs=[("--out", "out")])
+    if problem is not None:
+        print(f"maxk-sweep: {problem}", file=sys.stderr)
+        return 2
     hidden = 256 if args.hidden is None else args.hidden
     bad = [k for k in args.ks if k > hidden]
     if bad:
@@ -333,10 +442,19 @@ def _cmd_info(args: argparse.Namespace) -> int:
                      f"{props.total_memory / 2**30:.1f} GiB")
     else:
         lines.append("device cpu (no CUDA device)")
+    from .kernels.cpu import numba_available
+
     backends = ["reference"]
+    if numba_available():
+        backends.append("cpu")
     if triton_available() and (torch.cuda.is_available() or interpreting()):
         backends.append("triton")
-    lines.append("backends: " + ", ".join(backends) + f" (auto -> {'triton' if torch.cuda.is_available() and 'triton' in backends else 'reference'})")
+    lines.append("backends: " + ", ".join(backends))
+    # what backend="auto" picks for floating-point tensors, per device (ops/_dispatch.py)
+    picks = [f"cpu -> {'cpu' if numba_available() else 'reference'}"]
+    if torch.cuda.is_available():
+        picks.append(f"cuda -> {'triton' if triton_available() else 'reference'}")
+    lines.append("auto: " + ", ".join(picks))
     print("\n".join(lines))
     return 0
 
@@ -381,6 +499,10 @@ def _write_bench_outputs(args: argparse.Namespace, rows, meta, write_json, markd
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    problem = _path_problem(args, outputs=[("--out", "out")])
+    if problem is not None:
+        print(f"bench: {problem}", file=sys.stderr)
+        return 2
     for key, value in _BENCH_DEFAULTS[args.device].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -437,6 +559,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
     from .bench.tuning import markdown, tuning_report
 
+    problem = _path_problem(args, out_files=[("--out", "out")])
+    if problem is not None:
+        print(f"tune: {problem}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("tune: needs a CUDA device (it times kernels)", file=sys.stderr)
         return 2
@@ -451,7 +577,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sparsegnn", description="Fast sparse GNN operations for PyTorch.")
+    parser = _Parser(prog="sparsegnn", description="Fast sparse GNN operations for PyTorch.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a node classifier (full graph, or sampled mini-batches with "
@@ -460,15 +586,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--model", default="gcn", choices=["gcn", "agnn", "sage", "gin", "gat", "chemgcn", "chemgcn-wide"],
                        help="node models: gcn, agnn, sage, gin, gat; graph-level: chemgcn (2 x 64), chemgcn-wide "
                             "(3 x 512), gin (GIN paper: 5 layers of 64, sum pooling)")
-    train.add_argument("--epochs", type=int, default=None,
+    train.add_argument("--epochs", type=_positive_int, default=None,
                        help="default 200 (nodes), 50 (molecules), 350 (TU, the GIN paper's)")
-    train.add_argument("--lr", type=float, default=None, help="default 0.01 (nodes, TU), 0.001 (molecules)")
-    train.add_argument("--weight-decay", type=float, default=None, help="default 5e-4 (nodes), 0 (graph-level)")
-    train.add_argument("--hidden", type=int, default=None, help="hidden width (default: the model's)")
-    train.add_argument("--dropout", type=float, default=None, help="dropout (default: the model's)")
+    train.add_argument("--lr", type=_float_in(0.0, open_low=True), default=None, help="default 0.01 (nodes, TU), 0.001 (molecules)")
+    train.add_argument("--weight-decay", type=_float_in(0.0), default=None, help="default 5e-4 (nodes), 0 (graph-level)")
+    train.add_argument("--hidden", type=_positive_int, default=None, help="hidden width (default: the model's)")
+    train.add_argument("--dropout", type=_float_in(0.0, 1.0, open_high=True), default=None, help="dropout (default: the model's)")
     train.add_argument("--device", default=_default_device())
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--runs", type=int, default=1, help="repeat with seeds seed, seed+1, ...")
+    train.add_argument("--seed", type=_non_negative_int, default=0)
+    train.add_argument("--runs", type=_positive_int, default=1, help="repeat with seeds seed, seed+1, ...")
     train.add_argument("--backend", default="auto", choices=["auto", "reference", "triton"])
     train.add_argument("--compile", nargs="?", const="capture", default=None,
                        choices=["none", "capture", "reduce-overhead", "default"],
@@ -483,17 +609,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--minibatch", nargs="?", type=_fanouts, const=[15, 10], default=None, metavar="FANOUTS",
                        help="train on neighbour-sampled mini-batches (sparsegnn.sampling.NeighborLoader); "
                             "fanouts per hop, comma-separated (default 15,10; -1 = all neighbours)")
-    train.add_argument("--nproc", type=int, default=None,
+    train.add_argument("--nproc", type=_positive_int, default=None,
                        help="full-graph training on N processes over a partitioned graph (torch.distributed: "
                             "NCCL with one GPU each on --device cuda, gloo on the CPU); --model gcn or sage")
     train.add_argument("--partition", default="auto", choices=["auto", "metis", "contiguous"],
                        help="partitioner with --nproc (auto: METIS when pymetis is installed)")
-    train.add_argument("--batch-size", type=int, default=None,
+    train.add_argument("--batch-size", type=_positive_int, default=None,
                        help="seed nodes per mini-batch with --minibatch (default 1024); graphs per batch for "
                             "graph-level datasets (default 50 molecules, 32 TU graphs)")
     train.add_argument("--split", default=None, choices=["scaffold", "random"],
                        help="molecules: 80/10/10 Bemis-Murcko scaffold split (default; needs RDKit) or random")
-    train.add_argument("--folds", type=int, default=None, help="TU collections: stratified k-fold (default 10)")
+    train.add_argument("--folds", type=_positive_int, default=None, help="TU collections: stratified k-fold (default 10)")
     train.add_argument("--node-attributes", action="store_true",
                        help="TU collections: use the continuous node attributes (standardised) besides the one-hot "
                             "node labels (default: labels only, as the GIN paper and PyG's TUDataset)")
@@ -521,14 +647,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="--model gcn / gin as the authors' models: MaxK (or ReLU) on each layer's linear output")
     sweep.add_argument("--ks", type=_ks, default=[8, 16, 32, 64, 128], help="comma-separated k values "
                                                                            "(default 8,16,32,64,128)")
-    sweep.add_argument("--epochs", type=int, default=200)
+    sweep.add_argument("--epochs", type=_positive_int, default=200)
     sweep.add_argument("--matmul-precision", default="highest", choices=MATMUL_PRECISIONS, help=_MATMUL_HELP)
-    sweep.add_argument("--runs", type=int, default=1, help="seeds per configuration: seed, seed+1, ...")
-    sweep.add_argument("--seed", type=int, default=0)
-    sweep.add_argument("--lr", type=float, default=0.01)
-    sweep.add_argument("--weight-decay", type=float, default=5e-4)
-    sweep.add_argument("--hidden", type=int, default=None, help="hidden width (default 256)")
-    sweep.add_argument("--dropout", type=float, default=None, help="dropout (default 0.5)")
+    sweep.add_argument("--runs", type=_positive_int, default=1, help="seeds per configuration: seed, seed+1, ...")
+    sweep.add_argument("--seed", type=_non_negative_int, default=0)
+    sweep.add_argument("--lr", type=_float_in(0.0, open_low=True), default=0.01)
+    sweep.add_argument("--weight-decay", type=_float_in(0.0), default=5e-4)
+    sweep.add_argument("--hidden", type=_positive_int, default=None, help="hidden width (default 256)")
+    sweep.add_argument("--dropout", type=_float_in(0.0, 1.0, open_high=True), default=None, help="dropout (default 0.5)")
     sweep.add_argument("--device", default=_default_device())
     sweep.add_argument("--backend", default="auto", choices=["auto", "reference", "triton"])
     sweep.add_argument("--out", default="benchmarks/local", help="folder for maxk_sweep.json / .md / .png")
@@ -550,7 +676,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dtypes", default="float32")
     bench.add_argument("--providers", default=None, help="comma-separated subset of providers")
     bench.add_argument("--threads", type=int, default=None, help="torch.set_num_threads before the run (CPU threads)")
-    bench.add_argument("--budget-ms", type=float, default=200.0,
+    bench.add_argument("--budget-ms", type=_float_in(0.0, open_low=True), default=200.0,
                        help="cpu: milliseconds of repeats per timing (at least 5 calls; default 200)")
     bench.add_argument("--out", default="benchmarks/local")
     bench.add_argument("--tag", default=None, help="output file stem (default bench on cuda, bench-cpu on cpu)")
@@ -577,6 +703,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:   # a file or folder failing mid-run: one line, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover
