@@ -633,3 +633,27 @@ def test_recordings_and_captured_steps_keep_no_memory_per_model():
     for _ in range(3):
         record_and_capture()
     assert allocated() - before < 8 * 2 ** 20
+
+
+@cuda
+def test_inputs_that_never_repeat_make_auto_mode_give_up():
+    """A new graph every call (a DataLoader's batches): after CHURN_LIMIT calls in a row with a
+    new signature, auto mode stops computing signatures; a graph then repeated is not recorded;
+    setting replay again starts afresh and records it."""
+    from sparsegnn.nn.replay import CHURN_LIMIT
+
+    torch.manual_seed(0)
+    model = MODELS["gcn"](12, 5).cuda()
+    graphs = [Graph.from_edge_index(random_graph(60, 300, seed=s)[0], num_nodes=60).to("cuda")
+              for s in range(CHURN_LIMIT + 1)]
+    x, w = torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda")
+    for g in graphs[:CHURN_LIMIT - 1]:
+        _step(model, x, g, w)
+    assert replay_state(model) == "waiting"
+    _step(model, x, graphs[CHURN_LIMIT - 1], w)
+    assert replay_state(model) == "gave up: inputs never repeat"
+    _steps([model], x, graphs[-1], w, 4)
+    assert not model._replay.recorded
+    model.replay = None
+    _steps([model], x, graphs[-1], w, 4)
+    assert model._replay.recorded

@@ -37,15 +37,16 @@ def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int,
     span = max(num_nodes if num_cols is None else num_cols, 1)
     # 32-bit keys where they fit: the radix sort then makes half the passes
     key_dtype = torch.int32 if max(num_nodes, 1) * span < (1 << 31) else torch.int64
-    target = target.to(torch.int64)
-    source = source.to(torch.int64)
     key = target.to(key_dtype) * span + source.to(key_dtype)
     perm = torch.argsort(key, stable=True)
     del key
-    col = source[perm]
+    col = source[perm].to(torch.int64)
     # row offsets by binary search in the sorted targets: no read-back of a count or maximum
     # (``bincount`` on a GPU reads its largest index back to the host)
-    rowptr = torch.searchsorted(target[perm], torch.arange(num_nodes + 1, device=target.device))
+    targets = target[perm]
+    if targets.dtype not in (torch.int32, torch.int64):     # int8 / uint8 / int16 ids: offsets may exceed them
+        targets = targets.to(torch.int64)
+    rowptr = torch.searchsorted(targets, torch.arange(num_nodes + 1, dtype=targets.dtype, device=target.device))
     return rowptr, col, perm
 
 

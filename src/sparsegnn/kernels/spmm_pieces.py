@@ -90,7 +90,7 @@ def first_contact_config(num_rows: int, num_edges: int, num_feats: int) -> Dict[
     chunk = 64
     while chunk < 8 * avg and chunk < 1024:
         chunk *= 2
-    block_f = min(max(triton.next_power_of_2(max(num_feats, 1)), 16), 128)
+    block_f = min(max(1 << (max(num_feats, 1) - 1).bit_length(), 16), 128)   # plain ints: this runs per call
     return {"chunk": chunk, "ROWS": 8, "GROUP_E": 4, "BLOCK_F": block_f, "num_warps": 4 if block_f >= 64 else 2}
 
 
@@ -120,7 +120,7 @@ def spmm_pieces(
     if num_rows == 0 or num_feats == 0:
         return out.to(x.dtype)
     num_slots = num_rows + num_edges // config["chunk"]
-    grid = (triton.cdiv(num_slots, config["ROWS"]), triton.cdiv(num_feats, config["BLOCK_F"]))
+    grid = (-(-num_slots // config["ROWS"]), -(-num_feats // config["BLOCK_F"]))
     launch(_spmm_slots_kernel, grid,
            (rowptr, col, edge_val if edge_val is not None else col, x, out,
             num_rows, num_slots, config["chunk"], num_feats, x.stride(0), out.stride(0)),

@@ -38,6 +38,9 @@ so that nothing is silently wrong:
 * A recording that fails (an op that syncs the host) turns replay off for the model with a
   warning; ``model.replay = False`` turns it off, ``True`` ignores the memory budget.  A
   double backward (``create_graph=True``) through a replay raises: use ``replay=False``.
+* **Inputs that never repeat** (a ``DataLoader``'s batches): in auto mode, after
+  ``CHURN_LIMIT`` calls in a row each unlike the one before, the model stops computing
+  signatures and runs eagerly from then on (``model.replay = None`` again starts afresh).
 
 PyG models converted by :func:`~sparsegnn.nn.accelerate` get the same through
 :func:`enable_replay` (a wrapper set as the module's ``forward``).
@@ -199,6 +202,12 @@ def _same(a: Optional[tuple], b: tuple) -> bool:
             and a[1] == b[1])
 
 
+#: In auto mode, a model called this many times in a row with inputs unlike the last call's (a
+#: DataLoader's batches, a new graph every step) stops looking for repeats: the signature of a
+#: call costs ~0.5 ms of host time that no recording would repay.
+CHURN_LIMIT = 16
+
+
 class Replay:
     """Per-model replay state (owned by the model, not a submodule; copies and pickles start
     afresh).  ``mode``: None (auto: within ``budget``), True (any size), False (off)."""
@@ -217,6 +226,8 @@ class Replay:
         self.refused: Optional[tuple] = None     # a signature over budget (or out of memory)
         self.failed: Optional[str] = None
         self.watched: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # module -> setting names
+        self.new_signatures = 0                  # consecutive calls whose inputs differed from the last
+        self.churned = False                     # auto mode gave up: the inputs never repeat
 
     def __reduce__(self):
         return (Replay, (self.mode, self.warmup, self.budget))
@@ -237,7 +248,7 @@ class Replay:
 
     def __call__(self, model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwargs: dict) -> Tensor:
         """``forward(*args, **kwargs)``, replayed where it can be (see the module doc)."""
-        if not self._active(model, args[0] if args else None):
+        if self.churned or not self._active(model, args[0] if args else None):
             return forward(*args, **kwargs)
         state = _model_state(model, self.watched)
         sig = None if state is None else _signature(args, kwargs, *state)
@@ -254,9 +265,13 @@ class Replay:
         if _same(self.refused, sig):
             return forward(*args, **kwargs)
         if _same(self.seen, sig):
-            self.count += 1
+            self.count, self.new_signatures = self.count + 1, 0
         else:
             self.seen, self.count = sig, 1
+            self.new_signatures += 1
+            if self.mode is None and self.new_signatures >= CHURN_LIMIT:   # a DataLoader's batches
+                self.churned, self.seen = True, None
+                return forward(*args, **kwargs)
         if self.count <= self.warmup:
             return forward(*args, **kwargs)
         self.rec, self.seen = None, None          # a new signature replaces the old recording
@@ -351,6 +366,8 @@ def replay_state(module: nn.Module) -> str:
         return "none"
     if r.mode is False:
         return "off"
+    if r.churned:
+        return "gave up: inputs never repeat"
     if r.rec is not None:
         return f"recorded, {r.rec.generation} replays"
     if r.failed:

@@ -13,13 +13,13 @@ invested in once the rent paid reaches the estimated cost of investing.  Whateve
 of calls that follow, the time lost to this rule is then at most the investment's cost
 (at most twice the best offline choice):
 
-    rent per call  = SAVED_FRACTION * E * F * bytes / GATHER_BYTES_PER_MS
+    rent per call  = HOST_SAVED_MS + SAVED_FRACTION * E * F * bytes / GATHER_BYTES_PER_MS
     investment     = INVEST_BASE_MS + E * INVEST_MS_PER_EDGE
     invest once    sum(rent) >= investment
 
-So a graph of 100M edges at F = 256 is invested in after about 20 calls (five epochs of a
-two-layer model), a 1M-edge graph at F = 64 after about 1,500 calls, and a molecule batch
-never.  ``SPARSEGNN_INVEST`` overrides the rule: ``always`` (every graph planned and tuned on
+So a graph of 100M edges at F = 256 is invested in after about 15 calls (four epochs of a
+two-layer model), a 1M-edge graph at F = 64 after about 350 calls, a 50k-edge graph after
+about 900, and a molecule batch (used for one step) never.  ``SPARSEGNN_INVEST`` overrides the rule: ``always`` (every graph planned and tuned on
 its first call) or ``never``.
 
 The use counts live on the graph's structure (``Graph.cache["reuse"]``, shared by graphs made
@@ -32,14 +32,18 @@ import os
 from collections import Counter
 from typing import Dict
 
-#: The share of a first-contact call's gather time that planning and tuning save (the tuned
-#: row kernels against the piece kernel on the real suite; notes/first-contact.md).
-SAVED_FRACTION = 0.25
+#: The share of a first-contact call's gather time that planning and tuning save (H200: the
+#: piece kernel takes 3.0x the invested kernel's time, geomean over 36 graphs of 10k-2M edges;
+#: notes/first-contact.md), taken at half.
+SAVED_FRACTION = 0.5
+#: Host time an invested call saves (a bound launcher and a memoised call path: 20-35 us
+#: against 60-80 us a call on graphs that are launch-bound).
+HOST_SAVED_MS = 0.02
 #: Bytes of gathered features per millisecond a first-contact SpMM streams (H200: ~3 TB/s).
 GATHER_BYTES_PER_MS = 3.0e9
 #: Fixed part of investing: a work plan, the graph's statistics and signature, the decisions
-#: looked up, predicted or timed (several kernel variants loaded, a few timed).
-INVEST_BASE_MS = 40.0
+#: looked up, predicted or timed (H200, Triton cache warm: 3-40 ms on graphs of 10k-2M edges).
+INVEST_BASE_MS = 20.0
 #: Per-edge part (the plan's and statistics' sorts and scans, ~20 passes over the edges).
 INVEST_MS_PER_EDGE = 2.0e-6
 
@@ -81,7 +85,7 @@ def investment_ms(num_edges: int) -> float:
 
 def rent_ms(num_edges: int, num_feats: int, elem_size: int) -> float:
     """Estimated time one call on the first-contact path loses against an invested graph."""
-    return SAVED_FRACTION * num_edges * max(num_feats, 1) * elem_size / GATHER_BYTES_PER_MS
+    return HOST_SAVED_MS + SAVED_FRACTION * num_edges * max(num_feats, 1) * elem_size / GATHER_BYTES_PER_MS
 
 
 def use(graph, num_feats: int, elem_size: int) -> bool:
