@@ -50,7 +50,7 @@ def _row_tile(num_heads, channels, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr)
     return head, hmask, head[:, None] * channels + chan[None, :], hmask[:, None] & (chan < channels)[None, :]
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_rows"])
 def _gat_fwd_kernel(
     rowptr_ptr, col_ptr, feat_ptr, asrc_ptr, adst_ptr, seed_ptr, out_ptr, lse_ptr,
     num_rows, num_heads, channels, slope, p_drop,
@@ -100,7 +100,7 @@ def _gat_fwd_kernel(
             tl.store(lse_ptr + row * num_heads + head, lse, mask=hmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_rows"])
 def _gat_bwd_kernel(
     rowptr_t_ptr, col_t_ptr, perm_ptr, feat_ptr, asrc_ptr, adst_ptr, lse_ptr, dot_ptr, grad_ptr, seed_ptr,
     dfeat_ptr, dasrc_ptr, dz_ptr,
@@ -153,7 +153,7 @@ def _gat_bwd_kernel(
             tl.store(dasrc_ptr + row * num_heads + head, dsrc.to(dasrc_ptr.dtype.element_ty), mask=hmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_rows"])
 def _row_sum_kernel(rowptr_ptr, val_ptr, out_ptr, num_rows, num_heads,
                     ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr):
     """``out[i, h] = sum_{e in row i} val[e, h]`` (fp32 accumulation)."""
@@ -283,7 +283,7 @@ def gat_backward(rowptr: Tensor, transpose: Tuple[Tensor, Tensor, Tensor], feat:
 #   dq_i   += beta sum_e ds_e q_j                     dbeta   = sum_e ds_e c_e        (ds at CSR slots)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_rows"])
 def _agnn_fwd_kernel(
     rowptr_ptr, col_ptr, q_ptr, nrm_ptr, beta_ptr, out_ptr, lse_ptr, num_rows, feats,
     ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
@@ -321,7 +321,7 @@ def _agnn_fwd_kernel(
             tl.store(lse_ptr + row + tl.arange(0, 1), lse)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_rows"])
 def _agnn_bwd_kernel(
     rowptr_t_ptr, col_t_ptr, perm_ptr, q_ptr, nrm_ptr, beta_ptr, lse_ptr, dot_ptr, grad_ptr,
     dq_ptr, dnrm_ptr, dbeta_ptr, ds_ptr, num_rows, feats,

@@ -24,7 +24,7 @@ def _tile(edge0, end, head, head_mask, num_heads, BLOCK_E: tl.constexpr):
     return edge.to(tl.int64)[:, None] * num_heads + head[None, :], mask
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_rows"])
 def _edge_softmax_fwd_kernel(
     rowptr_ptr, s_ptr, y_ptr, num_rows, num_heads,
     ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
@@ -53,7 +53,7 @@ def _edge_softmax_fwd_kernel(
                 tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_rows"])
 def _edge_softmax_bwd_kernel(
     rowptr_ptr, y_ptr, g_ptr, ds_ptr, num_rows, num_heads,
     ROWS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,

@@ -28,7 +28,7 @@ from .configs import sddmm_config
 OP_CODES = {"dot": 0, "add": 1, "mul": 2}
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_segments"])
 def _sddmm_kernel(
     seg_row_ptr, seg_start_ptr, seg_end_ptr, col_ptr, a_ptr, b_ptr, out_ptr,
     num_segments, num_feats, stride_a, stride_b, stride_out,
@@ -69,7 +69,7 @@ def _sddmm_kernel(
                              res.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_edges"])
 def _sddmm_edges_kernel(
     row_ptr, col_ptr, a_ptr, b_ptr, out_ptr,
     num_edges, num_feats, stride_a, stride_b, stride_out,

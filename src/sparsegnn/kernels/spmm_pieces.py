@@ -128,3 +128,4 @@ def spmm_pieces(
                 GROUP_E=config["GROUP_E"], BLOCK_F=config["BLOCK_F"]),
            config["num_warps"])
     return out if out.dtype == x.dtype else out.to(x.dtype)
+

@@ -232,13 +232,20 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     return entry[3](x)
 
 
+def _first_contact_applies(graph: Graph, weight: Optional[Tensor], reduce: str) -> bool:
+    """Whether the piece kernels serve this sum / mean: one value per edge (or none), and not
+    under deterministic algorithms (a hub's pieces add atomically)."""
+    return (reduce in ("sum", "mean") and (weight is None or weight.dim() == 1)
+            and not torch.are_deterministic_algorithms_enabled())
+
+
 def first_contact_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
     """``A x`` on a graph not invested in (``tune.reuse``): the piece kernel
     (``kernels/spmm_pieces.py``: one launch, nothing built per graph, config from the sizes),
     or the unsplit row kernel for ``max``, multi-head weights and under deterministic
     algorithms (the pieces of a hub add atomically).  Nothing here reads back to the host."""
     k = _kernels()
-    if reduce == "max" or (weight is not None and weight.dim() == 2) or torch.are_deterministic_algorithms_enabled():
+    if not _first_contact_applies(graph, weight, reduce):
         return k.spmm.spmm_csr(graph.rowptr, graph.col, weight, x, reduce=reduce)
     cfg = k.pieces.first_contact_config(graph.num_nodes, graph.num_edges, x.shape[1])
     return k.pieces.spmm_pieces(graph.rowptr, graph.col, weight, x, cfg, reduce)
