@@ -203,3 +203,30 @@ def test_first_contact_path_does_not_sync(monkeypatch):
         torch.cuda.set_sync_debug_mode(0)
     a = dense_adjacency(ei.cpu(), n)
     assert torch.allclose(out.detach().double().cpu(), a @ x.detach().double().cpu(), atol=1e-4)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_remaining_self_loops_without_a_sort_match_the_edge_list(weighted):
+    """GCN's loops (PyG's add_remaining_self_loops) built in place: every loop removed, one per
+    node weighing the node's last loop in input order (or 1), against the raw edge list."""
+    from sparsegnn.nn._graph_input import _loops_remaining
+
+    n = 14
+    ei, _ = random_graph(n, 70, seed=5, num_self_loops=7, num_duplicates=5, num_isolated=2, num_empty_rows=2)
+    ei = torch.cat([ei, torch.tensor([[3, 3], [3, 3]])], 1)          # node 3: several loops
+    w = torch.rand(ei.shape[1], generator=torch.Generator().manual_seed(2)) + 0.5 if weighted else None
+    g = sg.Graph.from_edge_index(ei, w, num_nodes=n)
+    looped = _loops_remaining(1.0)(g)
+    want = torch.zeros(n, n, dtype=torch.float64)
+    loop_w = torch.ones(n, dtype=torch.float64)
+    for e in range(ei.shape[1]):
+        src, dst = int(ei[0, e]), int(ei[1, e])
+        value = 1.0 if w is None else float(w[e])
+        if src == dst:
+            loop_w[dst] = value                                     # the last one in input order wins
+        else:
+            want[dst, src] += value
+    want += torch.diag(loop_w)
+    assert looped.num_edges == int((ei[0] != ei[1]).sum()) + n
+    assert (looped.rowptr[1:] >= looped.rowptr[:-1]).all()
+    assert torch.equal(looped.to_dense(torch.float64), want)

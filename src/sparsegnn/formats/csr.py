@@ -148,6 +148,38 @@ def merge_duplicates(
     return new_rowptr, new_col, new_val
 
 
+def replace_self_loops(rowptr: Tensor, col: Tensor, row: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """A square CSR with every self loop removed and one added per node, at the end of its row,
+    without a sort and with one read-back (the number of loops removed sizes the result).
+
+    Returns:
+        ``(rowptr', col', source)``: ``source[k]`` is the input edge that output edge ``k`` is
+        (``< E``), or ``E + i`` for the loop added to node ``i``; so per-edge values follow with
+        ``cat([values, loop_values])[source]``.  Kept edges keep their order within a row.
+
+    Shapes:
+        rowptr: [N + 1], col, row: [E] (``row`` = target of every edge) -> [N + 1], [E'], [E'].
+    """
+    num_nodes, num_edges, device = rowptr.numel() - 1, col.numel(), col.device
+    is_loop = row == col
+    loops_before = torch.zeros(num_edges + 1, dtype=torch.int64, device=device)   # loops among edges < e
+    torch.cumsum(is_loop, 0, out=loops_before[1:])
+    removed = loops_before[rowptr[1:]] - loops_before[rowptr[:-1]]                  # loops per row
+    new_rowptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=device)
+    torch.cumsum(rowptr[1:] - rowptr[:-1] - removed + 1, 0, out=new_rowptr[1:])
+    total = num_edges - int(loops_before[-1]) + num_nodes
+    edge = torch.arange(num_edges, device=device)
+    rank = edge - rowptr[row] - (loops_before[:-1] - loops_before[rowptr[row]])  # among the row's kept edges
+    # every slot written once: kept edges to their place, removed loops past the end (dropped)
+    target = torch.where(is_loop, total + loops_before[:-1], new_rowptr[row] + rank)
+    nodes = torch.arange(num_nodes, device=device)
+    source = torch.empty(num_edges + num_nodes, dtype=torch.int64, device=device)
+    source[torch.cat([target, new_rowptr[1:] - 1])] = torch.cat([edge, num_edges + nodes])
+    source = source[:total]
+    new_col = torch.cat([col.to(torch.int64), nodes])[source]
+    return new_rowptr, new_col, source
+
+
 def add_self_loops_csr(
     rowptr: Tensor, col: Tensor, edge_val: Optional[Tensor], fill_value: float = 1.0,
     num_loops: Optional[int] = None, num_cols: Optional[int] = None,

@@ -154,17 +154,24 @@ def _loops_remaining(fill: float) -> Callable[[Graph], Graph]:
     def structure(graph: Graph) -> Graph:
         n, row, col = graph.num_nodes, graph.row, graph.col
         is_loop = row == col
-        keep = ~is_loop
-        loops = torch.arange(n, device=graph.device)
-        values = None
+        loop_val = None
         if graph.edge_val is not None:
             val = graph.edge_val
             position = torch.arange(graph.num_edges, device=graph.device)
-            last = torch.full((n,), graph.num_edges, dtype=torch.int64, device=graph.device)   # E: no loop
-            last = last.scatter_reduce(0, row[is_loop], position[is_loop], "amax", include_self=False)
+            # each node's last loop (masked positions instead of row[is_loop]: no read-back)
+            last = torch.full((n,), -1, dtype=torch.int64, device=graph.device)
+            last = last.scatter_reduce(0, row, torch.where(is_loop, position, -1), "amax", include_self=True)
+            last = torch.where(last < 0, graph.num_edges, last)                               # E: no loop
             loop_val = torch.cat([val, val.new_full((1,), float(fill))])[last]                # E -> fill
-            values = torch.cat([val[keep], loop_val])
-        return _concat_graph(graph, torch.cat([row[keep], loops]), torch.cat([col[keep], loops]), values)
+        if graph.is_bipartite:
+            keep = ~is_loop
+            loops = torch.arange(n, device=graph.device)
+            values = None if loop_val is None else torch.cat([graph.edge_val[keep], loop_val])
+            return _concat_graph(graph, torch.cat([row[keep], loops]), torch.cat([col[keep], loops]), values)
+        # no sort: the kept edges in place, each node's loop at the end of its row
+        rowptr, new_col, source = csr_fmt.replace_self_loops(graph.rowptr, col, row)
+        values = None if loop_val is None else torch.cat([graph.edge_val, loop_val])[source]
+        return Graph(rowptr, new_col, values, n, ptr=graph.ptr, transient=graph.transient)
     return structure
 
 
