@@ -24,6 +24,7 @@ from torch.autograd.function import once_differentiable
 
 from .._checks import check, check_precision, check_same_device
 from ..graph import Graph, as_graph
+from ..tune.reuse import use
 from . import reference
 from ._dispatch import aggregate, choose_backend
 from ._library import compiling, graph_of, not_traceable_graph
@@ -60,6 +61,7 @@ def _gat_forward(graph: Graph, feat: Tensor, a_src: Tensor, a_dst: Tensor, slope
 
     k = _attention_kernels()
     n, heads, channels = feat.shape
+    use(graph, heads * channels, feat.element_size())   # tuned once the graph's reuse repays it (tune.reuse)
     run = lambda cfg: k.gat_forward(graph.rowptr, graph.col, feat, a_src, a_dst, slope, p_drop, seed, cfg,  # noqa: E731
                                     torch.float32)
     candidates = lambda: k.gat_candidates(n, graph.num_edges, heads, channels)  # noqa: E731
@@ -235,6 +237,7 @@ def _agnn_forward(graph: Graph, q: Tensor, nrm: Tensor, beta: Tensor) -> Tuple[T
     from ..tune import decide
 
     k = _attention_kernels()
+    use(graph, q.shape[1], q.element_size())   # tuned once the graph's reuse repays it (tune.reuse)
     run = lambda cfg: k.agnn_forward(graph.rowptr, graph.col, q, nrm, beta, cfg, torch.float32)  # noqa: E731
     candidates = lambda: k.agnn_candidates(q.shape[0], graph.num_edges, q.shape[1])  # noqa: E731
     config = decide("agnn", graph, "cos", q.shape[1], q.dtype, q.device, candidates, run,

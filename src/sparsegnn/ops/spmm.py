@@ -21,10 +21,10 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_edge_values, check_node_features, check_precision, check_same_device
 from ..formats.cbsr import CBSR
 from ..graph import Graph, as_graph
+from ..tune.reuse import invested
 from . import _cpu
 from ._dispatch import BACKENDS, aggregate, aggregate_transposed, choose_backend, spmm_max_backward, spmm_weight_grad
 from ._library import compiling, not_traceable_graph
-from ..tune.reuse import invested
 
 REDUCES = ("sum", "mean", "max")
 
