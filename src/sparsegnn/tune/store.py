@@ -197,6 +197,9 @@ class DecisionStore:
         self._warned: Set[str] = set()
         self._readonly = False              # the file or directory proved unwritable: stop trying
         self._prepared = False              # legacy import / recovery looked at once
+        self._reader: Optional[sqlite3.Connection] = None   # kept open for lookups (see _reading)
+        self._reader_id: Optional[tuple] = None             # (device, inode) of the file it reads
+        self._reader_lock = threading.Lock()                # one lookup at a time on it
 
     # ------------------------------------------------------------ public API
     @property
@@ -336,34 +339,50 @@ class DecisionStore:
     def _connect(self, write: bool) -> sqlite3.Connection:
         if write:
             conn = sqlite3.connect(str(self._path), timeout=self._lock_timeout, isolation_level=None)
+            # No fsync per decision (~4 ms each): a write stays atomic against a crashed process
+            # (the journal), and a file an OS crash damages is moved aside on the next read.
+            conn.execute("PRAGMA synchronous = OFF")
         else:
             conn = sqlite3.connect(self._path.resolve().as_uri() + "?mode=ro", uri=True, timeout=self._lock_timeout,
-                                   isolation_level=None)
+                                   isolation_level=None, check_same_thread=False)
         return conn
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Optional[sqlite3.Connection]]:
         """A read-only connection to a usable file, or None when there is no file (or no table yet).
-        An unusable file is recovered (moved aside) when it can be, and reads as empty."""
-        if self._path is None or not self._path.exists():
+        An unusable file is recovered (moved aside) when it can be, and reads as empty.
+
+        The connection is kept for the next lookup while the file is the same one (same device
+        and inode: a file moved aside and made anew is reopened and checked again): opening and
+        checking it cost ~0.4 ms, a lookup on it ~20 us.  Each query runs in a transaction of
+        its own, so it sees what other processes committed."""
+        if self._path is None:
             yield None
             return
         try:
-            conn = self._connect(write=False)
-        except sqlite3.Error:
+            info = self._path.stat()
+        except OSError:
             yield None
             return
-        try:
-            try:
-                self._check(conn)
-            except _Unusable as exc:
-                conn.close()
-                self._recover(str(exc))
-                yield None
-                return
-            yield conn
-        finally:
-            conn.close()
+        with self._reader_lock:
+            if self._reader is not None and self._reader_id != (info.st_dev, info.st_ino):
+                self._reader.close()
+                self._reader = None
+            if self._reader is None:
+                try:
+                    conn = self._connect(write=False)
+                except sqlite3.Error:
+                    yield None
+                    return
+                try:
+                    self._check(conn)
+                except _Unusable as exc:
+                    conn.close()
+                    self._recover(str(exc))
+                    yield None
+                    return
+                self._reader, self._reader_id = conn, (info.st_dev, info.st_ino)
+            yield self._reader
 
     @staticmethod
     def _check(conn: sqlite3.Connection) -> bool:
