@@ -377,3 +377,19 @@ def test_clear_forgets_memory_and_file(tmp_path):
     assert DecisionStore(path).get("k") is None
     store.put("k2", {"A": 2})
     assert list(_load(path)) == ["k2"]
+
+
+def test_a_kept_reader_sees_later_writes_and_a_new_file(tmp_path):
+    """Lookups keep one read connection: it still sees what another writer commits later, and a
+    file moved aside and made anew is read afresh (not the old file's rows)."""
+    path = tmp_path / "dev.sqlite"
+    writer, reader = DecisionStore(path), DecisionStore(path)
+    writer.put("a", {"x": 1})
+    assert reader.get("a") == {"x": 1}               # the reader's connection is open now
+    assert reader.get("b") is None
+    writer.put("b", {"x": 2})
+    assert reader.get("b") == {"x": 2}
+    os.replace(path, tmp_path / "old.sqlite")         # moved aside; a new file under the name
+    DecisionStore(path).put("c", {"x": 3})
+    assert reader.get("c") == {"x": 3}
+    assert reader.get("zzz") is None
