@@ -24,7 +24,6 @@ Every time is wall-clock around the work with the device synchronised, CUDA cach
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import statistics
@@ -138,7 +137,6 @@ def section_op(data: Path) -> List[dict]:
         print(f"  {name:28s} E={row['edges']:>9,d} ours {row['ours_first_ms']:8.2f} torch {row['torch_first_ms']:8.2f} "
               f"pyg {row['pyg_first_ms']:8.2f} | fc {row['first_contact_ms']:.3f} inv {row['invested_ms']:.3f} "
               f"cusp {row['cusparse_ms']:.3f} invest {row['invest_ms']:.0f} ms err {row['rel_err']:.1e}", flush=True)
-        del g, tuned, adj, x
     return rows
 
 

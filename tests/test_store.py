@@ -4,7 +4,6 @@ import json
 import multiprocessing
 import os
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
