@@ -1,7 +1,8 @@
-"""Triton's per-process key (``kernels._prewarm``): stored once and installed by later
-processes (only while the files it reads are unchanged), else hashed on a background thread
-(the hashing imports nothing) and stored; the modules Triton's first launch imports, imported
-on that thread first; off where no GPU kernel will be compiled."""
+"""Triton's per-process start-up work (``kernels._prewarm``): nothing at import, threads from
+CUDA's first use; the key stored once and installed by later processes (only while the files it
+reads are unchanged), else hashed on a background thread (the hashing imports nothing) and
+stored; the modules Triton's first launch imports, imported on that thread first; off where no
+GPU kernel will be compiled."""
 import sys
 import time
 
@@ -87,37 +88,90 @@ def test_wait_joins_a_running_prewarm(fresh_prewarm, monkeypatch):
     _prewarm.wait()                                         # nothing started: returns at once
 
 
-def test_the_tool_versions_run_on_a_thread_once_cuda_starts(fresh_prewarm, monkeypatch):
-    """``start`` queues ``_after_cuda_init`` for CUDA's lazy init; run there, it starts the
-    thread that runs the tool versions, Triton's driver and the kernel sources, in that order,
-    and ``wait`` joins it; it never raises into torch."""
+def test_the_threads_start_where_cuda_starts(fresh_prewarm, monkeypatch):
+    """``arm`` (what the import does) queues ``_on_cuda_init`` for CUDA's lazy init and starts
+    nothing; run there, it starts the key thread and the tools thread, which runs the tool
+    versions, Triton's driver and the kernel sources, in that order; ``wait`` joins both; it
+    never raises into torch."""
     import threading
 
     import torch
 
     queued, ran, release = [], [], threading.Event()
     monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("SPARSEGNN_PREWARM", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "_lazy_call", lambda fn, **kw: queued.append(fn))
+    monkeypatch.setattr(_prewarm, "_ARMED", False)
     monkeypatch.setattr(_prewarm, "_TOOLS", None)
     monkeypatch.setattr(_prewarm, "_background", lambda store, own: None)     # the key thread ends at once
     record = lambda name: ran.append((name, threading.current_thread().name))  # noqa: E731
     monkeypatch.setattr(_prewarm, "_tool_versions", lambda: (release.wait(5), record("tools")))
     monkeypatch.setattr(_prewarm, "_driver", lambda: record("driver"))
     monkeypatch.setattr(_prewarm, "_kernel_sources", lambda: record("sources"))
-    _prewarm.start(force=True)
-    assert queued == [_prewarm._after_cuda_init] and _prewarm._TOOLS is None
+    threads = threading.active_count()
+    _prewarm.arm()
+    _prewarm.arm()                                  # once per process
+    assert queued == [_prewarm._on_cuda_init]
+    assert _prewarm._THREAD is None and _prewarm._TOOLS is None and threading.active_count() == threads
     queued[0]()                                     # what torch.cuda._lazy_init does at its end
+    assert _prewarm._THREAD is not None and _prewarm._THREAD.name == "sparsegnn-triton-prewarm"
     assert _prewarm._TOOLS is not None and _prewarm._TOOLS.name == "sparsegnn-triton-tools"
     threading.Timer(0.2, release.set).start()
     _prewarm.wait()                                 # returns only once the tools thread is done
-    assert not _prewarm._TOOLS.is_alive()
+    assert not _prewarm._TOOLS.is_alive() and not _prewarm._THREAD.is_alive()
     assert ran == [(name, "sparsegnn-triton-tools") for name in ("tools", "driver", "sources")]
 
     def refuse(*args, **kwargs):
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(_prewarm.threading, "Thread", refuse)
-    _prewarm._after_cuda_init()                     # swallowed: torch would re-raise it to the user
+    monkeypatch.setattr(_prewarm, "_THREAD", None)
+    _prewarm._on_cuda_init()                        # swallowed: torch would re-raise it to the user
+
+
+def test_cuda_started_before_the_import_starts_the_prewarm_at_the_first_launch(fresh_prewarm, monkeypatch):
+    """Where the script initialised CUDA before importing sparsegnn, ``arm`` queues nothing and
+    starts nothing; the first launch's ``wait`` starts the key thread and joins it."""
+    import torch
+
+    queued = []
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("SPARSEGNN_PREWARM", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "_lazy_call", lambda fn, **kw: queued.append(fn))
+    monkeypatch.setattr(_prewarm, "_ARMED", False)
+    monkeypatch.setattr(_prewarm, "_LATE", False)
+    monkeypatch.setattr(_prewarm, "_background", lambda store, own: None)
+    _prewarm.arm()
+    assert queued == [] and _prewarm._THREAD is None and _prewarm._LATE
+    _prewarm.wait()
+    assert _prewarm._THREAD is not None and not _prewarm._THREAD.is_alive() and not _prewarm._LATE
+
+
+def test_import_starts_no_thread_and_leaves_triton_as_it_was(tmp_path):
+    """A fresh interpreter that looks like a CUDA build: ``import sparsegnn`` queues the warm-up
+    for CUDA's first use, and starts no thread, registers nothing to run, keeps Triton's key."""
+    import os
+    import subprocess
+
+    code = (
+        "import threading, torch\n"
+        "torch.version.cuda = '12.8'\n"
+        "import sparsegnn\n"
+        "from sparsegnn.kernels import _prewarm\n"
+        "import triton.runtime.cache as cache\n"
+        "assert threading.active_count() == 1, threading.enumerate()\n"
+        "assert _prewarm._ARMED and _prewarm._THREAD is None and _prewarm._ORIGINAL is None\n"
+        "assert cache.triton_key.__wrapped__.__module__ == 'triton.runtime.cache'\n"
+        "print('quiet')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "SPARSEGNN_PREWARM")}
+    env["SPARSEGNN_CACHE"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "quiet" in out.stdout, out.stderr
 
 
 def test_the_kernel_sources_are_imported_and_keyed_once_the_package_is_imported(monkeypatch):

@@ -16,10 +16,11 @@ from .ops.pool import global_pool
 
 __version__ = "0.1.0"
 
-# Triton's per-process key (a ~0.25 s hash of its compiler): the stored one, else hashed in the background
+# Triton's start-up work (its key, launch-time imports, tool versions) begins on the first CUDA
+# use, on background threads; importing starts no thread and changes no module.
 from .kernels import _prewarm as _prewarm  # noqa: E402
 
-_prewarm.start()
+_prewarm.arm()
 
 __all__ = ["Graph", "CBSR", "spmm", "sddmm", "edge_softmax", "gat_attention", "agnn_attention", "dropout", "maxk",
            "layer_norm_maxk", "global_pool", "accelerate",

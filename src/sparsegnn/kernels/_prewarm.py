@@ -1,63 +1,46 @@
-"""Triton's once-per-process start-up work: its key, stored on disk, or hashed in the background;
-the modules its first launch imports, imported in the background; and, once the script starts
-CUDA, Triton's tool versions, its driver and the SpMM kernels' sources, on a second thread.
+"""Triton's once-per-process start-up work, moved off the first kernel launch: its key (stored
+on disk, or hashed in the background), the modules its first launch imports, its tool versions,
+its driver and the SpMM kernels' sources.
 
-The first launch of any Triton kernel in a process, even one whose binary sits in Triton's
-disk cache, computes ``triton.runtime.cache.triton_key()``: a SHA-256 over Triton's own
-compiler library (``libtriton.so``, ~400-500 MB) and sources, kept in an ``lru_cache``:
-~0.25 s of reads and hashing on the H100 host, in a first GCN training step of 1.17 s with
-every cache warm (``benchmarks/h100/first_step_profile_2026-11-24_before.txt``).
+The first launch of any Triton kernel in a process, even one whose binary sits in Triton's disk
+cache, computes ``triton.runtime.cache.triton_key()``: a SHA-256 over Triton's compiler library
+(``libtriton.so``, ~400-500 MB) and sources, ~0.25 s of reads and hashing.
 
-Six parts, all started by ``import sparsegnn`` (``start``):
+``import sparsegnn`` starts none of this: it only queues ``_on_cuda_init`` for the end of CUDA's
+lazy init (``arm``).  The script's first CUDA use (moving its data to the GPU) then starts two
+daemon threads that run while the script builds its model:
 
 - **The stored key.**  The key depends only on the bytes of those files, so it is stored under
   the cache root (``<cache root>/triton_key/<stamp>``), where the stamp is a SHA-256 over
-  Triton's version and the path, size, modification time and inode of every file the key
-  reads (Python's rule for ``.pyc`` files: a file rewritten in place changes its time).  A
-  process that finds its stamp's file installs the stored key as ``triton_key`` in Triton's
-  modules (the function's value, without the hashing: Triton's own compile-worker pool does the
-  same with the key its parent computed).  Stamping costs ~2 ms of ``stat`` calls.
-- **The background hash.**  Without a stored key, a daemon thread computes the key (``hashlib``
-  and file reads release the GIL) while the script loads its data and builds its model, then
-  stores it.  The first launch that takes Triton's own path (``kernels/_launch.py``) calls
-  ``wait()`` first, so a key still being hashed is waited for rather than hashed twice.
-- **The launch-time imports.**  Triton's first launch in a process imports modules that its
-  own import did not (Triton 3.6: the gluon tensor-descriptor classes that argument
-  specialisation checks for, 0.075 s, and their dataclasses) and runs ``file`` once for its
-  platform key: 0.1 s of a warm first GCN step of 0.43-0.46 s on the H100, where the same
-  step without aggregation takes 0.29 s (``benchmarks/h100/first_step_profile_2026-11-24_stored_key.txt``).
-  The same thread does this first, while the script loads its data and CUDA starts (C++ that
-  releases the GIL); the first launch's ``wait()`` covers it too.
+  Triton's version and the path, size, modification time and inode of every file the key reads
+  (Python's rule for ``.pyc`` files).  A process that finds its stamp's file installs the stored
+  key as ``triton_key`` in Triton's modules (Triton's own compile-worker pool does the same with
+  the key its parent computed).  Stamping costs ~2 ms of ``stat`` calls.
+- **The background hash.**  Without a stored key, the first thread computes the key (``hashlib``
+  and file reads release the GIL), then stores it.  The first launch that takes Triton's own
+  path (``kernels/_launch.py``) calls ``wait()`` first, so a key still being hashed is waited
+  for rather than hashed twice.
+- **The launch-time imports.**  Triton's first launch imports modules its own import did not
+  (Triton 3.6: the gluon tensor-descriptor classes, ~75 ms) and runs ``file`` once for its
+  platform key (~0.1 s); the first thread does both first.
 - **The tool versions.**  The CUDA backend's hash in every kernel's cache key runs
-  ``ptxas --version`` (twice, ~5-7 ms, cached per architecture), which needs the device's
-  architecture: ``start`` queues ``_after_cuda_init`` with ``torch.cuda._lazy_call``, so when the
-  script first initialises CUDA (moving its data to the GPU) a second daemon thread fills that
-  cache while the script goes on (a subprocess: no GIL held).  ``wait()`` joins it too.
-- **Triton's driver.**  The same thread then creates Triton's default driver, whose C utilities
-  module Triton builds with ``gcc`` where its cache has none (~0.3 s of a first step with empty
-  caches, now beside the step's host work).
-- **The first step's kernel sources.**  The same thread then imports the SpMM kernel module
-  (each ``@triton.jit`` tokenises its source) and computes its kernels' cache keys (an AST
-  walk each): ~30 ms of Python that a first GCN step paid on its own thread, now overlapping
-  that step's first cuBLAS call (C++ without the GIL).  It waits until ``import sparsegnn``
-  has finished: the modules it imports then depend only on finished ones, so the two threads
-  may wait on each other's import of one module but never in a cycle.
+  ``ptxas --version`` (twice, ~5-7 ms, cached per architecture); the second thread fills it.
+- **Triton's driver.**  The second thread then creates Triton's default driver, whose C
+  utilities module Triton builds with ``gcc`` where its cache has none (~0.3 s).
+- **The first step's kernel sources.**  The second thread then imports the SpMM kernel module
+  (each ``@triton.jit`` tokenises its source) and computes its kernels' cache keys (an AST walk
+  each): ~30 ms of Python, overlapping the step's first cuBLAS call.  It waits until
+  ``import sparsegnn`` has finished, so the two threads may wait on each other's import of one
+  module but never in a cycle.
 
-The hashing imports nothing: the packages ``triton_key`` walks are imported (and walked) on
-the calling thread first.  The first thread imports Triton modules only; the second imports
-sparsegnn's SpMM kernel module once the package is imported.  sparsegnn's own first launch
-waits for both threads, and other code importing the same modules meanwhile
-(``torch.compile``, a user's Triton kernel) waits on that module's import lock, as with any
-two threads importing one module.  The threads run for ~0.1-0.3 s
-after ``import sparsegnn`` and after CUDA's init (the second up to ~0.4 s where gcc builds
-Triton's driver).  A fork in that window would copy a module's import lock held by a thread that
-the child does not have (a DataLoader worker importing that module would hang), so ``start``
-registers a hook that, before a fork, waits up to ``FORK_WAIT_S`` for the threads to finish;
-``SPARSEGNN_PREWARM=0`` turns the threads off altogether.  It all runs only
-where kernels will be compiled for a GPU (a CUDA or ROCm build of torch, Triton installed,
-not the interpreter, not a worker process such as a DataLoader's); ``SPARSEGNN_PREWARM=0``
-turns it off.  A failure in it is ignored: the first launch then computes the key itself,
-as it would without this module; a stored key that is not one of this Triton's is ignored.
+The hashing imports nothing: the packages ``triton_key`` walks are imported on the calling
+thread first.  sparsegnn's own first launch waits for both threads.  A fork while a thread holds
+a module's import lock would copy a lock the child cannot release (a DataLoader worker importing
+that module would hang), so ``start`` registers a hook that, before a fork, waits up to
+``FORK_WAIT_S`` for the threads.  It all runs only where kernels will be compiled for a GPU (a
+CUDA or ROCm build of torch, Triton installed, not the interpreter, not a worker process);
+``SPARSEGNN_PREWARM=0`` turns it off.  A failure in it is ignored: the first launch then computes
+the key itself; a stored key that is not one of this Triton's is ignored.
 """
 from __future__ import annotations
 
@@ -389,14 +372,47 @@ def start(force: bool = False) -> Optional[threading.Thread]:
         _FORK_HOOK = True
     _THREAD = threading.Thread(target=_background, args=(store, own), name="sparsegnn-triton-prewarm", daemon=True)
     _THREAD.start()
+    return _THREAD
+
+
+#: Whether ``arm`` queued ``_on_cuda_init`` (it runs once, where CUDA's lazy init ends).
+_ARMED = False
+#: Whether CUDA had started before ``arm`` ran: then the first launch calls ``start`` (``wait``).
+_LATE = False
+
+
+def arm() -> None:
+    """What ``import sparsegnn`` does: nothing but queue ``_on_cuda_init`` for the end of CUDA's
+    lazy init (``torch.cuda._lazy_call``), where this process will compile kernels for a GPU
+    (``wanted``).  No thread starts and no Triton module changes at import.  Where CUDA has
+    already started (the script touched the GPU before importing sparsegnn), the first kernel
+    launch starts the prewarm instead (``wait``); it then overlaps nothing, but the stored key
+    still spares the hashing."""
+    global _ARMED, _LATE
+    if _ARMED or not wanted():
+        return
+    _ARMED = True
     try:
         import torch
 
-        if torch.version.cuda is not None:
-            torch.cuda._lazy_call(_after_cuda_init)     # the tool versions once CUDA is up
-    except Exception:  # noqa: BLE001 - a torch without the hook: the first launch runs them
+        if torch.cuda.is_initialized():
+            _LATE = True
+        else:
+            torch.cuda._lazy_call(_on_cuda_init)
+    except Exception:  # noqa: BLE001 - a torch without the hook: the first launch starts it
+        _LATE = True
+
+
+def _on_cuda_init() -> None:
+    """Queued by ``arm``: runs where CUDA's lazy init ends (on the thread that initialised it).
+    Starts the key thread (``start``) and the tools thread (``_after_cuda_init``) while the
+    script moves its data and builds its model.  Never raises: an exception here would surface
+    as torch's ``DeferredCudaCallError``."""
+    try:
+        start()
+    except Exception:  # noqa: BLE001 - see the docstring
         pass
-    return _THREAD
+    _after_cuda_init()
 
 
 def state() -> str:
@@ -409,7 +425,15 @@ def state() -> str:
 def wait(timeout: float = 30.0) -> None:
     """Block until a started prewarm has finished (at most ``timeout`` seconds); returns at once
     when none runs.  ``kernels/_launch.launch`` calls it before a kernel first takes Triton's own
-    path (compile or load); the interpreter and launches under profiler hooks do not."""
+    path (compile or load); the interpreter and launches under profiler hooks do not.  Where
+    ``arm`` found CUDA already started, this first starts the prewarm (``start``)."""
+    global _LATE
+    if _LATE:
+        _LATE = False
+        try:
+            start()
+        except Exception:  # noqa: BLE001 - the launch computes the key itself
+            pass
     for thread in (_THREAD, _TOOLS):
         if thread is not None and thread.is_alive():
             thread.join(timeout)
