@@ -27,6 +27,7 @@ from torch import Tensor
 
 from .._checks import check
 from ..graph import Graph
+from .nodes import NodeDataset
 from .real import read_npz_graph
 from .suite import default_data_dir
 
@@ -89,8 +90,6 @@ def load_real_node_dataset(name: str, data_dir=None, seed: int = 0, normalize_fe
     Shapes:
         -> x: [N, F] float32 (F = 3,170 for twitch, 65 otherwise); y: [N] int64; masks: [N] bool.
     """
-    from . import NodeDataset  # noqa: PLC0415 - the package imports this module
-
     fn = "load_real_node_dataset"
     check(isinstance(name, str) and name.lower() in REAL_NODE_DATASETS, fn,
           f"unknown dataset {name!r}; known: {', '.join(REAL_NODE_DATASETS)}")

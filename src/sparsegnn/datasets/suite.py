@@ -15,6 +15,7 @@ import torch
 from .._checks import check
 from ..graph import Graph
 from .molecules import load_molecules
+from .nodes import load_bundled
 from .planetoid import read_planetoid_raw
 from .real import load_tu_batch, read_npz_graph
 
@@ -84,9 +85,7 @@ def load_suite_graph(name: str, data_dir=None) -> Graph:
     fn = "load_suite_graph"
     name = _canonical(name)
     if name == "cora":
-        from . import load  # noqa: PLC0415 - the package imports this module
-
-        return _bare(load("cora").graph)
+        return _bare(load_bundled("cora").graph)
     root = Path(data_dir) if data_dir is not None else default_data_dir()
     check(root is not None, fn, f"{name!r} needs the data folder: set SPARSEGNN_DATA to the datasets "
                                 "directory (with planetoid/, real/, tu/, molecules/) or pass data_dir")

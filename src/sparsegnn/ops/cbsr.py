@@ -31,7 +31,7 @@ from torch.autograd.function import once_differentiable
 from ..formats.cbsr import CBSR
 from ..graph import Graph
 from ._dispatch import aggregate, aggregate_transposed, choose_backend, plan_of, spmm_weight_grad
-from ._library import compiling
+from torch.compiler import is_compiling as compiling  # dynamo tracing: the custom ops (``_library``) take over
 
 
 def _cuda_kernels(values: Tensor, index: Tensor, grad: Optional[Tensor] = None) -> bool:

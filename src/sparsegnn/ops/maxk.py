@@ -25,7 +25,7 @@ from torch import Tensor
 from .._checks import check
 from ..formats.cbsr import CBSR, index_dtype
 from ..kernels import interpreting, triton_available
-from ._library import compiling
+from torch.compiler import is_compiling as compiling  # dynamo tracing: the custom ops (``_library``) take over
 
 BACKENDS = ("auto", "triton", "reference")
 
