@@ -101,7 +101,7 @@ def test_cached_runner_follows_the_weights(reduce, monkeypatch):
     w = torch.rand(g.num_edges, dtype=torch.float64) + 0.5
     for _ in range(2):
         assert _rel(sg.spmm(g, x, reduce, edge_weight=w, backend="cpu"), expected(g, w)) < 1e-10
-    assert sum(1 for key in g.cache if isinstance(key, tuple) and key[0] == "cpu_spmm_runner") == 1
+    assert sum(1 for key in g.cache if isinstance(key, tuple) and key[0] == "cpu_runner") == 1
     with torch.no_grad():
         w.mul_(2.0)                                   # same tensor, new version
     assert _rel(sg.spmm(g, x, reduce, edge_weight=w, backend="cpu"), expected(g, w)) < 1e-10
@@ -132,7 +132,7 @@ def test_transient_graphs_cache_no_runner_or_decision():
     x = torch.randn(n, 16)
     out = sg.spmm(t, x, backend="cpu")
     assert _rel(out, _dense(g, torch.ones(g.num_edges)) @ x.double()) < 1e-5
-    assert not [key for key in t.cache if isinstance(key, tuple) and key[0] in ("cpu_spmm_runner", "cpu_plan", "spmm_call")]
+    assert not [key for key in t.cache if isinstance(key, tuple) and key[0] in ("cpu_runner", "cpu_plan", "call")]
 
 
 def test_decision_is_memoised_on_the_graph_until_the_store_is_reset(monkeypatch):
@@ -261,7 +261,7 @@ def test_bound_spmm_keeps_one_entry_per_signature_across_store_resets():
     for _ in range(3):
         assert _rel(sg.spmm(g, x, backend="triton").cpu(), ref) < 1e-5
         store.reset_stores()
-    assert sum(1 for k in g.cache if isinstance(k, tuple) and k[:2] == ("derived", "spmm_run")) == 1
+    assert sum(1 for k in g.cache if k[0] == "spmm_run") == 1
 
 
 def test_backward_spmm_binds_the_permuted_values_once():
@@ -281,5 +281,5 @@ def test_backward_spmm_binds_the_permuted_values_once():
         sg.spmm(g, x, backend="triton").backward(dy.to(DEVICE).float())
         want = _dense(g.to("cpu"), g.edge_val.cpu()).t() @ dy
         assert _rel(x.grad.cpu(), want) < 1e-5, step
-    entries = [k for k in g.t().cache if isinstance(k, tuple) and k[:2] == ("derived", "spmm_run")]
-    assert len(entries) == 1 and entries[0][-1] is True
+    entries = [k for k in g.t().cache if k[0] == "spmm_run"]
+    assert len(entries) == 1 and entries[0][1][-1] is True

@@ -43,9 +43,9 @@ def test_collate_equals_graph_batch_of_the_same_graphs():
     assert batch.batch.tolist() == [b for b, c in enumerate(counts) for _ in range(c)]
     assert batch.num_graphs == 6 and batch.ptr is g.ptr
     # what collate put in the cache is what the Graph would compute itself
-    assert torch.equal(g.cache["row"], rowptr_to_row(g.rowptr, g.num_edges))
-    assert torch.equal(g.cache["in_degree"], g.rowptr.diff())
-    for got, want in zip(g.cache["transpose"], transpose_csr(expected.rowptr, expected.col, expected.num_nodes)):
+    assert torch.equal(g.cache.get("row"), rowptr_to_row(g.rowptr, g.num_edges))
+    assert torch.equal(g.cache.get("in_degree"), g.rowptr.diff())
+    for got, want in zip(g.cache.get("transpose"), transpose_csr(expected.rowptr, expected.col, expected.num_nodes)):
         assert torch.equal(got, want)
 
 
@@ -115,16 +115,16 @@ def test_loader_batches_equal_collate_of_their_graphs():
         for name in ("rowptr", "col", "edge_val", "ptr"):
             assert torch.equal(getattr(g, name), getattr(w, name)), name
         for key in ("row", "in_degree"):
-            assert torch.equal(g.cache[key], w.cache[key]), key
-        assert all(torch.equal(a, b) for a, b in zip(g.cache["transpose"], w.cache["transpose"]))
+            assert torch.equal(g.cache.get(key), w.cache.get(key)), key
+        assert all(torch.equal(a, b) for a, b in zip(g.cache.get("transpose"), w.cache.get("transpose")))
         for name in ("x", "y", "batch"):
             assert torch.equal(getattr(batch, name), getattr(want, name)), name
         assert g.num_nodes == w.num_nodes and g.transient
         counts = batch.graph.ptr.diff()
-        assert g.cache["batch_stats"] == (int(counts.max()), g.num_edges / g.num_nodes, True)
-        assert w.cache["batch_stats"] == g.cache["batch_stats"]
+        assert g.cache.get("batch_stats") == (int(counts.max()), g.num_edges / g.num_nodes, True)
+        assert w.cache.get("batch_stats") == g.cache.get("batch_stats")
         if hasattr(Graph, "batch_stats"):                # what the Graph measures itself agrees
-            assert Graph(g.rowptr, g.col, None, g.num_nodes, ptr=g.ptr).batch_stats() == g.cache["batch_stats"]
+            assert Graph(g.rowptr, g.col, None, g.num_nodes, ptr=g.ptr).batch_stats() == g.cache.get("batch_stats")
     ahead = GraphLoader(data, 4, shuffle=True, generator=torch.Generator().manual_seed(1), prefetch=2)
     plain = GraphLoader(data, 4, shuffle=True, generator=torch.Generator().manual_seed(1))
     for a, b in zip(ahead, plain, strict=True):         # a background thread yields the same batches

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -29,6 +29,7 @@ from torch import Tensor
 from ._checks import check, check_count, check_edge_values, check_index, check_same_device, check_tensor, index_size
 from .formats import csr as csr_fmt
 from .formats.plan import RowPlan, build_row_plan
+from .graph_cache import GraphCache
 
 _NEXT_KEY = itertools.count()
 #: Derived forms a caller may supply (``Graph.set_derived``).
@@ -115,7 +116,7 @@ class Graph:
         self._num_edges = int(col.numel())   # a plain int: compiled code reads it without touching col
         self.edge_perm = edge_perm
         self.ptr = ptr
-        self._cache: Dict[str, object] = {}
+        self._cache = GraphCache(self.volatile)
         self._register()
 
     def _register(self) -> None:
@@ -313,20 +314,16 @@ class Graph:
         return f"Graph(num_nodes={self.num_nodes}{src}, num_edges={self.num_edges}{vals}{batch}, device={self.device})"
 
     @property
-    def cache(self) -> Dict[object, object]:
-        """Derived forms of this graph's structure (transpose, plans, tuned kernel configs).
+    def cache(self) -> GraphCache:
+        """The forms derived from this graph (transpose, plans, tiles, bound launches), in the
+        named slots of a :class:`~sparsegnn.graph_cache.GraphCache`: the one place that holds
+        them, with one invalidation rule.  Graphs made with ``with_values`` share its
+        structure slots; ``to`` starts empty; a ``volatile`` graph keeps only what its owner
+        supplies."""
+        return self._cache
 
-        Copied into graphs made with ``with_values`` (same structure); not carried over by ``to``.
-        A ``volatile`` graph returns a copy: what an op stores there lasts for that call only.
-        """
-        return dict(self._cache) if self.volatile else self._cache
-
-    def _cached(self, key: str, build):
-        if key not in self._cache:
-            if self.volatile:                 # refilled in place between calls: build, never keep
-                return build()
-            self._cache[key] = build()
-        return self._cache[key]
+    def _cached(self, slot: str, build, key=None):
+        return self._cache.get(slot, key, build)
 
     def set_derived(self, key: str, value) -> None:
         """Supply a derived form (``"row"``, ``"in_degree"``, ``"transpose"``, ``"t"``) that the
@@ -334,7 +331,7 @@ class Graph:
         are the only cached forms: the owner refills them whenever it refills the graph.
         Trusted, not checked."""
         check(key in _DERIVED_KEYS, "Graph.set_derived", f"key must be one of {_DERIVED_KEYS}, got {key!r}")
-        self._cache[key] = value
+        self._cache.put(key, value, values=self.edge_val if key == "t" else None, owner=True)
 
     @property
     def row(self) -> Tensor:
@@ -354,18 +351,22 @@ class Graph:
         def build():
             rowptr_t, col_t, perm = self.transpose_parts()
             vals = csr_fmt.permute_edges(self.edge_val, perm) if self.edge_val is not None else None
+            previous = self._cache.peek("t")
+            if previous is not None:             # values updated in place: same structure, its plans kept
+                return previous.with_values(vals)
             g = Graph(rowptr_t, col_t, vals, self.num_src, num_src=self.num_nodes, transient=self.transient,
                       ptr=self.ptr)             # a block-diagonal batch transposes block by block
-            if "batch_stats" in self._cache:     # same blocks, same sizes, same E / N: no second sync
-                g._cache["batch_stats"] = self._cache["batch_stats"]
+            stats = self._cache.get("batch_stats")
+            if stats is not None:                # same blocks, same sizes, same E / N: no second sync
+                g._cache.put("batch_stats", stats, owner=True)
             return g
-        return self._cached("t", build)
+        return self._cache.get("t", None, build, values=self.edge_val)
 
     def set_batch_stats(self, max_nodes: int) -> None:
         """Declare this batch block-diagonal (every edge inside its graph of ``ptr``) with at
         most ``max_nodes`` nodes per graph, as a loader that built it knows on the host:
         ``batch_stats`` then skips its check and the host sync it costs.  Trusted, not checked."""
-        self._cache["batch_stats"] = (int(max_nodes), self.num_edges / max(self.num_nodes, 1), True)
+        self._cache.put("batch_stats", (int(max_nodes), self.num_edges / max(self.num_nodes, 1), True), owner=True)
 
     def batch_stats(self) -> Optional[Tuple[int, float, bool]]:
         """``(largest graph's nodes, mean degree, every edge inside its graph)`` of a batch
@@ -389,7 +390,7 @@ class Graph:
 
     def row_plan(self, chunk: int) -> RowPlan:
         """Degree-aware work partition of the CSR rows at ``chunk`` edges (cached per chunk)."""
-        return self._cached(f"row_plan_{chunk}", lambda: build_row_plan(self.rowptr, self.col, chunk))
+        return self._cached("row_plan", lambda: build_row_plan(self.rowptr, self.col, chunk), chunk)
 
     def batch_vector(self) -> Tensor:
         """Graph id of every node, ``[N]`` int64 (all zeros when not batched)."""
@@ -413,11 +414,11 @@ class Graph:
 
     def inv_degree(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """Per-row ``1 / max(deg, 1)``, ``[N]`` (cached per dtype): a mean's scale, once per row."""
-        return self._cached(f"inv_degree_{dtype}", lambda: self.in_degree().to(dtype).clamp(min=1.0).reciprocal())
+        return self._cached("inv_degree", lambda: self.in_degree().to(dtype).clamp(min=1.0).reciprocal(), dtype)
 
     def mean_scale(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """Per-edge ``1 / deg(row[e])`` (cached per dtype): turns a sum aggregation into a mean."""
-        return self._cached(f"mean_scale_{dtype}", lambda: self.inv_degree(dtype)[self.row])
+        return self._cached("mean_scale", lambda: self.inv_degree(dtype)[self.row], dtype)
 
     # ------------------------------------------------------------------ conversions
     def edge_index(self) -> Tensor:
@@ -455,8 +456,7 @@ class Graph:
                   f"edge_val must be on the graph's device ({self.rowptr.device}), got {edge_val.device}")
         g = Graph(self.rowptr, self.col, edge_val, self.num_nodes, edge_perm=self.edge_perm, ptr=self.ptr,
                   num_src=self.num_src, transient=self.transient, volatile=self.volatile)
-        g._cache = {k: v for k, v in self._cache.items()   # without what depends on the values
-                    if k != "t" and not (isinstance(k, tuple) and k[:1] == ("derived",))}
+        g._cache = self._cache.structure_only(g.volatile)   # without what depends on the values
         return g
 
     # ------------------------------------------------------------------ transformations

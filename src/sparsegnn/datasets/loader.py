@@ -79,9 +79,9 @@ class GraphBatch:
         graph = Graph(move(g.rowptr), move(g.col), move(g.edge_val), g.num_nodes, ptr=move(g.ptr), transient=g.transient)
         for key in ("row", "in_degree"):
             if key in g.cache:
-                graph.set_derived(key, move(g.cache[key]))
+                graph.set_derived(key, move(g.cache.get(key)))
         if "transpose" in g.cache:
-            graph.set_derived("transpose", tuple(move(t) for t in g.cache["transpose"]))
+            graph.set_derived("transpose", tuple(move(t) for t in g.cache.get("transpose")))
         return GraphBatch(graph, move(self.x), move(self.y), move(self.y_mask), move(self.batch), move(self.index),
                           move(self.node_weight), move(self.graph_weight))
 
@@ -371,12 +371,12 @@ def _slice(whole: GraphBatch, b0: int, b1: int, n0: int, n1: int, e0: int, e1: i
     """Graphs ``b0:b1`` of a collated batch (their nodes ``n0:n1``, edges ``e0:e1``) as a batch of
     their own on ``move``'s device: every index shifted back to start at 0."""
     g = whole.graph
-    rowptr_t, col_t, perm = g.cache["transpose"]
+    rowptr_t, col_t, perm = g.transpose_parts()
     edge_val = None if g.edge_val is None else move(g.edge_val[e0:e1])
     graph = Graph(move(g.rowptr[n0:n1 + 1]) - e0, move(g.col[e0:e1]) - n0, edge_val, n1 - n0,
                   ptr=move(g.ptr[b0:b1 + 1]) - n0, transient=g.transient)
-    graph.set_derived("row", move(g.cache["row"][e0:e1]) - n0)
-    graph.set_derived("in_degree", move(g.cache["in_degree"][n0:n1]))
+    graph.set_derived("row", move(g.row[e0:e1]) - n0)
+    graph.set_derived("in_degree", move(g.in_degree()[n0:n1]))
     graph.set_derived("transpose", (move(rowptr_t[n0:n1 + 1]) - e0, move(col_t[e0:e1]) - n0, move(perm[e0:e1]) - e0))
     y_mask = None if whole.y_mask is None else move(whole.y_mask[b0:b1])
     return GraphBatch(graph, move(whole.x[n0:n1]), move(whole.y[b0:b1]), y_mask, move(whole.batch[n0:n1]) - b0,

@@ -28,8 +28,8 @@ object would cost far more than the aggregation itself. So built graphs are cach
   and checked), and each call recomputes the values from the weight: one ``index_add`` plus
   the transform's value step (GCN's normalisation). Each call's Graph is made by
   ``with_values`` from the previous one, so structural caches (plans, tuned configs) carry over.
-* **A Graph** is used as is. Its transformed forms are cached on it, in ``graph.cache`` under
-  ``("sparsegnn.nn.transform", name)``, checked against the identity and version of
+* **A Graph** is used as is. Its transformed forms are cached on it, in ``graph.cache``'s
+  ``"layer_transform"`` slot under the transform's name, checked against the identity and version of
   ``graph.edge_val`` (``Graph.with_values`` copies caches into graphs with other values).
 * **PyG's other graph forms** go through the same cache: an ``EdgeIndex`` by its data tensor
   (its ``sparse_size`` gives the node counts); a torch sparse COO/CSR ``adj_t`` (``[N, M]``,
@@ -234,7 +234,7 @@ def gcn_transform(loops: Optional[str] = "remaining", fill: float = 1.0) -> Grap
 
 
 #: Key in a transformed graph's ``cache`` of ``pyg_self_looped``'s ``LoopInfo``.
-LOOP_INFO = "sparsegnn.nn.loop_info"
+LOOP_INFO = "loop_info"
 
 
 class LoopInfo:
@@ -280,7 +280,7 @@ def _pyg_looped(input_order: bool) -> Callable[[Graph], Graph]:
         out = Graph.from_edge_index(edge_index, None, graph.num_nodes,
                                     num_src=graph.num_src if graph.is_bipartite else None)
         out.transient = graph.transient       # a sampled batch's looped graph is used once too
-        out.cache[LOOP_INFO] = LoopInfo(keep, target, num_loops)
+        out.cache.put(LOOP_INFO, LoopInfo(keep, target, num_loops))
         return out
     return structure
 
@@ -552,7 +552,7 @@ def _built_on_host(graph: Graph, device: torch.device) -> Graph:
     moved.set_derived("row", graph.row.to(device))
     info = graph.cache.get(LOOP_INFO)
     if info is not None:
-        moved.cache[LOOP_INFO] = info.to(device)
+        moved.cache.put(LOOP_INFO, info.to(device))
     return moved
 
 
@@ -711,10 +711,10 @@ def transformed_graph(graph: Graph, transform: GraphTransform) -> Graph:
     if transform.is_identity:
         return graph
     values = graph.edge_val if transform.uses_values else None
-    key = ("sparsegnn.nn.transform", transform.name)
-    entry = graph.cache.get(key)
+    entry = graph.cache.get("layer_transform", transform.name)
     if not isinstance(entry, _GraphEntry) or entry.owner() is not graph:   # missing, or copied by with_values
-        entry = graph.cache[key] = _GraphEntry(graph)
+        entry = _GraphEntry(graph)
+        graph.cache.put("layer_transform", entry, transform.name)
     if _needs_grad(values):
         if entry.router is None:
             _count_build()
@@ -746,7 +746,7 @@ def compiled_transformed_graph(fn: str, graph: Graph, transform: GraphTransform)
             f"{fn}(): under torch.compile, the graph's edge_val must not require grad with the "
             f"{transform.name!r} transform: its values are recomputed on the host every call. Detach them, or "
             "run this layer eagerly")
-    entry = graph.cache.get(("sparsegnn.nn.transform", transform.name))
+    entry = graph.cache.get("layer_transform", transform.name)
     if not isinstance(entry, _GraphEntry) or entry.owner_key != graph.key or entry.graph is None:
         raise ValueError(
             f"{fn}(): the {transform.name!r} form of this Graph is not built yet, and building it cannot be traced "

@@ -196,13 +196,9 @@ def edge_graph(graph: Graph) -> Graph:
     order) into their targets: how GINEConv aggregates ``ReLU(x_j + e_ji)`` with the SpMM.
     Cached in ``graph.cache`` (it depends on the structure only).
     """
-    key = "sparsegnn.nn.edge_graph"
-    cached = graph.cache.get(key)
-    if cached is None:
-        col = torch.arange(graph.num_edges, device=graph.device)
-        cached = graph.cache[key] = Graph(graph.rowptr, col, None, graph.num_nodes, num_src=graph.num_edges,
-                                          transient=graph.transient)
-    return cached
+    return graph.cache.get("edge_source_graph", None, lambda: Graph(
+        graph.rowptr, torch.arange(graph.num_edges, device=graph.device), None, graph.num_nodes,
+        num_src=graph.num_edges, transient=graph.transient))
 
 
 def to_graph_order(graph: Graph, values: Tensor, caller_order: bool) -> Tensor:
@@ -222,7 +218,7 @@ def loop_attributes(layer: str, graph: Graph, edge_attr: Tensor, fill_value: Uni
 
     ``graph`` is the result of ``pyg_self_looped_*`` (its ``cache`` holds the ``LoopInfo``).
     """
-    info: LoopInfo = graph.cache[LOOP_INFO]
+    info: LoopInfo = graph.cache.get(LOOP_INFO)
     if edge_attr.shape[0] != info.keep.shape[0]:
         raise ValueError(f"{layer}(): edge_attr has {edge_attr.shape[0]} rows but the graph has "
                          f"{info.keep.shape[0]} edges")
@@ -282,7 +278,7 @@ def attention_output(graph_arg: GraphArg, graph: Graph, alpha: Tensor, caller_or
         alpha_caller = graph.to_input_order(alpha) if caller_order else alpha
         edge_index = graph_arg.as_tensor() if kind == "edge_index_class" else graph_arg
         if looped:
-            info: LoopInfo = graph.cache[LOOP_INFO]
+            info: LoopInfo = graph.cache.get(LOOP_INFO)
             loops = torch.arange(info.num_loops, device=edge_index.device, dtype=edge_index.dtype)
             edge_index = torch.cat([edge_index.index_select(1, info.kept), loops.view(1, -1).expand(2, -1)], dim=1)
         if kind == "edge_index_class":

@@ -50,40 +50,29 @@ def _compute(x: Tensor) -> Tensor:
 def bounds_of(graph: Graph) -> Tensor:
     """The graph's row chunks for the current thread count (cached on the graph)."""
     threads = kernels.max_threads()
-    key = ("cpu_bounds", threads)
-    bounds = graph.cache.get(key)
-    if bounds is None:
-        bounds = graph.cache[key] = kernels.chunk_bounds(graph.rowptr, threads * kernels.CHUNKS_PER_THREAD)
-    return bounds
+    return graph.cache.get("cpu_bounds", threads,
+                           lambda: kernels.chunk_bounds(graph.rowptr, threads * kernels.CHUNKS_PER_THREAD))
 
 
 def _csr_indices(graph: Graph):
     """``(rowptr, col)`` for torch's CSR kernels: int32 copies (cached on the graph) where the
     edge count allows; MKL's int32 SpMM is about 10 us faster per call than its int64 one (Cora)."""
-    indices = graph.cache.get("cpu_csr_indices")
-    if indices is None:
+    def build():
         small = graph.num_edges < 2 ** 31 - 1 and max(graph.num_nodes, graph.num_src) < 2 ** 31 - 1
-        indices = (graph.rowptr.int(), graph.col.int()) if small else (graph.rowptr, graph.col)
-        graph.cache["cpu_csr_indices"] = indices
-    return indices
+        return (graph.rowptr.int(), graph.col.int()) if small else (graph.rowptr, graph.col)
+    return graph.cache.get("cpu_csr_indices", None, build)
 
 
 def _torch_csr(graph: Graph, values: Optional[Tensor], dtype: torch.dtype, num_cols: int) -> Tensor:
     """The graph as a torch CSR tensor with ``values`` (ones for None).  For values the graph
     owns (None, its ``edge_val``) the tensor is cached, rebuilt after an in-place update."""
-    owned = values is None or values is graph.edge_val
-    key = ("cpu_csr", dtype, num_cols)
-    if owned:
-        entry = graph.cache.get(key)
-        version = None if values is None else values._version
-        if entry is not None and entry[0] is values and entry[1] == version:
-            return entry[2]
-    vals = torch.ones(graph.num_edges, dtype=dtype) if values is None else values.detach().to(dtype)
-    rowptr, col = _csr_indices(graph)
-    csr = torch.sparse_csr_tensor(rowptr, col, vals, (graph.num_nodes, num_cols), check_invariants=False)
-    if owned:
-        graph.cache[key] = (values, None if values is None else values._version, csr)
-    return csr
+    def build():
+        vals = torch.ones(graph.num_edges, dtype=dtype) if values is None else values.detach().to(dtype)
+        rowptr, col = _csr_indices(graph)
+        return torch.sparse_csr_tensor(rowptr, col, vals, (graph.num_nodes, num_cols), check_invariants=False)
+    if values is None or values is graph.edge_val:
+        return graph.cache.get("cpu_csr", (dtype, num_cols), build, values=values)
+    return build()
 
 
 def _decide(graph: Graph, detail: str, x: Tensor, reduce: str, run) -> dict:
@@ -103,13 +92,11 @@ def _plan(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, detail
     identity checks (weights, their version, the decision stores' generation) instead of
     ``decide``'s key formatting and the runner lookup (~3 us, a third of a Cora F = 16 SpMM).
     ``tune.reset_stores`` or other / updated weights rebuild it; transient graphs never keep it."""
-    key = ("cpu_plan", detail, reduce, x.shape[1], x.dtype, kernels.max_threads())
-    cache = graph.cache
-    plan = cache.get(key)
-    version = None if weight is None else weight._version
+    key = (detail, reduce, x.shape[1], x.dtype, kernels.max_threads())
     generation = stores_generation()
-    if plan is not None and plan[0] == generation and plan[1] is weight and plan[2] == version:
-        return plan[3]
+    run = graph.cache.get("cpu_plan", key, values=weight, stamp=generation)
+    if run is not None:
+        return run
     config = _decide(graph, detail, x, reduce, lambda cfg: _IMPLS[cfg["impl"]](graph, x, weight, reduce))
     impl = _IMPLS[config["impl"]]
     if impl is _numba_aggregate and _fast(graph, x, weight):
@@ -118,7 +105,7 @@ def _plan(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, detail
     else:
         run = lambda x: impl(graph, x, weight, reduce)  # noqa: E731
     if not graph.transient:
-        cache[key] = (generation, weight, version, run)
+        graph.cache.put("cpu_plan", run, key, values=weight, stamp=generation)
     return run
 
 
@@ -131,15 +118,9 @@ def _numba_runner(graph: Graph, x: Tensor, weight: Optional[Tensor], kind: str):
     """The prepared Numba SpMM (``kernels.spmm_sum_runner`` / ``spmm_max_runner``, ``kind`` a key
     of ``_RUNNERS``) for this graph, weights (None or [E]), dtype, width and thread count, cached
     on the graph: rebuilt for other weights or after an in-place update of the same ones."""
-    key = ("cpu_spmm_runner", kind, x.dtype, x.shape[1], kernels.max_threads())
-    cache = graph.cache
-    entry = cache.get(key)
-    version = None if weight is None else weight._version
-    if entry is None or entry[0] is not weight or entry[1] != version:
-        maker, flag = _RUNNERS[kind]
-        run = getattr(kernels, maker)(bounds_of(graph), graph.rowptr, graph.col, weight, x.dtype, x.shape[1], flag)
-        entry = cache[key] = (weight, version, run)
-    return entry[2]
+    maker, flag = _RUNNERS[kind]
+    return graph.cache.get("cpu_runner", (kind, x.dtype, x.shape[1], kernels.max_threads()), lambda: getattr(
+        kernels, maker)(bounds_of(graph), graph.rowptr, graph.col, weight, x.dtype, x.shape[1], flag), values=weight)
 
 
 def _fast(graph: Graph, x: Tensor, weight: Optional[Tensor]) -> bool:

@@ -99,12 +99,10 @@ def _kernels() -> _Kernels:
 
 def plan_of(graph: Graph):
     """The graph's cached work partition, at the chunk length the heuristics pick for it."""
-    plan = graph.cache.get("plan")
-    if plan is None:
-        chunk = _kernels().configs.spmm_chunk(graph.num_nodes, graph.num_edges)
-        plan = graph.cache["plan"] = graph.row_plan(chunk)
+    def build():
         count_investment("plans")
-    return plan
+        return graph.row_plan(_kernels().configs.spmm_chunk(graph.num_nodes, graph.num_edges))
+    return graph.cache.get("plan", None, build)
 
 
 def spmm_detail(weight: Optional[Tensor], reduce: str) -> str:
@@ -223,13 +221,9 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     # (an owned weight other than edge_val, such as the values permuted for a backward, has its
     # own entry: a caller alternating it with edge_val does not rebind on every call)
     # (deterministic mode in the key: it decides whether cuSPARSE may run, see vendor_applies)
-    key = ("derived", "spmm_run", detail, x.shape[1], x.dtype, x.device.index, torch.are_deterministic_algorithms_enabled(),
+    key = (detail, x.shape[1], x.dtype, x.device.index, torch.are_deterministic_algorithms_enabled(),
            owned and weight is not graph.edge_val)
-    entry = graph.cache.get(key)
-    version, generation = (None if weight is None else weight._version), stores_generation()
-    if entry is None or entry[0] is not weight or entry[1] != version or entry[2] != generation:
-        entry = graph.cache[key] = (weight, version, generation, bound())
-    return entry[3](x)
+    return graph.cache.get("spmm_run", key, bound, values=weight, stamp=stores_generation())(x)
 
 
 def _first_contact_applies(graph: Graph, weight: Optional[Tensor], reduce: str) -> bool:
@@ -345,11 +339,7 @@ def derived_values(graph: Graph, slot: tuple, values: Optional[Tensor], build):
     ``slot`` while the same tensor at the same version comes back: an in-place update (a
     learnable edge weight stepped by the optimiser) bumps the version and rebuilds.  One entry
     per slot, so values that change every call replace each other instead of piling up."""
-    entry = graph.cache.get(("derived",) + slot)
-    version = None if values is None else values._version
-    if entry is None or entry[0] is not values or entry[1] != version:
-        entry = graph.cache[("derived",) + slot] = (values, version, build())
-    return entry[2]
+    return graph.cache.get("edge_values", slot, build, values=values)
 
 
 def _permuted_own_values(graph: Graph, values: Tensor, perm: Tensor) -> Tensor:

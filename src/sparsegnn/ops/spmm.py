@@ -103,7 +103,7 @@ def _call_key(reduce: str, backend: str, precision: str, x: Tensor, weight: Opti
     the features' dtype / dims / rows / device, and an explicit weight's dtype, length and device
     (None: the graph's own values)."""
     w = None if weight is None else (weight.dtype, weight.shape[0], weight.device)
-    return ("spmm_call", reduce, backend, precision, x.dtype, x.dim(), x.shape[0], x.device, w)
+    return (reduce, backend, precision, x.dtype, x.dim(), x.shape[0], x.device, w)
 
 
 def _aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
@@ -240,7 +240,7 @@ def spmm(
     given = edge_weight
     if isinstance(x, Tensor) and isinstance(graph, Graph) and (
             given is None or (isinstance(given, Tensor) and given.dim() == 1)):
-        memo = graph.cache.get(_call_key(reduce, backend, precision, x, given))
+        memo = graph.cache.get("call", _call_key(reduce, backend, precision, x, given))
         if memo is not None and not compiling():
             return _memoised_linear(graph, x, given, reduce, memo)
     if isinstance(x, CBSR):
@@ -286,7 +286,7 @@ def spmm(
     if chosen in ("cpu", "triton") and input_order is False and reduce != "max" and not reduced \
             and not graph.transient and (given is None or given.dim() == 1):
         # this call's checks hold for every call with the same signature: the next one skips them
-        graph.cache[_call_key(reduce, backend, precision, x, given)] = chosen
+        graph.cache.put("call", chosen, _call_key(reduce, backend, precision, x, given))
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad))
     if not needs_grad:  # no autograd node: less overhead per call (inference, small graphs)
         return aggregate(chosen, graph, x, edge_weight, reduce)

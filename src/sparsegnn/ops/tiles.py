@@ -51,12 +51,10 @@ def translate_graph(graph: Graph, window: int = 16, block_k: int = 16):
 def tiles_of_graph(graph: Graph, window: int = 16, block_k: int = 16):
     """The graph's :class:`~sparsegnn.formats.tiles.TileGraph` (:func:`translate_graph`), cached
     per shape (the transpose's tiles live on ``graph.t()``)."""
-    key = ("tiles", window, block_k)
-    tiles = graph.cache.get(key)
-    if tiles is None:
-        tiles = graph.cache[key] = translate_graph(graph, window, block_k)
+    def build():
         count_investment("translations")
-    return tiles
+        return translate_graph(graph, window, block_k)
+    return graph.cache.get("tiles", (window, block_k), build)
 
 
 class _SpMMTiles(torch.autograd.Function):

@@ -36,7 +36,7 @@ def _tensors(batch) -> Iterator[Tensor]:
             for t in (value.rowptr, value.col, value.edge_val, value.edge_perm, value.ptr):
                 if t is not None:
                     yield t
-            for cached in value.cache.values():
+            for cached in value.cache.entries():
                 for t in (cached if isinstance(cached, tuple) else (cached,)):
                     if isinstance(t, Tensor):
                         yield t

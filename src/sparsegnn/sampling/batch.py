@@ -128,7 +128,7 @@ def make_batch(
                 edge_perm=torch.arange(out.src.numel(), device=out.src.device))
     # What the backward of an aggregation needs, built here (in the prefetch thread when there is
     # one) rather than inside the training step: the transpose's sort and its host sync, 1/deg.
-    sub.cache["row"] = out.dst
+    sub.set_derived("row", out.dst)
     sub.set_derived("transpose", _transpose(out))
     sub.mean_scale(torch.float32)
     edge_index = torch.stack([out.src, out.dst])

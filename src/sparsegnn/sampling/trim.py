@@ -67,8 +67,7 @@ def layer_graphs(batch, num_layers: Optional[int] = None) -> List[Graph]:
     layers = hops if num_layers is None else int(num_layers)
     check(1 <= layers <= hops, fn, f"num_layers must be in [1, {hops}] (the batch's hops), got {num_layers}")
     sub: Graph = batch.graph
-    key = ("layer_graphs", layers)
-    cached = sub.cache.get(key)
+    cached = sub.cache.get("trimmed", layers)
     if cached is not None:
         return cached
     nodes, edges = list(batch.num_sampled_nodes), list(batch.num_sampled_edges)
@@ -82,14 +81,13 @@ def layer_graphs(batch, num_layers: Optional[int] = None) -> List[Graph]:
                   edge_perm=perm)
         derived = sub.cache
         if "row" in derived:
-            g.set_derived("row", derived["row"][:num_edges])
-        for name, value in derived.items():      # 1 / deg of the kept rows: the batch graph's
-            if isinstance(name, str) and name.startswith("mean_scale_"):
-                g.cache[name] = value[:num_edges]
+            g.set_derived("row", derived.get("row")[:num_edges])
+        for dtype in derived.keys("mean_scale"):      # 1 / deg of the kept rows: the batch graph's
+            g.cache.put("mean_scale", derived.get("mean_scale", dtype)[:num_edges], dtype)
         if "transpose" in derived:
-            full = derived["transpose"]
+            full = derived.get("transpose")
             same = num_edges == sub.num_edges and sources == sub.num_src
             g.set_derived("transpose", full if same else _prefix_transpose(full, num_edges, sources))
         graphs.append(g)
-    sub.cache[key] = graphs
+    sub.cache.put("trimmed", graphs, layers)
     return graphs

@@ -130,7 +130,7 @@ def decision_key(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype
         sig = signature(graph_stats_cached(graph))
         if graph.num_src != graph.num_nodes:   # bipartite: the gathered side has its own size
             sig += f".src{graph.num_src.bit_length() - 1}"
-        graph.cache["signature"] = sig
+        graph.cache.put("signature", sig)
     parts = (op, detail, num_feats, dtype, sig)
     key = _KEYS.get(parts)
     if key is None:  # formatted once per distinct key (the per-call path is a tuple lookup)
@@ -145,7 +145,8 @@ def fingerprint(graph) -> str:
     if fp is None:
         stats = graph_stats_cached(graph)
         text = "|".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in stats.as_dict().values())
-        fp = graph.cache["fingerprint"] = hashlib.blake2b(f"{text}|{graph.num_src}".encode(), digest_size=6).hexdigest()
+        fp = hashlib.blake2b(f"{text}|{graph.num_src}".encode(), digest_size=6).hexdigest()
+        graph.cache.put("fingerprint", fp)
     return fp
 
 

@@ -87,7 +87,8 @@ def graph_stats_cached(graph) -> GraphStats:
     """``graph_stats`` of a :class:`~sparsegnn.Graph`, kept in its structure cache."""
     stats = graph.cache.get("stats")
     if stats is None:      # ``row`` if the graph has it, else expanded where the statistics run
-        stats = graph.cache["stats"] = graph_stats(graph.rowptr, graph.col, graph.cache.get("row"))
+        stats = graph_stats(graph.rowptr, graph.col, graph.cache.get("row"))
+        graph.cache.put("stats", stats)
     return stats
 
 

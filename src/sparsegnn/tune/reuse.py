@@ -22,7 +22,7 @@ two-layer model), a 1M-edge graph at F = 64 after about 350 calls, a 50k-edge gr
 about 900, and a molecule batch (used for one step) never.  ``SPARSEGNN_INVEST`` overrides the rule: ``always`` (every graph planned and tuned on
 its first call) or ``never``.
 
-The use counts live on the graph's structure (``Graph.cache["reuse"]``, shared by graphs made
+The use counts live on the graph's structure (the ``"reuse"`` slot of ``Graph.cache``, shared by graphs made
 with ``with_values``); the process-wide counters (``reuse_counts``) tell a user or a test how
 many graphs were met, invested in and how many calls took each path.
 """
@@ -72,8 +72,7 @@ def _account(graph) -> _Use:
     account = graph.cache.get("reuse")
     if account is None:
         account = _Use()
-        if not graph.volatile:
-            graph.cache["reuse"] = account
+        graph.cache.put("reuse", account)          # kept unless the graph is volatile
         _COUNTS["graphs"] += 1
     return account
 
