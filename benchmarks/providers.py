@@ -11,8 +11,8 @@ from typing import Callable, Dict, Optional
 import torch
 from torch import Tensor
 
-from ..graph import Graph
-from ..ops import sddmm, spmm
+from sparsegnn.graph import Graph
+from sparsegnn.ops import sddmm, spmm
 
 
 class Inputs:
@@ -38,7 +38,7 @@ def _pyg_scatter_spmm(inp: Inputs, reduce: str) -> Callable[[], Tensor]:
 
 
 def _naive_triton(inp: Inputs) -> Callable[[], Tensor]:
-    from ..kernels.spmm_csr import spmm_csr
+    from sparsegnn.kernels.spmm_csr import spmm_csr
 
     g = inp.graph
     return lambda: spmm_csr(g.rowptr, g.col, g.edge_val, inp.x)

@@ -14,10 +14,10 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import torch
 
-from ..datasets.synthetic import STAND_INS, stand_in_graph
-from ..graph import Graph
-from ..ops import sddmm, spmm
-from ..ops._dispatch import plan_of
+from sparsegnn.benchmark import bench_graph
+from sparsegnn.graph import Graph
+from sparsegnn.ops import sddmm, spmm
+from sparsegnn.ops._dispatch import plan_of
 from .providers import MATERIALISING, SDDMM_PROVIDERS, SPMM_PROVIDERS, SPMM_REDUCES, Inputs
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -116,8 +116,8 @@ def _second_pass(timed, nbytes: int) -> None:
 
 def _chosen_config(graph: Graph, op: str, num_feats: int, dtype: torch.dtype) -> Dict[str, Any]:
     """The decision the tuner stored for this case: config, its own timing, how it was made."""
-    from ..ops._dispatch import SPMM_FAMILY, VENDOR_FAMILY, spmm_detail
-    from ..tune import lookup
+    from sparsegnn.ops._dispatch import SPMM_FAMILY, VENDOR_FAMILY, spmm_detail
+    from sparsegnn.tune import lookup
 
     if op == "sddmm":
         record = lookup("sddmm", graph, "dot", num_feats, dtype, graph.device)
@@ -132,21 +132,6 @@ def _chosen_config(graph: Graph, op: str, num_feats: int, dtype: torch.dtype) ->
         if vendor is not None:
             chosen["kernel"] = "cusparse" if vendor["config"]["path"] else "sparsegnn"
     return chosen
-
-
-def bench_graph(name: str, seed: int = 0, device=None, data_dir=None, real: bool = False) -> Graph:
-    """The graph of a benchmark case without values: a synthetic stand-in (``STAND_INS``) or,
-    with ``real`` (or a name no stand-in has), a real-suite graph (``datasets.suite``, natural
-    node order).  Some names (cora, citeseer, PROTEINS_full) exist as both."""
-    if name in STAND_INS and not real:
-        spec = STAND_INS[name]
-        edge_index = stand_in_graph(name, seed=seed, device=device)
-        num_nodes = max(spec.num_nodes, int(edge_index.max()) + 1 if edge_index.numel() else 0)
-        graph = Graph.from_edge_index(edge_index, num_nodes=num_nodes)
-        return Graph(graph.rowptr, graph.col, None, graph.num_nodes)  # drop edge_perm memory
-    from ..datasets.suite import load_suite_graph
-
-    return load_suite_graph(name, data_dir=data_dir).to(device)  # already without values
 
 
 def run(graphs: Iterable[str], ops: Iterable[str], dims: Iterable[int], dtypes: Iterable[str],

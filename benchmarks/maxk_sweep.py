@@ -5,23 +5,28 @@ with ``nonlinearity="relu"`` (the baseline) and with MaxK for every ``k``, ``run
 (:func:`~sparsegnn.training.train_node_classifier`: full graph, Adam, the mean epoch time over
 the second half of the epochs), and reports per configuration the mean final test accuracy, the
 mean (and spread of the) test accuracy at the best validation epoch, the mean epoch time, the
-speedup over ReLU and the per-seed values.  ``sparsegnn maxk-sweep`` writes
+speedup over ReLU and the per-seed values.  ``python -m benchmarks.maxk_sweep`` writes
 ``maxk_sweep.json`` (``{"meta", "rows"}``), ``maxk_sweep.md`` and ``maxk_sweep.png``.
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import math
 import platform
 import statistics
+import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from .datasets import NodeDataset
-from .training import train_node_classifier
+from sparsegnn.datasets import NodeDataset
+from benchmarks import run_command
+from sparsegnn.cli import (MATMUL_PRECISIONS, _LINEAR_FIRST_SAGE, _MATMUL_HELP, _add_data_args, _default_device, _dims,
+                           _float_in, _matmul_precision, _non_negative_int, _Parser, _path_problem, _positive_int)
+from sparsegnn.training import train_node_classifier
 
 #: The ``k`` values of ``maxk-sweep`` by default (hidden 256).
 DEFAULT_KS = (8, 16, 32, 64, 128)
@@ -203,3 +208,71 @@ def write_sweep(result: Dict[str, object], out_dir, stem: str = "maxk_sweep") ->
     except ImportError:
         print("maxk-sweep: matplotlib not installed, no plot", file=sys.stderr)
     return paths
+
+
+# the command line: python -m benchmarks.maxk_sweep --dataset cora --ks 8,16,32,64,128 --out DIR
+def _run(args: argparse.Namespace) -> int:
+    with _matmul_precision(args.matmul_precision):
+        return _maxk_sweep(args)
+
+
+def _maxk_sweep(args: argparse.Namespace) -> int:
+    from sparsegnn.datasets import load
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("maxk-sweep: --device cuda requested but no CUDA device is available", file=sys.stderr)
+        return 2
+    problem = _path_problem(args, outputs=[("--out", "out")])
+    if problem is not None:
+        print(f"maxk-sweep: {problem}", file=sys.stderr)
+        return 2
+    hidden = 256 if args.hidden is None else args.hidden
+    bad = [k for k in args.ks if k > hidden]
+    if bad:
+        print(f"maxk-sweep: every k must be in [1, hidden = {hidden}], got {bad}", file=sys.stderr)
+        return 2
+    if args.linear_first and args.model == "sage":
+        print("maxk-sweep: " + _LINEAR_FIRST_SAGE.replace("--maxk-linear-first", "--linear-first"), file=sys.stderr)
+        return 2
+    data = load(args.dataset, root=args.root, data_dir=args.data_dir)
+    progress = sys.stderr.isatty() or args.progress
+    result = maxk_sweep(data, args.model, args.ks, epochs=args.epochs, runs=args.runs, seed=args.seed,
+                        device=args.device, lr=args.lr, weight_decay=args.weight_decay, hidden=args.hidden,
+                        dropout=args.dropout, backend=args.backend, progress=progress, linear_first=args.linear_first)
+    paths = write_sweep(result, args.out)
+    print(markdown(result))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    sweep = _Parser(prog="python -m benchmarks.maxk_sweep",
+                    description="MaxK-GNN's k sweep: accuracy and epoch time of MaxK models for several k against the "
+                                "ReLU baseline (JSON, markdown, plot)")
+    _add_data_args(sweep)
+    sweep.add_argument("--model", default="sage", choices=["sage", "gcn", "gin"])
+    sweep.add_argument("--linear-first", action="store_true",
+                       help="--model gcn / gin as the authors' models: MaxK (or ReLU) on each layer's linear output")
+    sweep.add_argument("--ks", type=_dims, default=[8, 16, 32, 64, 128], help="comma-separated k values "
+                                                                           "(default 8,16,32,64,128)")
+    sweep.add_argument("--epochs", type=_positive_int, default=200)
+    sweep.add_argument("--matmul-precision", default="highest", choices=MATMUL_PRECISIONS, help=_MATMUL_HELP)
+    sweep.add_argument("--runs", type=_positive_int, default=1, help="seeds per configuration: seed, seed+1, ...")
+    sweep.add_argument("--seed", type=_non_negative_int, default=0)
+    sweep.add_argument("--lr", type=_float_in(0.0, open_low=True), default=0.01)
+    sweep.add_argument("--weight-decay", type=_float_in(0.0), default=5e-4)
+    sweep.add_argument("--hidden", type=_positive_int, default=None, help="hidden width (default 256)")
+    sweep.add_argument("--dropout", type=_float_in(0.0, 1.0, open_high=True), default=None, help="dropout (default 0.5)")
+    sweep.add_argument("--device", default=_default_device())
+    sweep.add_argument("--backend", default="auto", choices=["auto", "reference", "triton"])
+    sweep.add_argument("--out", default="benchmarks/local", help="folder for maxk_sweep.json / .md / .png")
+    sweep.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
+    return sweep
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    return run_command(build_parser(), _run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -42,8 +42,8 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .. import edge_softmax, sddmm, spmm
-from ..graph import Graph
+from sparsegnn import edge_softmax, sddmm, spmm
+from sparsegnn.graph import Graph
 from .harness import DTYPES, Row, _rel_err, bench_graph, compulsory_bytes, write_json
 
 __all__ = ["OPS", "PROVIDERS", "CpuRow", "acceptance", "comparisons", "markdown", "plot", "run", "write_json"]
@@ -76,7 +76,7 @@ _ERRORS = (Exception,)
 
 @dataclass
 class CpuRow(Row):
-    """A :class:`~sparsegnn.bench.harness.Row` of the CPU benchmark.
+    """A :class:`~benchmarks.harness.Row` of the CPU benchmark.
 
     ``direction``: ``"fwd"`` or ``"bwd"``; ``ok``: whether the output (fwd) or every gradient
     (bwd) is within :data:`TOLERANCE` of the float64 oracle (None when the provider did not run).
