@@ -23,8 +23,8 @@ invocations (``sparsegnn.tune.tuner_invocations`` where it exists): both must be
 
 Writes JSON rows and meta to ``--out`` and prints a markdown table last::
 
-    PYTHONPATH=src python scripts/bench_layers.py --graphs cora,citeseer
-    PYTHONPATH=src python scripts/bench_layers.py --device cpu --graphs cora --quick   # smoke test
+    python -m benchmarks.layers --graphs cora,citeseer
+    python -m benchmarks.layers --device cpu --graphs cora --quick   # smoke test
 """
 from __future__ import annotations
 
@@ -42,14 +42,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "src") not in sys.path:
-    sys.path.insert(0, str(ROOT / "src"))
-
-import sparsegnn  # noqa: E402
-from sparsegnn import Graph  # noqa: E402
-from sparsegnn import nn as sgnn  # noqa: E402
-from sparsegnn.nn import _graph_input  # noqa: E402
+import sparsegnn
+from sparsegnn import Graph
+from sparsegnn import nn as sgnn
+from sparsegnn.nn import _graph_input
 
 
 # ---------------------------------------------------------------------------- inputs

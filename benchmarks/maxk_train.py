@@ -1,4 +1,4 @@
-"""MaxK-GNN training epochs (issue 10): MaxK GraphSAGE against our ReLU models and PyG's.
+"""MaxK-GNN training epochs: MaxK GraphSAGE against our ReLU models and PyG's.
 
 One full-graph training epoch (forward, cross-entropy on the training nodes, backward, Adam) on
 the Reddit stand-in (or ``--graph``) for
@@ -11,7 +11,7 @@ the Reddit stand-in (or ``--graph``) for
   ops (``maxk(F.layer_norm(h))``, as before ``layer_norm_maxk``), the A/B row of that fusion;
 * ``ours_relu``: the same structure with ReLU (MaxK-GNN's baseline), our SAGEConv;
 * ``ours_graphsage``: our stock ``sparsegnn.nn.GraphSAGE`` (3 x SAGEConv, hidden 256,
-  LayerNorm; the model of ``benchmarks/h100/train*.md``);
+  LayerNorm; the model of ``benchmarks/results/h100/train.md``);
 * ``pyg_relu``: the ReLU structure built from ``torch_geometric.nn.SAGEConv``;
 * ``pyg_graphsage``: the stock GraphSAGE built from PyG's layers (``bench_train.pyg_model``).
 
@@ -26,7 +26,7 @@ Each provider is timed as in ``bench_train.measure`` (median of ``--epochs`` epo
 GEMMs (ours and PyG's alike; the default ``highest`` keeps them fp32). Writes ``maxk_train.json`` (rows + meta), ``maxk_train.md`` and
 ``maxk_train.png`` under ``--out``::
 
-    PYTHONPATH=src python scripts/bench_maxk_train.py --out /tmp/maxk
+    python -m benchmarks.maxk_train --out /tmp/maxk
 """
 from __future__ import annotations
 
@@ -40,15 +40,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-HERE = Path(__file__).resolve().parent
-for _path in (HERE.parent / "src", HERE):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-import bench_layers as layers  # noqa: E402
-import bench_train as bt  # noqa: E402
-from sparsegnn import nn as sgnn  # noqa: E402
-from sparsegnn.training import make_optimizer, make_train_step  # noqa: E402
+from benchmarks import layers
+from benchmarks import train as bt
+from sparsegnn import nn as sgnn
+from sparsegnn.training import make_optimizer, make_train_step
 
 
 class PygMaxKStructure(nn.Module):
@@ -156,7 +151,7 @@ def markdown(rows: List[dict], meta: Dict[str, object]) -> str:
     k32, relu, stock = best(rows, "ours_maxk_k32"), best(rows, "ours_relu"), best(rows, "ours_graphsage")
     pyg = [r for r in (best(rows, "pyg_relu"), best(rows, "pyg_graphsage")) if r is not None]
     lines = [f"# MaxK-GNN training epochs, {meta['graph']} (N={meta['nodes']:,}, E={meta['edges']:,}), {meta['device']}",
-             "", "Median ms of one full-graph epoch (forward, loss, backward, Adam); `scripts/bench_maxk_train.py`. "
+             "", "Median ms of one full-graph epoch (forward, loss, backward, Adam); `python -m benchmarks.maxk_train`. "
              f"MaxK / ReLU rows: MaxK-GNN's structure with conv `{meta.get('conv', 'sage')}`"
              f"{' (linear first: the authors GCN / GIN)' if meta.get('linear_first') else ''} "
              "(lin_in, 3 x [nonlinearity, dropout 0.5, conv, "
@@ -235,7 +230,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = run(args)
     first = rows[0] if rows else {}
-    meta = {"script": "scripts/bench_maxk_train.py", "device": torch.cuda.get_device_name(), "graph": args.graph,
+    meta = {"script": "benchmarks/maxk_train.py", "device": torch.cuda.get_device_name(), "graph": args.graph,
             "nodes": first.get("nodes", 0), "edges": first.get("edges", 0), "warmup": args.warmup,
             "epochs": args.epochs, "matmul_precision": args.matmul_precision, "conv": args.conv,
             "linear_first": args.linear_first, "versions": layers.versions()}

@@ -1,4 +1,4 @@
-"""MaxK against ReLU with each model's hyperparameters chosen on validation (issue 10's accuracy).
+"""MaxK against ReLU with each model's hyperparameters chosen on validation.
 
 ``maxk_accuracy.py`` trains both models with one fixed setting (dropout 0.5, weight decay 5e-4).
 A setting fixed for both can suit one model better than the other. Here each model gets its own
@@ -15,8 +15,8 @@ in the choice:
 
 Writes ``<out>/maxk_select.json`` (every run) and ``<out>/maxk_select.md``::
 
-    python scripts/maxk_select.py --out benchmarks/h100/maxk_select --device cuda
-    python scripts/maxk_select.py --out /tmp/ms --device cpu --epochs 2 --select-seeds 1 --eval-seeds 2 \\
+    python -m benchmarks.maxk_select --out benchmarks/results/h100 --device cuda
+    python -m benchmarks.maxk_select --out /tmp/ms --device cpu --epochs 2 --select-seeds 1 --eval-seeds 2 \\
         --dropouts 0.5 --weight-decays 5e-4      # smoke test
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from sparsegnn.datasets import load
-from sparsegnn.maxk_sweep import device_name, write_report
+from benchmarks.maxk_sweep import device_name, write_report
 from sparsegnn.training import train_node_classifier
 
 SHIPPED = (0.5, 5e-4)          # maxk_accuracy.py's dropout and weight decay

@@ -25,7 +25,7 @@ Providers (``--providers``):
   ``torch.sparse`` CSR ``adj_t``: one row per input (``variant``), the report keeps the faster;
 * ``pyg_compile``: the PyG model through ``torch.compile`` with ``edge_index``, where it runs;
 * ``pyg_accel``: the PyG model converted by ``sparsegnn.accelerate`` (our layers, PyG's weights),
-  called the PyG way with ``edge_index`` (issue 15: at least as fast as ``ours``).
+  called the PyG way with ``edge_index`` (the target: at least as fast as ``ours``).
 
 The compile providers run on the graphs of ``--compile-graphs`` only (default ``cora``: every
 compilation takes seconds to a minute; ``real`` or ``all`` for more).
@@ -45,10 +45,10 @@ memory is a row with ``error="oom"``; other failures are rows with the error tex
 Writes JSON rows + meta to ``--out``, a markdown report to ``--md`` and a plot to ``--plot``
 (optional, needs matplotlib), and prints the compact summary table last::
 
-    python scripts/bench_train.py --out benchmarks/local/train.json --md benchmarks/local/train.md
-    python scripts/bench_train.py --graphs reddit --models gat --gat-hidden 64   # GAT 64 x 8 heads
-    python scripts/bench_train.py --report a.json,b.json --md all.md             # merge runs
-    python scripts/bench_train.py --quick --device cpu --providers ours,ours_compile   # smoke test
+    python -m benchmarks.train --out benchmarks/local/train.json --md benchmarks/local/train.md
+    python -m benchmarks.train --graphs reddit --models gat --gat-hidden 64   # GAT 64 x 8 heads
+    python -m benchmarks.train --report a.json,b.json --md all.md             # merge runs
+    python -m benchmarks.train --quick --device cpu --providers ours,ours_compile   # smoke test
 """
 from __future__ import annotations
 
@@ -67,16 +67,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-HERE = Path(__file__).resolve().parent
-for _path in (HERE.parent / "src", HERE):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-import bench_layers as layers  # noqa: E402  (inputs, timing and version helpers shared with it)
-from sparsegnn import Graph  # noqa: E402
-from sparsegnn import nn as sgnn  # noqa: E402
-from sparsegnn.nn.replay import replay_state  # noqa: E402
-from sparsegnn.training import make_optimizer, make_train_step  # noqa: E402
+from benchmarks import layers  # inputs, timing and version helpers shared with it
+from sparsegnn import Graph
+from sparsegnn import nn as sgnn
+from sparsegnn.nn.replay import replay_state
+from sparsegnn.training import make_optimizer, make_train_step
 
 MODELS = ("gcn", "sage", "gin", "gat", "agnn")
 PROVIDERS = ("ours", "ours_noreplay", "ours_capture", "ours_compile", "pyg", "pyg_compile", "pyg_accel")
@@ -97,7 +92,7 @@ def load_bench_graph(name: str, device: torch.device, data_dir: Optional[str]) -
     """``(graph, kind)``: a real-suite graph (kind ``"real"``) or a paper stand-in (``"stand-in"``)."""
     if name.lower() in {n.lower() for n in layers.suite_names()}:
         return layers.bare(layers.load_graph(name, data_dir)).to(device), "real"
-    from sparsegnn.bench.harness import bench_graph
+    from sparsegnn.benchmark import bench_graph
     from sparsegnn.datasets.synthetic import STAND_INS as SPECS
 
     if name not in SPECS:
@@ -533,7 +528,7 @@ def markdown_summary(rows: List[dict]) -> str:
 
 
 def acceptance(rows: List[dict]) -> List[str]:
-    """Issue 8's acceptance criteria, each checked on the rows at hand (PASS / FAIL / n/a)."""
+    """The acceptance criteria against PyG, each checked on the rows at hand (PASS / FAIL / n/a)."""
     summ = summarize(rows)
     _x = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
     verdict = lambda ok: "n/a" if ok is None else ("PASS" if ok else "FAIL")  # noqa: E731
@@ -558,7 +553,7 @@ def acceptance(rows: List[dict]) -> List[str]:
         geo = _geomean([v for v in per_graph if v is not None])
         lines.append(f"- gcn captured/compiled >= 2x geomean over the real suite: {_x(geo)}: "
                      f"{verdict(None if geo is None else geo >= 2.0)}")
-    for model, s in summ.items():   # issue 15: PyG's models converted by accelerate() vs ours
+    for model, s in summ.items():   # PyG's models converted by accelerate() vs ours
         geo, worst = s["accel_vs_ours"]["geomean"], s["accel_vs_ours"]["worst"]
         if geo is not None:
             lines.append(f"- {model}: accelerate(PyG model) at least as fast as ours (ours ms / accelerated ms, "
@@ -589,7 +584,7 @@ def markdown(rows: List[dict], meta: Dict[str, object]) -> str:
               f"compile backend {meta.get('compile_backend')}; peak MB = torch.cuda.max_memory_allocated "
               f"(inputs included); our aggregation precision {meta.get('precision', 'ieee')} (PyG: fp32).")
     checks = "\n".join(acceptance(rows))
-    return (f"{header}\n\n{markdown_details(rows)}\n\n## Acceptance (issues 8 and 15)\n\n{checks}\n\n"
+    return (f"{header}\n\n{markdown_details(rows)}\n\n## Acceptance\n\n{checks}\n\n"
             f"## Summary\n\n{markdown_summary(rows)}\n")
 
 

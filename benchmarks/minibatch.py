@@ -20,8 +20,8 @@ backward and the optimiser step (``shares``, ``phase_ms``).
 
 Writes JSON rows + meta to ``--out`` and a markdown table to ``--md``, and prints the table::
 
-    python scripts/bench_minibatch.py --graphs reddit,reddit-threads-10k --out benchmarks/local/minibatch.json
-    python scripts/bench_minibatch.py --quick --device cpu       # smoke test (cora)
+    python -m benchmarks.minibatch --graphs reddit,reddit-threads-10k --out benchmarks/local/minibatch.json
+    python -m benchmarks.minibatch --quick --device cpu       # smoke test (cora)
 """
 from __future__ import annotations
 
@@ -38,17 +38,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-HERE = Path(__file__).resolve().parent
-for _path in (HERE.parent / "src", HERE):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-import bench_layers as layers  # noqa: E402
-import bench_train as train  # noqa: E402
-from sparsegnn import Graph  # noqa: E402
-from sparsegnn import nn as sgnn  # noqa: E402
-from sparsegnn.capture import CapturedGraphSteps  # noqa: E402
-from sparsegnn.sampling import (MiniBatchPadding, NeighborLoader, TrimmedMiniBatchPadding, layer_graphs,  # noqa: E402
+from benchmarks import layers
+from benchmarks import train
+from sparsegnn import Graph
+from sparsegnn import nn as sgnn
+from sparsegnn.capture import CapturedGraphSteps
+from sparsegnn.sampling import (MiniBatchPadding, NeighborLoader, TrimmedMiniBatchPadding, layer_graphs,
                                 minibatch_loss)
 
 PROVIDERS = ("ours", "ours_capture", "ours_edge_index", "ours_trim", "ours_trim_capture", "pyg", "pyg_trim")
@@ -252,7 +247,7 @@ def markdown(rows: List[dict], meta: Dict[str, object]) -> str:
                           f"({pyg['provider']}) {pyg['ms']:.1f} ms per epoch: {speed:.2f}x (bar 1.3x): {'PASS' if speed >= 1.3 else 'FAIL'}; "
                           f"sampling {ours['phase_ms']['sample']:.1f} ms < forward + backward {model_ms:.1f} ms: "
                           f"{'PASS' if ours['phase_ms']['sample'] < model_ms else 'FAIL'}")
-    return "\n".join(lines + ["", "## Acceptance (issue 15, mini-batch)", ""] + checks) + "\n"
+    return "\n".join(lines + ["", "## Acceptance (mini-batch)", ""] + checks) + "\n"
 
 
 def plot(rows: List[dict], path: str) -> None:
