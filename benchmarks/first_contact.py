@@ -19,7 +19,7 @@ Sections (``--sections``, all by default):
 Every time is wall-clock around the work with the device synchronised, CUDA caches warm
 (each path runs once on a warm-up graph first), eager.  Results: JSON + markdown under ``--out``.
 
-    PYTHONPATH=src python benchmarks/first_contact.py --data .data --out benchmarks/results/h200
+    PYTHONPATH=src python -m benchmarks.first_contact --data .data --out benchmarks/results/h200
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Plot ``first_contact.json`` (``benchmarks/first_contact.py``): the first call on each never-seen
 graph against torch's, and each workflow's speed against PyG.
 
-    python benchmarks/plot_first_contact.py benchmarks/results/h200/first_contact.json
+    python -m benchmarks.plot_first_contact benchmarks/results/h200/first_contact.json
 """
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ its own, run before ``cold`` and reported as the machine's first process.
 
 Prints both and writes JSON to ``--out``::
 
-    PYTHONPATH=src python scripts/first_call.py                  # cuda when available
-    PYTHONPATH=src python scripts/first_call.py --device cpu     # smoke test
+    python -m scripts.first_call                  # cuda when available
+    python -m scripts.first_call --device cpu     # smoke test
 """
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
 """Fit the SpMM cost model on the sweep data and evaluate it leave-graph-out.
 
-    python scripts/fit_cost_model.py benchmarks/h100/tune_sweep_replay.jsonl \
-        --extra benchmarks/h100/tune_sweep_replay_extra.jsonl \
+The sweep files come from ``python -m scripts.sweep_tune`` on the GPU (the ones the shipped model was
+fitted on are in git history: ``git tag archive/lab-notebook-2026-11-29``, ``benchmarks/h100/``).
+
+    python -m scripts.fit_cost_model sweep.jsonl --extra sweep_extra.jsonl \
         --out src/sparsegnn/tune/data/cost_model_spmm.json --report notes/cost-model-eval.md
-    python scripts/fit_cost_model.py benchmarks/h100/tune_sweep_replay.jsonl --seed 5 \
+    python -m scripts.fit_cost_model sweep.jsonl --seed 5 \
         --out /tmp/cost_model_spmm.json --report /tmp/cost-model-eval.md
 
 Inputs per (case, config): ``tune.model.build_inputs`` (graph sizes, degree quantiles, what
@@ -34,16 +36,14 @@ import collections
 import hashlib
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from sparsegnn.tune.features import GraphStats  # noqa: E402
-from sparsegnn.tune.model import INPUT_NAMES, INPUTS_VERSION, CostModel, build_inputs  # noqa: E402
+from sparsegnn.tune.features import GraphStats
+from sparsegnn.tune.model import INPUT_NAMES, INPUTS_VERSION, CostModel, build_inputs
 
 ELEM = {"float32": 4, "bfloat16": 2, "float16": 2}
 SHORTLIST = 3

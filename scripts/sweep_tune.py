@@ -1,8 +1,8 @@
 """Collect the cost model's training data on the GPU: every SpMM candidate config timed on
 every case (graph x F x dtype), next to cuSPARSE, each output checked against float64.
 
-    PYTHONPATH=src python scripts/sweep_tune.py --groups real,structure,paper --out sweep.jsonl
-    PYTHONPATH=src python scripts/sweep_tune.py --groups extra --dry-run    # CPU: graphs, time estimate
+    python -m scripts.sweep_tune --groups real,structure,paper --out sweep.jsonl
+    python -m scripts.sweep_tune --groups extra --dry-run    # CPU: graphs, time estimate
 
 One JSON row per (case, config): graph, group, structural stats (tune.features.GraphStats),
 F, dtype, config, ms (the tuner's measure: GPU time, cold L2, median of CUDA-graph replays),
@@ -35,7 +35,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from sparsegnn.bench.harness import bench_graph
+from sparsegnn.benchmark import bench_graph
 from sparsegnn.datasets.suite import REAL_SUITE, load_suite_graph
 from sparsegnn.datasets.synthetic import SUITES, chung_lu, grid_graph, small_graph_batch
 from sparsegnn.formats.reorder import order as node_order
@@ -111,7 +111,7 @@ GROUPS = {
     "extra": tuple(EXTRA),
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-#: Device seconds per timing of one config in the 3-pass sweep of notes/tuning.md, Stop 17:
+#: Device seconds per timing of one config in the 3-pass sweep of notes/tuning.md:
 #: real 74 s + structure 23 s + paper 78 s for 3 x 4401 timings (4161 configs and 240 cuSPARSE
 #: calls), about 13 ms each (L2 flushes and up to 25 repetitions); compiling added about 60 s.
 TIMING_S = (74 + 23 + 78) / (3 * 4401)

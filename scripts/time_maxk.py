@@ -1,9 +1,9 @@
-"""MaxK selection on the GPU (issue 10): ``sparsegnn.maxk`` (Triton) against ``torch.relu`` and
+"""MaxK kernels on the GPU: the selection ``sparsegnn.maxk`` (Triton) against ``torch.relu`` and
 ``torch.topk`` on the same tensor (Reddit's size, 232,965 x 256 by default), per k and dtype,
 checked against the reference backend; JSON rows and a markdown table::
 
-    PYTHONPATH=src python scripts/time_maxk.py --out /tmp/maxk
-    PYTHONPATH=src python scripts/time_maxk.py --ln --ks 8,32,64 --out /tmp/maxk   # LayerNorm + MaxK fused
+    python -m scripts.time_maxk --out /tmp/maxk
+    python -m scripts.time_maxk --ln --ks 8,32,64 --out /tmp/maxk   # LayerNorm + MaxK fused
 """
 import argparse
 import json
@@ -13,9 +13,7 @@ from pathlib import Path
 import torch
 from triton.testing import do_bench
 
-sys.path.insert(0, "src")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sparsegnn as sg  # noqa: E402
+import sparsegnn as sg
 
 
 def _write_markdown(path: Path, lines) -> int:
@@ -30,7 +28,7 @@ def spgemm_table(args, out: Path) -> int:
     ``spmm(g, maxk(h, k))`` and backward (the sampled ``A^T dY``) against cuSPARSE's and our
     dense SpMM at F = ``args.cols``; relative error against the dense product of the same
     kept entries."""
-    from sparsegnn.bench.harness import bench_graph
+    from sparsegnn.benchmark import bench_graph
     from sparsegnn.kernels import cbsr_cuda
     from sparsegnn.ops._dispatch import plan_of, transposed_weights
     from sparsegnn.ops.cbsr import backward_schedule, forward_schedule
@@ -199,10 +197,33 @@ def ln_table(args, out: Path) -> int:
               f"{r['ms_plain_bwd']:.3f} | "
               f"{r['ms_plain_bwd'] / r['ms_fused_bwd']:.2f}x | {r['err_values']:.1e} | {r['selection_valid']} | "
               f"{r['same_index_as_plain']:.4f} | {r['err_dx']:.1e} |" for r in rows]
-    from plot_layer_norm_maxk import plot
-
     plot(rows, out / "layer_norm_maxk.png", f"LayerNorm + MaxK, {args.rows:,} x {f} ({torch.cuda.get_device_name()})")
     return _write_markdown(out / "layer_norm_maxk.md", lines)
+
+
+def plot(rows, path: Path, title: str) -> bool:
+    """Grouped bars (ms) of fused / plain forward and backward per (dtype, k); False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:  # noqa: BLE001 - the plot is optional
+        print("(no matplotlib: plot skipped)")
+        return False
+    labels = [f"{r['dtype']}\nk={r['k']}" for r in rows]
+    series = [("fused fwd", "ms_fused_fwd", "tab:green"), ("plain fwd", "ms_plain_fwd", "tab:gray"),
+              ("fused bwd", "ms_fused_bwd", "tab:olive"), ("plain bwd", "ms_plain_bwd", "silver")]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.2
+    for i, (name, key, color) in enumerate(series):
+        ax.bar([j + (i - 1.5) * width for j in range(len(rows))], [r[key] for r in rows], width, label=name, color=color)
+    ax.set_xticks(range(len(rows)), labels)
+    ax.set_ylabel("ms (lower is better)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
 
 
 def main() -> int:

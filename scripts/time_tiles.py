@@ -1,9 +1,9 @@
-"""Tensor-core tiles on the GPU (issue 9): translation cost and block statistics, tile SpMM in every
+"""Tensor-core tiles on the GPU: translation cost and block statistics, tile SpMM in every
 launch config against cuSPARSE and our CUDA-core SpMM (fp32 / tf32 and bf16), tile SDDMM against
 the row-wise kernel and ``torch.sparse.sampled_addmm`` (fast layout), and the same after
 locality reordering::
 
-    python scripts/time_tiles.py --graphs real,paper --dims 32,64,128,256 --out DIR [--reorder rcm,lpa]
+    python -m scripts.time_tiles --graphs real,paper --dims 32,64,128,256 --out DIR [--reorder rcm,lpa]
 
 ``real`` / ``paper`` expand to the real suite (natural order) and the TC-GNN/MaxK stand-ins.
 Rows go to ``DIR/tiles_rows.jsonl`` as they are measured (a time-out keeps what was done); a
@@ -21,14 +21,13 @@ from typing import Dict, List, Tuple
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from sparsegnn import Graph, sddmm, spmm  # noqa: E402
-from sparsegnn.bench.harness import bench_graph  # noqa: E402
-from sparsegnn.datasets.suite import REAL_SUITE  # noqa: E402
-from sparsegnn.datasets.synthetic import SUITES  # noqa: E402
-from sparsegnn.kernels.spmm_tiles import sddmm_tiles, spmm_tiles  # noqa: E402
-from sparsegnn.ops.tiles import TC_FAMILY, _run_sum, tile_encoding, translate_graph  # noqa: E402
-from sparsegnn.tune import lookup  # noqa: E402
+from sparsegnn import Graph, sddmm, spmm
+from sparsegnn.benchmark import bench_graph
+from sparsegnn.datasets.suite import REAL_SUITE
+from sparsegnn.datasets.synthetic import SUITES
+from sparsegnn.kernels.spmm_tiles import sddmm_tiles, spmm_tiles
+from sparsegnn.ops.tiles import TC_FAMILY, _run_sum, tile_encoding, translate_graph
+from sparsegnn.tune import lookup
 
 #: (swap, block_f, num_warps, chunk) launch configs of the tile SpMM
 CONFIGS = [(False, 32, 4, 8), (False, 64, 4, 4), (False, 64, 4, 16), (False, 128, 8, 16), (True, 64, 4, 16),
@@ -102,7 +101,7 @@ def _translate_timed(g: Graph, calls: int = 11, warmup_ms: float = 0.0) -> Tuple
     them; with runs the values are read per edge); ``stats.ms`` the median of ``calls`` translations after a warm one
     (allocator, kernels, the cached rows), returned with the 25th and 75th percentiles: one
     call's time swings by +-50 % with the host's jitter, and a slow spell of the H100 host
-    covered 3 of 5 calls once (stop 41: PROTEINS_full 0.98 ms, 0.24-0.36 ms in the runs before
+    covered 3 of 5 calls once (PROTEINS_full 0.98 ms, 0.24-0.36 ms in the runs before
     and beside it).  ``warmup_ms``: translations run back to back for that long before the
     timed ones (the GPU at its steady clocks, as the epochs it is compared with are; one warm
     call where 0)."""
@@ -304,7 +303,7 @@ def report(rows: List[Dict], lines: List[str], folder: Path) -> None:
     reordered = sorted({r["order"] for r in rows if r.get("order") not in (None, "natural")})
     how = ("each call captured in a CUDA graph and its replay timed (no host work for any provider), "
            if captured else "")
-    head = ["# Tensor-core tiles (issue 9): SpMM / SDDMM on the H100", "",
+    head = ["# Tensor-core tiles: SpMM / SDDMM on the H100", "",
             f"`scripts/time_tiles.py --graphs real,paper --max-edges 20000000"
             f"{' --reorder ' + ','.join(reordered) if reordered else ''}{' --capture' if captured else ''}`; {how}median ms of "
             "`triton.testing.do_bench` (L2 flushed), two passes, the lower kept; rel err vs float64 in the same run. "

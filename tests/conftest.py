@@ -3,7 +3,6 @@
 Without a GPU, Triton kernels run in the CPU interpreter; TRITON_INTERPRET must be set
 before any kernel module is imported, hence here.
 """
-import importlib.util
 import os
 from pathlib import Path
 
@@ -36,14 +35,6 @@ from sparsegnn.datasets import random_graph  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script(name: str, alias: str):
-    """``scripts/<name>.py`` imported as module ``alias`` (the scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location(alias, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def dense_adjacency(edge_index, num_nodes, weight=None, dtype=torch.float64):

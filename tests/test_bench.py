@@ -4,9 +4,9 @@ import math
 import pytest
 import torch
 
-from sparsegnn.bench.harness import compulsory_bytes
-from sparsegnn.bench.report import markdown, plot, speedups
-from sparsegnn.cli import main
+from benchmarks.harness import compulsory_bytes
+from benchmarks.report import markdown, plot, speedups
+from benchmarks.ops import main
 
 
 def _rows():
@@ -41,7 +41,7 @@ def test_compulsory_bytes():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
 def test_bench_cli_needs_gpu(capsys):
-    assert main(["bench", "--suite", "small"]) == 2
+    assert main(["--suite", "small"]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err
 
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from sparsegnn import Graph
-from sparsegnn.bench import cpu
-from sparsegnn.cli import main
+from benchmarks import cpu
+from benchmarks.ops import main
 
 HAVE_PYG = importlib.util.find_spec("torch_geometric") is not None
 FAST = 0.002  # seconds of repeats per timing: the tests check the plumbing, not the speed
@@ -217,7 +217,7 @@ def test_bad_arguments():
 def test_cli_device_cpu(tmp_path, capsys):
     threads = torch.get_num_threads()
     try:
-        code = main(["bench", "--device", "cpu", "--graphs", "cora", "--ops", "sddmm", "--dims", "4",
+        code = main(["--device", "cpu", "--graphs", "cora", "--ops", "sddmm", "--dims", "4",
                      "--budget-ms", "2", "--threads", "1", "--out", str(tmp_path)])
         assert torch.get_num_threads() == 1
     finally:
@@ -236,7 +236,7 @@ def test_cli_device_cpu(tmp_path, capsys):
 
 
 def test_cli_errors(capsys):
-    assert main(["bench", "--device", "cpu", "--graphs", "cora", "--ops", "spmm-min", "--dims", "4"]) == 2
+    assert main(["--device", "cpu", "--graphs", "cora", "--ops", "spmm-min", "--dims", "4"]) == 2
     assert "bench(): unknown ops" in capsys.readouterr().err
-    assert main(["bench", "--device", "cpu", "--graphs", "cora", "--threads", "0"]) == 2
+    assert main(["--device", "cpu", "--graphs", "cora", "--threads", "0"]) == 2
     assert "bench(): --threads must be >= 1" in capsys.readouterr().err

@@ -1,16 +1,14 @@
-"""scripts/bench_minibatch.py: the mini-batch epoch benchmark runs end to end and reports honestly."""
+"""benchmarks/minibatch.py: the mini-batch epoch benchmark runs end to end and reports honestly."""
 import json
-import sys
 from pathlib import Path
 
-from conftest import load_script
+import benchmarks.minibatch
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _module():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    return load_script("bench_minibatch", "bench_minibatch_under_test")
+    return benchmarks.minibatch
 
 
 def test_quick_run_rows_and_phase_split(tmp_path):

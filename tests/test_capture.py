@@ -1,5 +1,5 @@
 """Captured and compiled training steps (sparsegnn.capture, training.compile) and the
-training-epoch benchmark script (scripts/bench_train.py).
+training-epoch benchmark (benchmarks/train.py).
 
 CPU tests check the errors, that every compile mode computes the eager losses (torch.compile
 through the ``aot_eager`` backend: no C++ compiler needed) and the benchmark's smoke run and
@@ -21,7 +21,7 @@ from sparsegnn.datasets import NodeDataset, random_graph
 from sparsegnn.optim import LeanAdam
 from sparsegnn.training import build_model, make_optimizer, make_train_step, train_node_classifier
 
-from conftest import load_script
+import benchmarks.train
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="CUDA graphs need a GPU")
@@ -343,7 +343,7 @@ def test_torch_compile_matches_eager_on_gpu(mode, fresh_dynamo):
 
 # ---------------------------------------------------------------------------- bench_train.py
 def _bench_module():
-    return load_script("bench_train", "bench_train_under_test")
+    return benchmarks.train
 
 
 def test_bench_train_quick_smoke(tmp_path, fresh_dynamo, capsys):

@@ -6,13 +6,18 @@ import time
 
 import pytest
 
+from benchmarks.maxk_sweep import main as sweep_main
+from benchmarks.ops import main as ops_main
 from sparsegnn.cli import main
+
+DRIVERS = {"maxk-sweep": sweep_main, "ops": ops_main}   # python -m benchmarks.<name>
 
 
 def _one_line_error(capsys, argv, code=2):
     """Run ``argv``; its exit status (argparse exits, commands return) and stderr's one line."""
     try:
-        status = main(argv)
+        run = DRIVERS.get(argv[0])
+        status = run(argv[1:]) if run else main(argv)
     except SystemExit as exc:
         status = exc.code
     err = capsys.readouterr().err.strip()
@@ -37,7 +42,7 @@ def _one_line_error(capsys, argv, code=2):
     (["train", "--hidden", "abc"], "--hidden: expected an integer >= 1, got 'abc'"),
     (["maxk-sweep", "--hidden", "-3"], "--hidden: expected an integer >= 1"),
     (["maxk-sweep", "--epochs", "0"], "--epochs: expected an integer >= 1"),
-    (["bench", "--budget-ms", "-5"], "--budget-ms: expected a number in (0, inf)"),
+    (["ops", "--budget-ms", "-5"], "--budget-ms: expected a number in (0, inf)"),
     (["train", "--model", "transformer"], "--model: invalid choice"),
 ])
 def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
@@ -46,9 +51,9 @@ def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
 
 def test_bench_output_path_is_checked_before_the_run(capsys):
     start = time.perf_counter()
-    err = _one_line_error(capsys, ["bench", "--device", "cpu", "--graphs", "cora", "--ops", "spmm", "--dims", "4",
+    err = _one_line_error(capsys, ["ops", "--device", "cpu", "--graphs", "cora", "--ops", "spmm", "--dims", "4",
                                    "--budget-ms", "1", "--out", "/proc/nope/x.json"])
-    assert err.startswith("bench: --out /proc/nope/x.json: cannot write there")
+    assert err.startswith("benchmarks.ops: --out /proc/nope/x.json: cannot write there")
     assert time.perf_counter() - start < 2.0     # nothing benchmarked first
 
 
@@ -63,16 +68,16 @@ def test_other_outputs_are_checked_first(capsys, argv):
 def test_output_path_that_is_a_file(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    err = _one_line_error(capsys, ["bench", "--device", "cpu", "--graphs", "cora", "--out", str(blocker / "sub")])
+    err = _one_line_error(capsys, ["ops", "--device", "cpu", "--graphs", "cora", "--out", str(blocker / "sub")])
     assert "cannot write there" in err
 
 
-@pytest.mark.parametrize("command", ["train", "bench", "maxk-sweep", "tune"])
+@pytest.mark.parametrize("command", ["train", "bench", "ops", "maxk-sweep", "tune"])
 def test_missing_data_dir_is_refused_at_once(capsys, command, tmp_path):
     start = time.perf_counter()
     argv = [command, "--data-dir", str(tmp_path / "nonexistent")]
-    if command == "bench":
-        argv += ["--device", "cpu"]
+    if command in ("bench", "ops"):
+        argv += ["cora"] * (command == "bench") + ["--device", "cpu"]
     err = _one_line_error(capsys, argv)
     assert f"--data-dir {tmp_path / 'nonexistent'}: no such directory" in err
     assert time.perf_counter() - start < 2.0

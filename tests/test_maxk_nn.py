@@ -11,7 +11,7 @@ from sparsegnn.cli import main
 from sparsegnn.datasets import default_data_dir, load, load_real_node_dataset
 from sparsegnn.datasets.real_nodes import SUBSTITUTE_DIM, stratified_split
 from sparsegnn.nn import GCNConv, GINConv, MaxKGCNConv, MaxKGINConv, MaxKGNN, MaxKSAGEConv, SAGEConv
-from sparsegnn.maxk_sweep import maxk_sweep
+from benchmarks.maxk_sweep import main as sweep_main, maxk_sweep
 from sparsegnn.training import build_model, train_node_classifier
 
 from conftest import DEVICE
@@ -512,7 +512,7 @@ def test_cli_train_maxk(capsys):
 def test_cli_matmul_precision(monkeypatch, capsys, tmp_path):
     """``--matmul-precision high`` holds while ``train`` / ``maxk-sweep`` run (TF32 GEMMs) and the previous
     setting comes back after; ``--nproc`` refuses it (its workers are other processes)."""
-    import sparsegnn.maxk_sweep as sweep_module
+    import benchmarks.maxk_sweep as sweep_module
     import sparsegnn.training as training
 
     seen = []
@@ -533,7 +533,7 @@ def test_cli_matmul_precision(monkeypatch, capsys, tmp_path):
     assert main(["train", "--nproc", "2", "--matmul-precision", "high", "--device", "cpu"]) == 2
     assert "--matmul-precision do not apply with --nproc" in capsys.readouterr().err
     seen.clear()
-    assert main(["maxk-sweep", "--ks", "4", "--hidden", "16", "--epochs", "1", "--device", "cpu",
+    assert sweep_main(["--ks", "4", "--hidden", "16", "--epochs", "1", "--device", "cpu",
                  "--matmul-precision", "high", "--out", str(tmp_path)]) == 0
     assert seen == ["high", "high"] and torch.get_float32_matmul_precision() == before
     assert "matmul precision high" in capsys.readouterr().out
@@ -567,9 +567,9 @@ def test_cli_train_maxk_bad_combinations(capsys, extra, message):
 
 def test_cli_maxk_sweep(tmp_path, capsys):
     out = tmp_path / "sweep"
-    argv = ["maxk-sweep", "--dataset", "cora", "--model", "sage", "--ks", "4,8", "--epochs", "2", "--runs", "2",
+    argv = ["--dataset", "cora", "--model", "sage", "--ks", "4,8", "--epochs", "2", "--runs", "2",
             "--hidden", "32", "--device", "cpu", "--out", str(out)]
-    assert main(argv) == 0
+    assert sweep_main(argv) == 0
     result = json.loads((out / "maxk_sweep.json").read_text())
     rows = result["rows"]
     assert [r["config"] for r in rows] == ["relu", "k=4", "k=8"] and [r["k"] for r in rows] == [None, 4, 8]
@@ -591,11 +591,11 @@ def test_cli_maxk_sweep(tmp_path, capsys):
 
 
 def test_cli_maxk_sweep_bad_ks(tmp_path, capsys):
-    argv = ["maxk-sweep", "--ks", "8,64", "--hidden", "32", "--epochs", "1", "--device", "cpu", "--out", str(tmp_path)]
-    assert main(argv) == 2
+    argv = ["--ks", "8,64", "--hidden", "32", "--epochs", "1", "--device", "cpu", "--out", str(tmp_path)]
+    assert sweep_main(argv) == 2
     assert "every k must be in [1, hidden = 32], got [64]" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["maxk-sweep", "--ks", "0,8"])
+        sweep_main(["--ks", "0,8"])
     assert not (tmp_path / "maxk_sweep.json").exists()
 
 

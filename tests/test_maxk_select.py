@@ -1,12 +1,12 @@
-"""scripts/maxk_select.py: each model's setting is chosen on validation only, and the gap is paired by seed."""
+"""benchmarks/maxk_select.py: each model's setting is chosen on validation only, and the gap is paired by seed."""
 import pytest
 
-from conftest import load_script
+import benchmarks.maxk_select
 
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script("maxk_select", "maxk_select_under_test")
+    return benchmarks.maxk_select
 
 
 def _run(seed, val, test):

@@ -7,7 +7,7 @@ import torch
 
 import sparsegnn as sg
 from sparsegnn import Graph
-from sparsegnn.bench.harness import _chosen_config
+from benchmarks.harness import _chosen_config
 from sparsegnn.ops import _dispatch
 from sparsegnn.ops._dispatch import VENDOR_FAMILY, spmm_detail, vendor_applies
 from sparsegnn.tune import lookup, set_timer

@@ -1,4 +1,4 @@
-"""Command line: ``sparsegnn train | maxk-sweep | bench | tune | info`` (also ``python -m sparsegnn``)."""
+"""Command line: ``sparsegnn train | bench | tune | info`` (also ``python -m sparsegnn``)."""
 from __future__ import annotations
 
 import argparse
@@ -122,14 +122,14 @@ def _fanouts(text: str) -> List[int]:
     return fanouts
 
 
-def _ks(text: str) -> List[int]:
+def _dims(text: str) -> List[int]:
     try:
-        ks = [int(v) for v in text.split(",") if v.strip()]
+        dims = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        ks = []
-    if not ks or any(k < 1 for k in ks):
-        raise argparse.ArgumentTypeError(f"ks must be comma-separated positive ints, got {text!r}")
-    return ks
+        dims = []
+    if not dims or any(d < 1 for d in dims):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive ints, got {text!r}")
+    return dims
 
 
 #: Why ``--maxk-linear-first`` / ``--linear-first`` is refused with ``--model sage``.
@@ -369,41 +369,6 @@ def _cmd_train_graphs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_maxk_sweep(args: argparse.Namespace) -> int:
-    with _matmul_precision(args.matmul_precision):
-        return _maxk_sweep(args)
-
-
-def _maxk_sweep(args: argparse.Namespace) -> int:
-    from .datasets import load
-    from .maxk_sweep import markdown, maxk_sweep, write_sweep
-
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("maxk-sweep: --device cuda requested but no CUDA device is available", file=sys.stderr)
-        return 2
-    problem = _path_problem(args, outputs=[("--out", "out")])
-    if problem is not None:
-        print(f"maxk-sweep: {problem}", file=sys.stderr)
-        return 2
-    hidden = 256 if args.hidden is None else args.hidden
-    bad = [k for k in args.ks if k > hidden]
-    if bad:
-        print(f"maxk-sweep: every k must be in [1, hidden = {hidden}], got {bad}", file=sys.stderr)
-        return 2
-    if args.linear_first and args.model == "sage":
-        print("maxk-sweep: " + _LINEAR_FIRST_SAGE.replace("--maxk-linear-first", "--linear-first"), file=sys.stderr)
-        return 2
-    data = load(args.dataset, root=args.root, data_dir=args.data_dir)
-    progress = sys.stderr.isatty() or args.progress
-    result = maxk_sweep(data, args.model, args.ks, epochs=args.epochs, runs=args.runs, seed=args.seed,
-                        device=args.device, lr=args.lr, weight_decay=args.weight_decay, hidden=args.hidden,
-                        dropout=args.dropout, backend=args.backend, progress=progress, linear_first=args.linear_first)
-    paths = write_sweep(result, args.out)
-    print(markdown(result))
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
-    return 0
-
-
 def _add_data_args(parser: argparse.ArgumentParser, graphs: bool = False) -> None:
     parser.add_argument("--dataset", default="cora",
                         help="cora (bundled), citeseer (the data folder's planetoid/ or --root), or a labelled "
@@ -455,105 +420,28 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Defaults of ``bench`` options that differ between the GPU and the CPU benchmark.
-_BENCH_DEFAULTS = {
-    "cuda": {"suite": "small", "ops": "spmm,sddmm", "dims": "32,64,128,256", "tag": "bench"},
-    "cpu": {"suite": "real", "ops": "spmm,spmm-w,spmm-mean,spmm-max,sddmm,softmax", "dims": "16,64", "tag": "bench-cpu"},
-}
-
-
-def _bench_graphs(args: argparse.Namespace) -> List[str]:
-    """The graph names of a bench run: ``--graphs`` or the ``--suite``'s, checked."""
-    from .datasets.suite import REAL_SUITE
-    from .datasets.synthetic import STAND_INS, SUITES
-
-    suites = dict(SUITES, real=REAL_SUITE)
-    graphs = args.graphs.split(",") if args.graphs else list(suites[args.suite])
-    unknown = [g for g in graphs if g not in STAND_INS and g not in REAL_SUITE]
-    if unknown:
-        raise ValueError(f"bench(): unknown graphs {unknown}; known: {', '.join(list(STAND_INS) + list(REAL_SUITE))}")
-    return graphs
-
-
-def _write_bench_outputs(args: argparse.Namespace, rows, meta, write_json, markdown, plot) -> int:
-    """``<out>/<tag>.json``, ``.md`` and ``.png`` (when matplotlib is there) of a bench run; prints the markdown."""
-    from pathlib import Path
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / args.tag
-    write_json(rows, f"{stem}.json", meta)
-    dict_rows = json.loads(Path(f"{stem}.json").read_text())["rows"]
-    text = markdown(dict_rows, meta)
-    Path(f"{stem}.md").write_text(text)
-    try:
-        plot(dict_rows, f"{stem}.png")
-    except ImportError:
-        print("bench: matplotlib not installed, no plot", file=sys.stderr)
-    print(text)
-    return 0
-
-
 def _cmd_bench(args: argparse.Namespace) -> int:
-    problem = _path_problem(args, outputs=[("--out", "out")])
+    """``spmm`` on the user's graph against ``torch.sparse.mm`` (the benchmark suites: ``benchmarks/``)."""
+    from .benchmark import load_graph, time_graph, time_markdown
+
+    problem = _path_problem(args)
     if problem is not None:
         print(f"bench: {problem}", file=sys.stderr)
         return 2
-    for key, value in _BENCH_DEFAULTS[args.device].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"bench(): --threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
-    if args.device == "cpu":
-        return _cmd_bench_cpu(args)
-    import datetime
-
-    from .bench import report
-    from .bench.harness import run, write_json
-
-    if not torch.cuda.is_available():
-        print("bench: needs a CUDA device (the baselines and kernels are GPU code); "
-              "--device cpu runs the CPU benchmark", file=sys.stderr)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("bench: --device cuda requested but no CUDA device is available", file=sys.stderr)
         return 2
-    graphs = _bench_graphs(args)
-    import triton
-
-    rows = run(graphs, args.ops.split(","), [int(d) for d in args.dims.split(",")], args.dtypes.split(","),
-               providers=args.providers.split(",") if args.providers else None, progress=True,
-               data_dir=args.data_dir, real=args.suite == "real")
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-            "date": datetime.date.today().isoformat(), "suite": args.suite, "graphs": graphs}
-    return _write_bench_outputs(args, rows, meta, write_json, report.markdown, report.plot)
-
-
-def _cmd_bench_cpu(args: argparse.Namespace) -> int:
-    """``bench --device cpu``: forward and backward of every op vs torch.sparse / PyG on CPU."""
-    import os
-    import time
-
-    from .bench import cpu
-
-    graphs = _bench_graphs(args)
-    try:
-        dims = [int(d) for d in args.dims.split(",")]
-    except ValueError:
-        raise ValueError(f"bench(): --dims must be comma-separated integers, got {args.dims!r}") from None
-    load_before, start, health = list(os.getloadavg()), time.perf_counter(), {}
-    rows = cpu.run(graphs, args.ops.split(","), dims, args.dtypes.split(","),
-                   providers=args.providers.split(",") if args.providers else None, progress=True,
-                   data_dir=args.data_dir, real=args.suite == "real", budget_s=args.budget_ms / 1e3, health=health)
-    meta = cpu.meta(suite=args.suite, graphs=graphs, budget_ms=args.budget_ms, load_avg_before=load_before,
-                    wall_s=time.perf_counter() - start, canary_ms=health)
-    return _write_bench_outputs(args, rows, meta, cpu.write_json, cpu.markdown, cpu.plot)
+    dtype = getattr(torch, args.dtype)
+    rows = time_graph(load_graph(args.graph, device=args.device, data_dir=args.data_dir), args.dims, dtype)
+    print(json.dumps({"device": args.device, "graph": args.graph, "rows": rows}) if args.json else time_markdown(rows))
+    return 0
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from .bench.tuning import markdown, tuning_report
+    from .benchmark import tuning_markdown, tuning_report
 
     problem = _path_problem(args, out_files=[("--out", "out")])
     if problem is not None:
@@ -568,7 +456,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
-    print(markdown(rows))
+    print(tuning_markdown(rows))
     return 0
 
 
@@ -635,47 +523,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
     train.set_defaults(func=_cmd_train)
 
-    sweep = sub.add_parser("maxk-sweep", help="MaxK-GNN's k sweep: accuracy and epoch time of MaxK models for "
-                                                  "several k against the ReLU baseline (JSON, markdown, plot)")
-    _add_data_args(sweep)
-    sweep.add_argument("--model", default="sage", choices=["sage", "gcn", "gin"])
-    sweep.add_argument("--linear-first", action="store_true",
-                       help="--model gcn / gin as the authors' models: MaxK (or ReLU) on each layer's linear output")
-    sweep.add_argument("--ks", type=_ks, default=[8, 16, 32, 64, 128], help="comma-separated k values "
-                                                                           "(default 8,16,32,64,128)")
-    sweep.add_argument("--epochs", type=_positive_int, default=200)
-    sweep.add_argument("--matmul-precision", default="highest", choices=MATMUL_PRECISIONS, help=_MATMUL_HELP)
-    sweep.add_argument("--runs", type=_positive_int, default=1, help="seeds per configuration: seed, seed+1, ...")
-    sweep.add_argument("--seed", type=_non_negative_int, default=0)
-    sweep.add_argument("--lr", type=_float_in(0.0, open_low=True), default=0.01)
-    sweep.add_argument("--weight-decay", type=_float_in(0.0), default=5e-4)
-    sweep.add_argument("--hidden", type=_positive_int, default=None, help="hidden width (default 256)")
-    sweep.add_argument("--dropout", type=_float_in(0.0, 1.0, open_high=True), default=None, help="dropout (default 0.5)")
-    sweep.add_argument("--device", default=_default_device())
-    sweep.add_argument("--backend", default="auto", choices=["auto", "reference", "triton"])
-    sweep.add_argument("--out", default="benchmarks/local", help="folder for maxk_sweep.json / .md / .png")
-    sweep.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
-    sweep.set_defaults(func=_cmd_maxk_sweep)
-
-    bench = sub.add_parser("bench", help="benchmark ops against cuSPARSE / PyG / torch.sparse (GPU; "
-                                         "--device cpu: forward and backward vs torch.sparse / PyG on CPU)")
-    bench.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
-                       help="cuda (default): the GPU benchmark; cpu: the CPU benchmark (bench/cpu.py)")
-    bench.add_argument("--suite", default=None, choices=["small", "paper", "large", "structure", "real"],
-                       help="real = the real-graph suite (needs the datasets: --data-dir or SPARSEGNN_DATA); "
-                            "default small (cuda), real (cpu)")
-    bench.add_argument("--data-dir", default=None, help="directory of the real datasets (default: SPARSEGNN_DATA, ../shared/datasets)")
-    bench.add_argument("--graphs", default=None, help="comma-separated graph names (overrides --suite)")
-    bench.add_argument("--ops", default=None, help="cuda: spmm, spmm-mean, spmm-max, sddmm (default spmm,sddmm); "
-                                                   "cpu: spmm, spmm-w, spmm-mean, spmm-max, sddmm, softmax (default all)")
-    bench.add_argument("--dims", default=None, help="feature widths (default 32,64,128,256 on cuda, 16,64 on cpu)")
-    bench.add_argument("--dtypes", default="float32")
-    bench.add_argument("--providers", default=None, help="comma-separated subset of providers")
-    bench.add_argument("--threads", type=int, default=None, help="torch.set_num_threads before the run (CPU threads)")
-    bench.add_argument("--budget-ms", type=_float_in(0.0, open_low=True), default=200.0,
-                       help="cpu: milliseconds of repeats per timing (at least 5 calls; default 200)")
-    bench.add_argument("--out", default="benchmarks/local")
-    bench.add_argument("--tag", default=None, help="output file stem (default bench on cuda, bench-cpu on cpu)")
+    bench = sub.add_parser("bench", help="time spmm on your graph against torch.sparse (cuSPARSE on CUDA); "
+                                         "the full benchmark suites are in the repository's benchmarks folder")
+    bench.add_argument("graph", help="a .pt / .pth file (a [2, E] edge_index, or a dict with edge_index and "
+                                     "num_nodes), a .npz (edge_index, or row and col), or a stand-in / real-suite name")
+    bench.add_argument("--dims", type=_dims, default=[32, 128], help="feature widths, comma-separated (default 32,128)")
+    bench.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    bench.add_argument("--device", default=_default_device())
+    bench.add_argument("--data-dir", default=None, help="the datasets folder for real-suite names (default: SPARSEGNN_DATA)")
+    bench.add_argument("--json", action="store_true", help="print the rows as one JSON line")
     bench.set_defaults(func=_cmd_bench)
 
     tune = sub.add_parser("tune", help="cost model vs timing: picks, their speed, tuning cost (GPU)")

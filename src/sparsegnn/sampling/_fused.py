@@ -12,6 +12,8 @@ from typing import List, Optional, Sequence
 import torch
 from torch import Tensor
 
+from ._output import SampleOutput, _arange
+
 #: ``"auto"``: the Triton sampler on CUDA where it applies; ``"always"``: also on the CPU
 #: (through the Triton interpreter: tests); ``"never"``: the torch sampler only.
 FUSED = "auto"
@@ -43,7 +45,6 @@ def sample_hops_fused(rowptr: Tensor, col: Tensor, seeds: Tensor, fanouts: Seque
         rowptr: [N + 1]; col: [E]; seeds: [B] int64; slot: [N] int64 -> SampleOutput.
     """
     from ..kernels import sample as K
-    from ._core import SampleOutput, _arange
 
     device = rowptr.device
     n = rowptr.numel() - 1

@@ -1,0 +1,206 @@
+"""Timing on a user's own graph: ``sparsegnn bench`` and ``sparsegnn tune``.
+
+* :func:`time_graph`: ``spmm`` (sum) on one graph against ``torch.sparse.mm`` (cuSPARSE on CUDA),
+  each output checked against the float64 reference; :func:`load_graph` reads the graph from a
+  file or by name.
+* :func:`tuning_report`: for every case (graph x F x dtype) and policy (``model``: zero-shot,
+  ``shortlist``: the model's top 3 timed, ``exhaustive``: every candidate timed), a fresh
+  in-memory decision store is used, the first call's wall time is measured (Triton's compile
+  cache warmed beforehand, so it is the tuning itself) and the picked config is timed with the
+  benchmark protocol.  The model's predicted rank of the exhaustive winner is reported too.
+
+The benchmark suites (every op, graph suite and baseline) live in the repository's
+``benchmarks/`` package, not here.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import torch
+
+from .datasets.synthetic import STAND_INS, stand_in_graph
+from .graph import Graph
+from .ops import spmm
+from .ops._dispatch import plan_of, spmm_detail
+from .tune import autotune
+from .tune.features import graph_stats_cached
+from .tune.model import load_model
+from .tune.store import reset_stores
+
+
+def bench_graph(name: str, seed: int = 0, device=None, data_dir=None, real: bool = False) -> Graph:
+    """The graph of a benchmark case without values: a synthetic stand-in (``STAND_INS``) or,
+    with ``real`` (or a name no stand-in has), a real-suite graph (``datasets.suite``, natural
+    node order).  Some names (cora, citeseer, PROTEINS_full) exist as both."""
+    if name in STAND_INS and not real:
+        spec = STAND_INS[name]
+        edge_index = stand_in_graph(name, seed=seed, device=device)
+        num_nodes = max(spec.num_nodes, int(edge_index.max()) + 1 if edge_index.numel() else 0)
+        graph = Graph.from_edge_index(edge_index, num_nodes=num_nodes)
+        return Graph(graph.rowptr, graph.col, None, graph.num_nodes)  # drop edge_perm memory
+    from .datasets.suite import load_suite_graph
+
+    return load_suite_graph(name, data_dir=data_dir).to(device)  # already without values
+
+
+def load_graph(source: str, device=None, data_dir=None) -> Graph:
+    """A graph from a file or a name: ``.pt`` / ``.pth`` (a ``[2, E]`` edge_index tensor, or a
+    dict with ``edge_index`` and optionally ``num_nodes``), ``.npz`` (``edge_index``, or ``row``
+    and ``col``), else a stand-in or real-suite graph name (:func:`bench_graph`)."""
+    path = Path(source).expanduser()
+    if path.suffix in (".pt", ".pth", ".npz"):
+        if not path.is_file():
+            raise ValueError(f"bench(): no such file {source}")
+        if path.suffix == ".npz":
+            import numpy as np
+
+            with np.load(path) as arrays:
+                data = {k: torch.from_numpy(arrays[k]) for k in arrays.files}
+            if "edge_index" not in data and {"row", "col"} <= set(data):
+                data["edge_index"] = torch.stack([data["row"], data["col"]])
+        else:
+            data = torch.load(path, map_location="cpu", weights_only=True)
+            data = data if isinstance(data, dict) else {"edge_index": data}
+        edge_index = data.get("edge_index")
+        if not isinstance(edge_index, torch.Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
+            raise ValueError(f"bench(): {source} holds no [2, E] edge_index")
+        num_nodes = data.get("num_nodes")
+        num_nodes = int(num_nodes) if num_nodes is not None else None
+        return Graph.from_edge_index(edge_index.long().to(device), num_nodes=num_nodes)
+    if source not in STAND_INS:
+        from .datasets.suite import REAL_SUITE
+
+        if source not in REAL_SUITE:
+            raise ValueError(f"bench(): {source!r} is neither a .pt / .npz file nor a known graph "
+                             f"({', '.join(list(STAND_INS) + list(REAL_SUITE))})")
+    return bench_graph(source, device=device, data_dir=data_dir)
+
+
+def _median_ms(fn, device: torch.device, reps: int = 20) -> float:
+    """Median wall ms of ``fn`` over ``reps`` calls after two warm-up calls, synchronised."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(2):
+        fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def time_graph(graph: Graph, dims: Sequence[int] = (32, 128), dtype: torch.dtype = torch.float32,
+               seed: int = 0) -> List[Dict]:
+    """One row per feature width: ``spmm`` (sum, random edge values) and ``torch.sparse.mm`` on
+    ``graph``'s device, median ms of 20 calls, and each one's error against float64."""
+    device = graph.rowptr.device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    weighted = graph.with_values(torch.rand(graph.num_edges, device=device, generator=gen) + 0.5)
+    reference = weighted.with_values(weighted.edge_val.double())
+    csr = weighted.to_torch_sparse_csr(dtype)
+    rows = []
+    for num_feats in dims:
+        x = torch.randn(graph.num_nodes, num_feats, device=device, generator=gen).to(dtype)
+        ref = spmm(reference, x.double(), backend="reference")
+        row = {"nodes": graph.num_nodes, "edges": graph.num_edges, "F": num_feats, "dtype": str(dtype).replace("torch.", "")}
+        for name, fn in (("sparsegnn", lambda: spmm(weighted, x)), ("torch.sparse", lambda: torch.sparse.mm(csr, x))):
+            try:
+                out = fn()
+                row[f"{name}_ms"] = _median_ms(fn, device)
+                row[f"{name}_err"] = float((out.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+            except RuntimeError as exc:  # a dtype the baseline has no kernel for
+                row[f"{name}_ms"], row[f"{name}_err"] = None, str(exc).splitlines()[0][:80]
+        base, ours = row["torch.sparse_ms"], row["sparsegnn_ms"]
+        row["speedup"] = base / ours if base and ours else None
+        rows.append(row)
+    return rows
+
+
+def time_markdown(rows: List[Dict]) -> str:
+    lines = ["| nodes | edges | F | dtype | sparsegnn ms | torch.sparse ms | x | error ours / torch |",
+             "|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v, spec: "-" if v is None else (v if isinstance(v, str) else format(v, spec))  # noqa: E731
+    for r in rows:
+        lines.append(f"| {r['nodes']:,} | {r['edges']:,} | {r['F']} | {r['dtype']} | {fmt(r['sparsegnn_ms'], '.4f')} | "
+                     f"{fmt(r['torch.sparse_ms'], '.4f')} | {fmt(r['speedup'], '.2f')} | "
+                     f"{fmt(r['sparsegnn_err'], '.1e')} / {fmt(r['torch.sparse_err'], '.1e')} |")
+    return "\n".join(lines)
+
+
+POLICIES = ("model", "shortlist", "exhaustive")
+
+
+def tuning_report(graphs: List[str], dims: List[int], dtypes: List[torch.dtype], real: bool = True,
+                  data_dir=None) -> List[Dict]:
+    """One row per case and policy: pick, its kernel ms, first-call (tuning) seconds."""
+    from .kernels import configs
+    from .kernels.spmm_csr import spmm_planned
+
+    rows = []
+    saved = {k: os.environ.get(k) for k in ("SPARSEGNN_TUNE", "SPARSEGNN_TUNE_CACHE")}
+    os.environ["SPARSEGNN_TUNE_CACHE"] = "off"
+    try:
+        for name in graphs:
+            base = bench_graph(name, device="cuda", data_dir=data_dir, real=real)
+            # the CSR tuner's report: without ptr (a small batch would take the batched kernels, untuned)
+            g = Graph(base.rowptr, base.col, torch.rand(base.num_edges, device="cuda") + 0.5, base.num_nodes)
+            plan = plan_of(g)
+            stats = graph_stats_cached(g)
+            for num_feats in dims:
+                for dtype in dtypes:
+                    x = torch.randn(g.num_nodes, num_feats, device="cuda").to(dtype)
+                    run = lambda c: spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=c)  # noqa: E731
+                    cands = configs.spmm_candidates(g.num_nodes, g.num_edges, num_feats, x.element_size(),
+                                                    plan.max_degree)
+                    for cfg in cands:  # warm Triton's compile cache: time the tuning, not the compiler
+                        run(cfg)
+                    model = load_model()
+                    order = model.rank(stats, num_feats, x.element_size(), cands) if model else list(range(len(cands)))
+                    picks = {}
+                    for policy in POLICIES:
+                        os.environ["SPARSEGNN_TUNE"] = policy
+                        reset_stores()
+                        torch.cuda.synchronize()
+                        t0 = time.perf_counter()
+                        spmm(g, x)
+                        torch.cuda.synchronize()
+                        first_s = time.perf_counter() - t0
+                        record = autotune.lookup("spmm", g, spmm_detail(g.edge_val, "sum"), num_feats, dtype, "cuda")
+                        picks[policy] = (record["config"], first_s)
+                    timed = {p: autotune.time_config(run, cfg) for p, (cfg, _) in picks.items()}
+                    best_cfg = picks["exhaustive"][0]
+                    for policy, (cfg, first_s) in picks.items():
+                        rows.append({"graph": name, "F": num_feats, "dtype": str(dtype).replace("torch.", ""),
+                                     "policy": policy, "config": cfg, "ms": timed[policy],
+                                     "vs_exhaustive": timed[policy] / timed["exhaustive"], "tune_s": first_s,
+                                     "candidates": len(cands),
+                                     "model_rank_of_best": order.index(cands.index(best_cfg)) + 1})
+            g = base = None  # noqa: F841 - free the graph before the next one
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        reset_stores()
+    return rows
+
+
+def tuning_markdown(rows: List[Dict]) -> str:
+    lines = ["| graph | F | dtype | model ms (x best) | shortlist ms (x best) | exhaustive ms | tuning s: model / shortlist / exhaustive | model's rank of the best |",
+             "|---|---|---|---|---|---|---|---|"]
+    by_case: Dict = {}
+    for r in rows:
+        by_case.setdefault((r["graph"], r["F"], r["dtype"]), {})[r["policy"]] = r
+    for (graph, f, dtype), p in by_case.items():
+        m, s, e = p["model"], p["shortlist"], p["exhaustive"]
+        lines.append(f"| {graph} | {f} | {dtype} | {m['ms']:.4f} ({m['vs_exhaustive']:.2f}) | {s['ms']:.4f} "
+                     f"({s['vs_exhaustive']:.2f}) | {e['ms']:.4f} | {m['tune_s']:.3f} / {s['tune_s']:.3f} / "
+                     f"{e['tune_s']:.3f} | {e['model_rank_of_best']} of {e['candidates']} |")
+    return "\n".join(lines)
