@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # CPU machines get the CPU build of PyTorch; set TORCH_SPEC (e.g. TORCH_SPEC=torch) for a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv demo test clean
+.PHONY: venv demo test docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,5 +26,13 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest -q $$($(PY) -c "import os, xdist; print('-n 2' if (os.cpu_count() or 1) > 1 else '')" 2>/dev/null)
 
+# The documentation, built strictly (any warning fails) into site/; the docs extra installs on first use.
+$(VENV)/.docs-installed: pyproject.toml $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build *.egg-info src/*.egg-info site
