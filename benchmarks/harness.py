@@ -17,7 +17,7 @@ import torch
 from sparsegnn.benchmark import bench_graph
 from sparsegnn.graph import Graph
 from sparsegnn.ops import sddmm, spmm
-from sparsegnn.ops._dispatch import plan_of
+from sparsegnn.ops._triton import plan_of
 from .providers import MATERIALISING, SDDMM_PROVIDERS, SPMM_PROVIDERS, SPMM_REDUCES, Inputs
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -116,7 +116,7 @@ def _second_pass(timed, nbytes: int) -> None:
 
 def _chosen_config(graph: Graph, op: str, num_feats: int, dtype: torch.dtype) -> Dict[str, Any]:
     """The decision the tuner stored for this case: config, its own timing, how it was made."""
-    from sparsegnn.ops._dispatch import SPMM_FAMILY, VENDOR_FAMILY, spmm_detail
+    from sparsegnn.ops._triton import SPMM_FAMILY, VENDOR_FAMILY, spmm_detail
     from sparsegnn.tune import lookup
 
     if op == "sddmm":
@@ -127,7 +127,7 @@ def _chosen_config(graph: Graph, op: str, num_feats: int, dtype: torch.dtype) ->
     if record is None:
         return {}
     chosen = {"config": dict(record["config"]), "tuned_ms": record.get("ms"), "tune_source": record.get("source")}
-    if op == "spmm":   # ours or cuSPARSE, where the exact sum times both (ops._dispatch.vendor_applies)
+    if op == "spmm":   # ours or cuSPARSE, where the exact sum times both (ops._triton.vendor_applies)
         vendor = lookup(VENDOR_FAMILY, graph, spmm_detail(graph.edge_val, "sum"), num_feats, dtype, graph.device)
         if vendor is not None:
             chosen["kernel"] = "cusparse" if vendor["config"]["path"] else "sparsegnn"

@@ -44,7 +44,7 @@ from sparsegnn.graph import Graph
 from sparsegnn.kernels import configs
 from sparsegnn.kernels.spmm_csr import spmm_planned
 from sparsegnn.ops import reference
-from sparsegnn.ops._dispatch import plan_of
+from sparsegnn.ops._triton import plan_of
 from sparsegnn.tune.autotune import measure
 from sparsegnn.tune.features import graph_stats_cached
 

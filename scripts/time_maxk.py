@@ -30,7 +30,8 @@ def spgemm_table(args, out: Path) -> int:
     kept entries."""
     from sparsegnn.benchmark import bench_graph
     from sparsegnn.kernels import cbsr_cuda
-    from sparsegnn.ops._dispatch import plan_of, transposed_weights
+    from sparsegnn.ops._common import transposed_weights
+    from sparsegnn.ops._triton import plan_of
     from sparsegnn.ops.cbsr import backward_schedule, forward_schedule
 
     if not cbsr_cuda.available():

@@ -119,7 +119,7 @@ def test_large_batches_take_the_csr_kernels(monkeypatch):
     """Above BATCHED_MAX_TOTAL_NODES nodes a batch runs the tuned CSR kernels (faster there,
     benchmarks/h100/batched_vs_csr.json), without the batch_stats sync; same result."""
     from sparsegnn.kernels import spmm_batched as mod
-    from sparsegnn.ops import _dispatch
+    from sparsegnn.ops import _triton
 
     calls = []
     real = mod.spmm_batched
@@ -129,7 +129,7 @@ def test_large_batches_take_the_csr_kernels(monkeypatch):
     x = torch.randn(n, 8)
     small = sg.spmm(Graph(g0.rowptr, g0.col, g0.edge_val, n, ptr=ptr).to(DEVICE), x.to(DEVICE), backend="triton")
     assert len(calls) == 1
-    monkeypatch.setattr(_dispatch, "BATCHED_MAX_TOTAL_NODES", n - 1)
+    monkeypatch.setattr(_triton, "BATCHED_MAX_TOTAL_NODES", n - 1)
     big = Graph(g0.rowptr, g0.col, g0.edge_val, n, ptr=ptr).to(DEVICE)
     out = sg.spmm(big, x.to(DEVICE), backend="triton")
     assert len(calls) == 1 and "batch_stats" not in big.cache

@@ -187,7 +187,7 @@ def test_cuda_cbsr_spgemm_matches_float64_and_is_deterministic(k, cols, edges, w
     repeated in a row (equal columns in consecutive steps), edge weights or none, a mean's row
     scale, a kept inf (only the rows that read it may hold inf)."""
     from sparsegnn.kernels import cbsr_cuda
-    from sparsegnn.ops._dispatch import plan_of
+    from sparsegnn.ops._triton import plan_of
     from sparsegnn.ops.cbsr import _kernel_weights
 
     if not cbsr_cuda.available():
@@ -231,7 +231,7 @@ def test_cuda_cbsr_sspmm_matches_float64(k, reduce):
     """The outer-product backward kernel (float4 atomics for k % 4 == 0, scalar ones else; a
     hub row; k above one warp's width) against float64, whatever the schedule would pick."""
     from sparsegnn.kernels import cbsr_cuda
-    from sparsegnn.ops._dispatch import plan_of
+    from sparsegnn.ops._triton import plan_of
     from sparsegnn.ops.cbsr import _kernel_weights
 
     if not cbsr_cuda.available():

@@ -97,7 +97,7 @@ def test_shape_errors():
 
 def test_size_classes_follow_the_batched_kernels():
     from sparsegnn.datasets.padding import BATCHED_LIMIT, LARGE_CLASS, _size_class
-    from sparsegnn.ops._dispatch import BATCHED_MAX_NODES
+    from sparsegnn.ops._triton import BATCHED_MAX_NODES
 
     assert BATCHED_LIMIT == BATCHED_MAX_NODES
     assert [_size_class(n) for n in (1, 16, 17, 100, 128, 129, 5000)] == [16, 16, 32, 128, 128, LARGE_CLASS, LARGE_CLASS]

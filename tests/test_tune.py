@@ -420,7 +420,7 @@ def test_families_that_time_the_row_kernel_carry_its_version():
     kernel) compares the row kernel's speed: stored under an older row kernel it must be made
     again, so each such family's store name holds the row kernels' family (stop 36: a tile
     config kept on real PROTEINS_full F=256 tf32 at 0.82x of the new row kernel)."""
-    from sparsegnn.ops._dispatch import SPMM_FAMILY, VENDOR_FAMILY
+    from sparsegnn.ops._triton import SPMM_FAMILY, VENDOR_FAMILY
     from sparsegnn.ops.attention import AGNN_TC_FAMILY
     from sparsegnn.ops.tiles import TC_FAMILY
 

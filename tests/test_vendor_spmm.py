@@ -1,4 +1,4 @@
-"""The exact SpMM sum's vendor choice (``ops._dispatch._with_vendor``): where the tuner times
+"""The exact SpMM sum's vendor choice (``ops._triton._with_vendor``): where the tuner times
 cuSPARSE (here torch's CSR product on whatever device the tests run) faster than our bound
 kernel, the forward and the backward on the transpose take it, and the results still equal
 the float64 reference."""
@@ -8,8 +8,8 @@ import torch
 import sparsegnn as sg
 from sparsegnn import Graph
 from benchmarks.harness import _chosen_config
-from sparsegnn.ops import _dispatch
-from sparsegnn.ops._dispatch import VENDOR_FAMILY, spmm_detail, vendor_applies
+from sparsegnn.ops import _triton
+from sparsegnn.ops._triton import VENDOR_FAMILY, spmm_detail, vendor_applies
 from sparsegnn.tune import lookup, set_timer
 
 from conftest import DEVICE, dense_adjacency
@@ -23,7 +23,7 @@ def _vendor_faster(run, cfg):
 def _small_case(monkeypatch, seed):
     """``(edge_index, weight, graph, x)``: a weighted 30-node graph and [30, 8] features, with
     the vendor's work floor off and the fake timer that makes cuSPARSE win."""
-    monkeypatch.setattr(_dispatch, "VENDOR_MIN_WORK", 0)
+    monkeypatch.setattr(_triton, "VENDOR_MIN_WORK", 0)
     set_timer(_vendor_faster)
     ei, w = sg.datasets.random_graph(30, 200, seed=seed, weighted=True)
     return ei, w, Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE), torch.randn(30, 8, device=DEVICE)
@@ -32,7 +32,7 @@ def _small_case(monkeypatch, seed):
 @pytest.mark.parametrize("weighted", [True, False])
 def test_spmm_on_the_vendor_path_matches_float64_forward_and_backward(graph_case, weighted, fresh_store, monkeypatch):
     name, n, ei, w = graph_case
-    monkeypatch.setattr(_dispatch, "VENDOR_MIN_WORK", 0)
+    monkeypatch.setattr(_triton, "VENDOR_MIN_WORK", 0)
     set_timer(_vendor_faster)
     g = Graph.from_edge_index(ei, w if weighted else None, num_nodes=n).to(DEVICE)
     x64 = torch.randn(n, 12, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
@@ -64,7 +64,7 @@ def test_vendor_is_not_timed_for_half_features_small_work_or_other_reductions(fr
     g = Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE)
     x = torch.randn(30, 8, device=DEVICE)
     assert not vendor_applies(g, x, g.edge_val, "sum")                  # 200 x 8 edge-features: too small
-    monkeypatch.setattr(_dispatch, "VENDOR_MIN_WORK", 0)
+    monkeypatch.setattr(_triton, "VENDOR_MIN_WORK", 0)
     assert vendor_applies(g, x, g.edge_val, "sum") and vendor_applies(g, x, None, "sum")
     assert not vendor_applies(g, x.bfloat16(), g.edge_val, "sum")
     assert not vendor_applies(g, x, g.edge_val, "mean") and not vendor_applies(g, x, g.edge_val, "max")

@@ -8,18 +8,18 @@ sync or a forbidden allocation inside it), ``capture_end`` raises first, and in 
 state stays "capturing": every later random op on that device (``dropout``, ``randn``) then
 raises ``Offset increment outside graph capture encountered unexpectedly``.  Our tuner times
 candidates as captured replays and falls back to eager timings when one cannot be captured;
-``capture_step`` and the replaying layers report a failed capture and run eagerly.  Each of
-those left the user's next dropout failing (found by the GPU run of the test suite, stop 49:
-a test after the tuner's failed-capture tests failed in ``torch.randn``).
+``capture_step`` and the replaying layers report a failed capture and run eagerly.  Without
+this cure, each of those would leave the user's next ``dropout`` or ``torch.randn`` failing.
 
 The cure uses only public API: an empty capture on the same device, whose successful
 ``capture_end`` runs the generator's capture epilogue.  The generator keeps its state object,
 seed and offset, so graphs captured before keep replaying from the same stream of numbers.
 
 The same failed ``capture_end`` also leaves the capture's memory pool held: torch tells the
-allocator the capture is over, and releases the pool, only for a capture that ended.  The pool
-kept whatever the capture had allocated (a whole forward's activations, for a replay recording)
-until the process ended, and the allocator kept the capture in its list of those under way.
+allocator the capture is over, and frees the pool, only for a capture that ended.  The pool
+would keep whatever the capture had allocated (a whole forward's activations, for a replay
+recording) until the process ends, and the allocator would keep the capture in its list of those
+under way.
 :class:`CleanupCUDAGraph` does both when its ``capture_end`` fails.
 """
 from __future__ import annotations
@@ -54,14 +54,13 @@ def release_failed_capture(device: int, pool) -> None:
     told that the capture is over and, only then, the capture's hold on the pool dropped (its
     memory returns to the allocator's cache); then :func:`end_failed_capture`.
 
-    torch 2.11 raises on the failed stream capture before it tells the allocator (so the pool is
-    released here, as measured on the H100).  Where the allocator had already been told (a
-    ``capture_end`` that failed later, in the graph's instantiation, or a torch that ends the
-    pool on every path), the release is left to torch: a second one could free a pool that
-    another graph sharing it still replays into."""
+    torch 2.11 raises on the failed stream capture before it tells the allocator, so the pool is
+    freed here.  Where the allocator had already been told (a ``capture_end`` that failed later,
+    in the graph's instantiation, or a torch that ends the pool on every path), freeing it is left
+    to torch: a second free could drop a pool that another graph sharing it still replays into."""
     try:
         torch._C._cuda_endAllocateToPool(device, pool)
-    except Exception:  # noqa: BLE001 - "not currently recording": torch ended it and owns the release
+    except Exception:  # noqa: BLE001 - "not currently recording": torch ended it and frees the pool
         pass
     else:
         try:
@@ -105,9 +104,9 @@ def failed_capture_guard() -> Iterator[None]:
     hides the capture's own).
 
     The stream: ``torch.cuda.graph.__exit__`` calls ``capture_end`` before it leaves its stream
-    context, so a failed ``capture_end`` left the thread on torch's capture stream for good
-    (torch 2.11): every later op of the thread ran there, and a replaying layer, which records
-    only on the default stream, never recorded again (seen on the GPU, stop 49).  Torch's capture
+    context, so a failed ``capture_end`` leaves the thread on torch's capture stream for good
+    (torch 2.11): every later op of the thread would run there, and a replaying layer, which
+    records only on the default stream, would never record again.  Torch's capture
     stream belongs to the device that was current when it was first made, so the context can have
     switched the current device too."""
     current = torch.cuda.current_device()

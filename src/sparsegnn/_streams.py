@@ -1,11 +1,10 @@
 """One side CUDA stream per device and thread for the library's captures and warm-ups (no
 sparsegnn imports: every layer may use it).
 
-Why one: PyTorch keeps a cuBLAS workspace (32 MB on the H100) for every (handle, stream) pair a
+Why one: PyTorch keeps a cuBLAS workspace (32 MB on an H100) for every (handle, stream) pair a
 matrix product ran on, until the process ends.  A new ``torch.cuda.Stream()`` per replay
-recording or captured step (streams come from a pool of 32 per priority) made CUDA memory grow
-by 32 MB per recording, up to 1 GB: 288 MB held after a three-case benchmark, every byte of it
-released by ``torch._C._cuda_clearCublasWorkspaces()`` (H100, stop 41).  Users of one side
+recording or captured step (streams come from a pool of 32 per priority) would grow CUDA memory
+by 32 MB per recording, up to 1 GB, all of it held by cuBLAS workspaces.  Users of one side
 stream order their work with ``wait_stream`` both ways, so sharing it only serialises them.
 """
 from __future__ import annotations

@@ -25,7 +25,8 @@ import torch
 from .datasets.synthetic import STAND_INS, stand_in_graph
 from .graph import Graph
 from .ops import spmm
-from .ops._dispatch import plan_of, spmm_detail
+from .ops._common import spmm_detail
+from .ops._triton import plan_of
 from .tune import autotune
 from .tune.features import graph_stats_cached
 from .tune.model import load_model

@@ -57,6 +57,7 @@ from ._failed_capture import CleanupCUDAGraph, failed_capture_guard
 from ._checks import check
 from ._streams import side_stream
 from .nn.norm import padded_nodes
+from .ops._dispatch import capturable
 
 __all__ = ["CapturedStep", "capture_step", "CapturedGraphSteps", "use_capture"]
 
@@ -72,7 +73,7 @@ def use_capture(fn: str, capture: Optional[bool], device, backend: str = "auto",
     whose steps can be captured (``supported``)."""
     cuda = torch.device(device).type == "cuda"
     if capture is None:
-        return cuda and backend != "reference" and supported
+        return cuda and capturable(backend) and supported
     check(not capture or cuda, fn, f"capture=True needs a CUDA device, got {device}")
     return bool(capture)
 

@@ -303,6 +303,7 @@ def _given(value, default):
 def _graph_problem(args: argparse.Namespace) -> Optional[str]:
     """Why graph-level ``train`` cannot run with the other options (None when it can)."""
     from .graph_training import GRAPH_MODELS, is_graph_dataset
+    from .ops._dispatch import runs_on
 
     if not is_graph_dataset(args.dataset):
         return f"--model {args.model} is a graph-level model; use --dataset tox21, PROTEINS_full, ENZYMES or a file"
@@ -317,8 +318,8 @@ def _graph_problem(args: argparse.Namespace) -> Optional[str]:
         return f"{', '.join(given)} apply to node classification; drop them for {args.dataset}"
     if args.batch_size is not None and args.batch_size < 1:
         return f"--batch-size must be >= 1, got {args.batch_size}"
-    if args.backend == "triton" and not args.device.startswith("cuda"):
-        return "--backend triton needs --device cuda"
+    if not runs_on(args.backend, "cuda" if args.device.startswith("cuda") else "cpu"):
+        return f"--backend {args.backend} cannot run on --device {args.device}"
     if args.compile == "capture" and not args.device.startswith("cuda"):
         return "--compile capture needs --device cuda (graph-level training captures its steps there by default)"
     return None
@@ -403,18 +404,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
                      f"{props.total_memory / 2**30:.1f} GiB")
     else:
         lines.append("device cpu (no CUDA device)")
-    from .kernels.cpu import numba_available
+    from .ops._dispatch import auto_backend, available_backends
 
-    backends = ["reference"]
-    if numba_available():
-        backends.append("cpu")
-    if triton_available() and (torch.cuda.is_available() or interpreting()):
-        backends.append("triton")
-    lines.append("backends: " + ", ".join(backends))
-    # what backend="auto" picks for floating-point tensors, per device (ops/_dispatch.py)
-    picks = [f"cpu -> {'cpu' if numba_available() else 'reference'}"]
-    if torch.cuda.is_available():
-        picks.append(f"cuda -> {'triton' if triton_available() else 'reference'}")
+    lines.append("backends: " + ", ".join(available_backends()))
+    # what backend="auto" picks for floating-point tensors, per device
+    picks = [f"cpu -> {auto_backend('cpu')}"] + ([f"cuda -> {auto_backend('cuda')}"] if torch.cuda.is_available() else [])
     lines.append("auto: " + ", ".join(picks))
     print("\n".join(lines))
     return 0

@@ -162,7 +162,7 @@ def make_optimizer(model: nn.Module, compile: str = "none", lr: float = 0.01,
     of about ten ``foreach`` launches with host work between them) behind a lean step
     (:class:`~sparsegnn.optim.LeanAdam`: the same kernels and updates without ``Adam.step``'s
     per-step Python): an eager step of a small model is host-bound, and the optimiser is a
-    large share of it.  The baselines of ``scripts/bench_train.py`` build their optimiser here
+    large share of it.  The baselines of ``benchmarks/train.py`` build their optimiser here
     too, so they get the same."""
     params = list(model.parameters())
     if compile == "capture":
@@ -191,7 +191,7 @@ def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: Tenso
     (``torch.autograd.set_multithreading_enabled(False)``; ``backward_threads=True`` keeps the
     autograd engine's per-device worker thread): the same kernels on the same streams, without
     handing the backward to the worker and back, which costs a small step 100-400 us of host
-    time on the H100/H200 hosts (``notes/replay.md``; a full-graph step of a small model is
+    time on the H100/H200 hosts (``docs/design/replay.md``; a full-graph step of a small model is
     host-bound). ``graph`` is whatever ``model`` takes (a Graph, ``edge_index``,
     a sparse adjacency).
 

@@ -43,7 +43,7 @@ __all__ = ["BatchPadding", "StaticBatch", "PaddedGraph", "pad_batch", "MIN_PAD_N
 MIN_PAD_NODES = 16
 #: Padding nodes per padding graph at most (the smallest tile of the batched kernels).
 PAD_GRAPH_NODES = 16
-#: Largest graphs the batched SpMM kernels take (``ops._dispatch.BATCHED_MAX_NODES``, the same
+#: Largest graphs the batched SpMM kernels take (``ops._triton.BATCHED_MAX_NODES``, the same
 #: number; a test checks): batches with a larger graph share one size class, :data:`LARGE_CLASS`.
 BATCHED_LIMIT = 128
 #: The size class of batches holding a graph of more than :data:`BATCHED_LIMIT` nodes (they take

@@ -3,7 +3,7 @@
 Raw Planetoid files (``ind.<name>.{x,y,tx,ty,allx,ally,graph,test.index}``) are Python pickles.
 They are read here with a restricted unpickler that only builds numpy arrays, scipy sparse
 matrices and dicts, so a tampered file cannot run code.  The bundled Cora is a plain ``.npz``
-(no pickles) made by ``scripts/convert_planetoid.py``.
+(no pickles) converted from the raw files.
 
 Split (Planetoid / Kipf & Welling): the labelled ``x`` rows for training (20 per class),
 the next 500 nodes for validation, the ``test.index`` nodes (1,000) for testing.

@@ -155,11 +155,11 @@ STAND_INS: Dict[str, StandIn] = {s.name: s for s in [
     StandIn("ogbn-proteins", 132_534, 79_122_504, 8, 112, "maxk-gnn"),
     StandIn("ogbn-products", 2_449_029, 123_718_280, 100, 47, "maxk-gnn"),
     StandIn("reddit-community", 232_965, 67_000_000, 602, 41, "performance.md", community_size=2048),
-    # Beyond one GPU (issue 13): ogbn-papers100M's widths (128 features, 172 classes, mean
+    # Beyond one GPU: ogbn-papers100M's widths (128 features, 172 classes, mean
     # in-degree 14.5) at 16M nodes, with citation-like locality.  Full-graph GraphSAGE 3 x 256
     # keeps ~9.3 KB per node for backward (measured), ~150 GB: more than one H200 holds.
     StandIn("papers-16m", 16_000_000, 232_000_000, 128, 172, "beyond-one-gpu", community_size=4096),
-    # Structure classes the real graphs showed and the paper stand-ins lack (issue 7):
+    # Structure classes the real graphs showed and the paper stand-ins lack:
     # hubs of thousands of edges in graphs of tens of thousands of nodes (GitHub / Twitch-like
     # social graphs: max degree ~600x the mean), small dense graphs, near-regular meshes.
     StandIn("hub-social", 37_700, 578_006, 128, 2, "structure", max_degree_ratio=620.0, exponent=2.1),

@@ -1,4 +1,4 @@
-"""Multi-GPU full-graph training on ``torch.distributed`` (issue 13): partitions, halo exchange,
+"""Multi-GPU full-graph training on ``torch.distributed``: partitions, halo exchange,
 distributed GCN / GraphSAGE, and the launcher behind ``sparsegnn train --nproc N``."""
 from .halo import HaloExchange
 from .models import DistGCN, DistGraphSAGE, build_dist_model

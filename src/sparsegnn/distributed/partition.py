@@ -1,4 +1,4 @@
-"""Node partitions of one graph for full-graph training on ``P`` ranks (issue 13, item 1).
+"""Node partitions of one graph for full-graph training on ``P`` ranks.
 
 Each node is *owned* by one rank; a rank computes the rows of the nodes it owns and keeps every
 edge whose *target* it owns.  The sources of those edges that other ranks own are its *halo*:

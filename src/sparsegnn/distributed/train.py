@@ -68,7 +68,7 @@ def prepare_parts(data, model: str, nproc: int, directory, method: str = "auto",
     save them in ``directory`` (GCN: the normalised graph with self loops).  Returns the stats.
 
     ``device``: where the partition is computed (default: the CPU).  A GPU builds the parts of a
-    graph of hundreds of millions of edges in seconds; its memory is released before returning.
+    graph of hundreds of millions of edges in seconds; its memory is freed before returning.
     """
     from .partition import partition_graph, partition_stats, save_parts
 

@@ -2,23 +2,21 @@
 
 Building a graph's derived forms (CSR from ``edge_index``, transpose, work plan, statistics)
 on a GPU runs a handful of sorting, scanning and counting kernels.  In a fresh process each
-of them pays a one-off module load (CUDA's lazy loading: 5-70 ms for the sorts), which for
-Cora added up to ~0.35 s of a 1.17 s first training step with every cache warm (statistics'
-quantile 0.14 s, work plan 0.20 s, transpose 0.02 s; profiles in ``benchmarks/h100/``:
-``first_step_profile_2026-11-24_before.txt`` and, with this module, ``..._2026-11-24.txt``).
-For a graph of a few tens of thousands of edges the host does the same work in a few
-milliseconds, so such work runs on host copies and its results are copied to the graph's
-device.  Most routed functions synchronise with the host anyway (they read sizes back); the
-edge permutations (``csr.permute_edges``) and heavy-row lists do not on the device, so their
-first ``HOST_CALLS`` calls in a process add one synchronisation each (a learnable graph-owned
-edge weight re-permuted after each optimiser step: its first 8 backward passes).
+of them pays a one-off module load (CUDA's lazy loading: 5-70 ms for the sorts), about a third
+of a small graph's first training step (Cora: ~0.35 s).  For a graph of a few tens of thousands
+of edges the host does the same work in a few milliseconds, so such work runs on host copies and
+its results are copied to the graph's device.  Most routed functions synchronise with the host
+anyway (they read sizes back); the edge permutations (``csr.permute_edges``) and heavy-row lists
+do not on the device, so their first ``HOST_CALLS`` calls in a process add one synchronisation
+each (a learnable graph-owned edge weight re-permuted after each optimiser step: its first 8
+backward passes).
 
 Only while the device's kernels are cold: once loaded, the device does the same work faster
-(steady state on the H100, ``benchmarks/h100/host_routing.json``: a GCN layer's graph from a
-new ``edge_index`` of 13k edges 3.6 ms on the host against 1.6 ms on the device, 32k edges
-8.8 against 1.7 ms).  So each kind of work takes the host path for its first ``HOST_CALLS``
-calls in a process: a full-graph script builds its graphs once and never loads those kernels;
-a loop that builds a graph every step (sampled or molecule batches) loads them a few steps in.
+(steady state: a GCN layer's graph from a new ``edge_index`` of 13k edges takes about twice as
+long on the host as on the device).  So each kind of work takes the host path for its first
+``HOST_CALLS`` calls in a process: a full-graph script builds its graphs once and never loads
+those kernels; a loop that builds a graph every step (sampled or molecule batches) loads them a
+few steps in.
 
 The rule: on a CUDA device, at most ``HOST_MAX_EDGES`` edges and nodes, no CUDA graph being
 captured (copies to the host are not allowed there), no synchronisation debug mode set

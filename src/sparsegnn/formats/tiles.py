@@ -334,16 +334,12 @@ def translate(rowptr: Tensor, col: Tensor, num_src: int, edge_val: Optional[Tens
     Cost: in the reference one sort (``unique`` of the ``(window, column)`` keys, int32 where
     they fit) and about 30 small tensor ops (57-62 kernels); with the Triton ``condense`` a sort
     per window in registers (a bit set per window of more than 2048 edges), 2 kernels for the
-    structure of a small graph (the fused pass, stop 44), 7-10 on large ones
-    (``scripts/probe_translate.py``; stop 43), two more for the dense tile values
-    (``tile_values``); two host syncs (three where the Triton path falls back to sorted keys;
-    one where the small graphs' translation runs in one CUDA launch, stop 47).
+    structure of a small graph (the fused pass), 7-10 on large ones, two more for the dense tile
+    values (``tile_values``); two host syncs (three where the Triton path falls back to sorted
+    keys; one where the small graphs' translation runs in one CUDA launch).
     The statistics are counted when first read (:class:`TileStats`), the tile values are added
-    by the Triton slot pass or one ``index_add_`` (stop 37: with two more ``unique`` calls, a
-    ``bincount`` and a sorting ``index_put``, 151 kernels and 9 syncs, translation took
-    1.3-2.7 ms on the real graphs, more than our GCN epoch; stop 38, per-window sorts:
-    0.2-0.9 ms, 3 ms on yelp; stop 41, bit sets for hub windows and fewer launches: see
-    ``notes/tensor-cores.md``).
+    by the Triton slot pass or one ``index_add_``: launches and syncs, not GPU work, dominate a
+    translation's time (measurements: ``docs/design/tensor-cores.md``).
     """
     for name, value in (("window", window), ("block_k", block_k)):
         if not (isinstance(value, int) and value > 0 and value & (value - 1) == 0):

@@ -64,8 +64,8 @@ def _raw_stream(device: torch.device) -> int:
 
 def _direct(kernel, grid: int, threads: int, args: tuple, device: torch.device, shared_mem: int) -> bool:
     """``cuLaunchKernel`` with the arguments packed by ctypes, skipping CuPy's call (its device
-    and stream context managers, the attribute query, the argument conversion): H100, 20-45 us
-    less host time in a translation (stop 46).  False (nothing launched) where it cannot run:
+    and stream context managers, the attribute query, the argument conversion): 20-45 us
+    less host time in a translation on an H100 host.  False (nothing launched) where it cannot run:
     ``device`` not torch's current device, no current CUDA context on this thread, an argument
     of another type (Python ints and floats included), a CuPy without these entry points."""
     import ctypes

@@ -5,7 +5,7 @@ vector loop with a runtime alias check and a remainder per edge, or, with a cons
 into scalar FMAs that store the accumulator back after every edge (LLVM cannot prove that
 the accumulator and ``x`` do not alias).  Written out lane by lane, loads first, the SLP
 vectorizer turns each edge into one vector load, FMA and store per 16 floats (AVX-512):
-3-5x faster per edge, measured in ``notes/cpu.md``.  Numba has no macro for that, and its
+3-5x faster per edge, measured in ``docs/design/cpu.md``.  Numba has no macro for that, and its
 on-disk cache needs functions defined in a real file, so this module writes that file.
 
 Template lines ending in ``#L`` are repeated for ``k = 0 .. L-1`` with ``{k}`` replaced;

@@ -17,7 +17,7 @@ daemon threads that run while the script builds its model:
   key as ``triton_key`` in Triton's modules (Triton's own compile-worker pool does the same with
   the key its parent computed).  Stamping costs ~2 ms of ``stat`` calls.
 - **The background hash.**  Without a stored key, the first thread computes the key (``hashlib``
-  and file reads release the GIL), then stores it.  The first launch that takes Triton's own
+  and file reads give up the GIL), then stores it.  The first launch that takes Triton's own
   path (``kernels/_launch.py``) calls ``wait()`` first, so a key still being hashed is waited
   for rather than hashed twice.
 - **The launch-time imports.**  Triton's first launch imports modules its own import did not
@@ -35,7 +35,7 @@ daemon threads that run while the script builds its model:
 
 The hashing imports nothing: the packages ``triton_key`` walks are imported on the calling
 thread first.  sparsegnn's own first launch waits for both threads.  A fork while a thread holds
-a module's import lock would copy a lock the child cannot release (a DataLoader worker importing
+a module's import lock would copy a lock the child can never unlock (a DataLoader worker importing
 that module would hang), so ``start`` registers a hook that, before a fork, waits up to
 ``FORK_WAIT_S`` for the threads.  It all runs only where kernels will be compiled for a GPU (a
 CUDA or ROCm build of torch, Triton installed, not the interpreter, not a worker process);
@@ -298,7 +298,7 @@ def _kernel_sources() -> None:
     their kernels' Triton cache keys: Python work of ~30 ms (each ``@triton.jit`` tokenises its
     source at import; each key walks its AST) that a first GCN step otherwise pays on its own
     thread, and that here overlaps the step's first cuBLAS and CUDA module loads (C++ that
-    releases the GIL).  Only Python runs here: no CUDA call, so a CUDA graph capture that the
+    gives up the GIL).  Only Python runs here: no CUDA call, so a CUDA graph capture that the
     script begins meanwhile cannot be disturbed by this thread."""
     if not _package_imported():
         return

@@ -1,10 +1,10 @@
 """CBSR SpGEMM forward and SSpMM backward as CUDA kernels compiled at run time (CuPy ``RawModule``, NVRTC).
 
 Why not Triton: the forward adds each edge's ``k`` entries into scattered columns of the
-target row.  Triton has no shared-memory scatter, and its atomic form (removed; ``notes/maxk.md``)
-ran at 44 G atomics/s on the H100: 83.6 ms for the Reddit stand-in at k = 32 against 23.8 ms
-for cuSPARSE's dense SpMM.  Here a warp owns a target row and accumulates it in shared memory
-(``F`` floats per warp), as in MaxK-GNN: per edge, lane ``s`` adds ``w_e values[j, s]`` at
+target row.  Triton has no shared-memory scatter, and its atomic form (``docs/design/maxk.md``)
+runs at ~44 G atomics/s on an H100, 3.5x slower than cuSPARSE's dense SpMM on the Reddit
+stand-in.  Here a warp owns a target row and accumulates it in shared memory (``F`` floats per
+warp), as in MaxK-GNN: per edge, lane ``s`` adds ``w_e values[j, s]`` at
 ``index[j, s]``; the columns of one edge are distinct, so no two lanes touch one address in a
 step, and ``__syncwarp`` orders the steps: no atomics, a fixed order, deterministic.  The
 columns and weights of ``UNROLL`` edges are read at once and their values gathered before they
@@ -14,8 +14,8 @@ weight; a mean's ``1 / deg`` is applied once per row) + ``k (4 + 1)`` (values, u
 instead of ``4 F``.
 
 Backward (``sspmm_cbsr_cuda``), MaxK-GNN's outer product: ``dvalues[j, s] += w_e dY[i,
-index[j, s]]`` for every edge ``j -> i``.  A gather over the transpose (Triton,
-removed) reads ``k`` scattered floats of a ``dY`` row per edge, ~21 of its 32
+index[j, s]]`` for every edge ``j -> i``.  A gather over the transpose (in
+Triton) reads ``k`` scattered floats of a ``dY`` row per edge, ~21 of its 32
 sectors at k = 32 of 256 (27.5 ms on the Reddit stand-in, 0.86x cuSPARSE).  Here a warp owns a
 row ``i`` of ``A``: it reads ``dY[i]`` once, coalesced, into shared memory, then for each edge
 lane ``q`` takes ``VEC`` entries: ``index[j, VEC q ..]`` (one 4-byte read), ``VEC`` shared-memory

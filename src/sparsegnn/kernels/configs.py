@@ -2,8 +2,8 @@
 
 A config is a plain dict of constexpr block sizes and launch options; a search space gives
 the values each key may take.  The ``*_candidates`` functions are the current heuristics
-(picked from sweeps on the H100, see notes/spmm.md): short lists drawn from the spaces that
-first-call autotuning times.
+(picked from sweeps on the H100, see ``docs/design/spmm.md``): short lists drawn from the
+spaces that first-call autotuning times.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ def next_pow2(n: int) -> int:
 
 
 #: Planned SpMM search space: the values each config key may take.  Every autotuning
-#: candidate (``spmm_candidates``) is drawn from it; scripts/sweep_spmm_grid.py sweeps a grid of
-#: it (``BLOCK_E`` tied to the width there), scripts/sweep_tune.py every candidate.
+#: candidate (``spmm_candidates``) is drawn from it; ``scripts/sweep_tune.py`` times every
+#: candidate.
 #: GROUP_ROWS x GROUP_E: short rows side by side x edges per step (row-group kernel);
 #: ROWS x BLOCK_E: segments per program x edges per step (heavy rows, long-row pieces, flat);
 #: LIGHT_STEPS: row-group steps a short row may take before it gets a program of its own;
@@ -154,8 +154,8 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
                     max_degree: Optional[int] = None, multi_head: bool = False) -> List[Dict[str, int]]:
     """Autotuning candidates for the planned SpMM, the heuristic first.
 
-    From the grid sweeps on the H100 (notes/spmm.md, timed from a cold L2 as the benchmark
-    times): small tiles with one or two warps win almost everywhere, because many resident
+    From the grid sweeps on the H100 (``docs/design/spmm.md``, timed from a cold L2 as the
+    benchmark times): small tiles with one or two warps win almost everywhere, because many resident
     programs keep many independent gathers in flight.  Four families:
 
     - flat, one program per row (rows in id order, which keeps the L2 reuse of community
@@ -186,7 +186,7 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
                 _split(4, width(128), 1, 4), _split(4, width(128), 1, 8, inline=0)]
     if multi_head:
         return _unique(out) or [_split(4, width(128), 1)]
-    # from the stop-36 probe (notes/spmm.md: the best single-launch configs on the stand-ins and real graphs)
+    # the best single-launch configs on the stand-ins and real graphs (docs/design/spmm.md)
     out += [_grouped(16, 1, width(32), 2, 32), _grouped(8, 1, width(64), 1, 16), _grouped(8, 1, width(64), 2, 32),
             _grouped(8, 1, width(128), 2, 16), _grouped(4, 1, width(64), 1, 32), _grouped(4, 1, width(128), 2, 16),
             _grouped(16, 1, width(64), 4, 32), _grouped(4, 2, width(32), 1, 16), _grouped(4, 1, width(128), 1, 16),
@@ -203,8 +203,8 @@ def spmm_candidates(num_rows: int, num_edges: int, num_feats: int, elem_size: in
 def sddmm_candidates(num_rows: int, num_edges: int, num_feats: int, op: str) -> List[Dict[str, int]]:
     """SDDMM autotuning candidates, heuristic first.
 
-    From the grid sweep on the H100 (notes/sddmm.md, cold L2): one or two warps per program
-    and small tiles win everywhere: at F <= 32 two segments of 16 edges per program, wider
+    From the grid sweep on the H100 (``docs/design/sddmm.md``, cold L2): one or two warps per
+    program and small tiles win everywhere: at F <= 32 two segments of 16 edges per program, wider
     features 8 edges x 128 features (``dot`` loops over feature blocks).  ``FLAT=1`` configs
     run the edge-parallel kernel (``BLOCK_E`` consecutive edges per program, whatever the rows).
     """

@@ -1,4 +1,4 @@
-"""Fused batched GCN layer: ``out = act((A X) W + b)`` over many small graphs in one launch (issue 11).
+"""Fused batched GCN layer: ``out = act((A X) W + b)`` over many small graphs in one launch.
 
 A batch is one block-diagonal CSR whose graph ``b`` owns nodes ``ptr[b]:ptr[b+1]`` (every edge
 inside its graph, at most ``MAXN`` nodes per graph).  A program takes one graph (``PACK = 0``)

@@ -1,4 +1,4 @@
-"""Batched SpMM over many small graphs in one launch (Batched SpMM paper; issue 11).
+"""Batched SpMM over many small graphs in one launch (Batched SpMM paper).
 
 A batch is one block-diagonal CSR whose graph ``b`` owns nodes ``ptr[b]:ptr[b+1]`` (rows and
 columns).  A program takes one graph whole (at most ``MAXN`` nodes, a power of two >= 16),
@@ -116,7 +116,7 @@ def batch_tiles(ptr: Tensor, rowptr: Tensor, row: Tensor, col: Tensor, weight: O
 
 def batched_config(max_nodes: int, num_feats: int, mean_degree: float, reduce: str) -> Dict[str, int]:
     """The kernel and blocks for a batch whose largest graph has ``max_nodes`` nodes (H100,
-    ``benchmarks/h100/batched_spmm.md``): ``DENSE`` (1: the tile kernel, cached dense tiles and
+    ``docs/design/batched.md``): ``DENSE`` (1: the tile kernel, cached dense tiles and
     ``tl.dot``) for graphs of mean degree >= 6 up to 64 nodes with sum / mean; else the gather
     kernel, 2 edges per step and 8 warps on 64-node tiles (molecules, 200 x 25-50 nodes: 9.2 us
     vs 20 us at 1 edge and 4 warps), 32 features per block on smaller ones.  ``MAXN`` the next

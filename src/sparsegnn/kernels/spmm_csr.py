@@ -107,8 +107,8 @@ def _spmm_rows_kernel(
     feat_mask = feat < num_feats
     if HEAVY_E > 0:
         # Both loops run in every program, one over an empty range: no loop inside if/else.
-        # (A first version with the loops in nested branches gave NaN rows on the H100 while
-        # passing under the interpreter; this form passes on both.)
+        # (With the loops in nested branches the GPU gave NaN rows that the interpreter did not;
+        # this form is right on both.)
         is_heavy = pid < num_heavy
         listed = tl.load(heavy_ptr + pid, mask=is_heavy, other=0).to(tl.int64)
         row = tl.where(is_heavy, listed, (pid - num_heavy).to(tl.int64))
@@ -219,7 +219,7 @@ def _spmm_split_kernel(
         first = tl.load(heavy_first_ptr + heavy, mask=is_piece, other=0)
         last = tl.load(heavy_first_ptr + heavy + 1, mask=is_piece, other=0)
         counter = count_ptr + heavy * tl.num_programs(1) + fblock
-        tl.debug_barrier()  # every thread's partial is stored before the release below
+        tl.debug_barrier()  # every thread's partial is stored before the acq_rel atomic below
         arrived = tl.atomic_add(counter, 1, mask=is_piece, sem="acq_rel")
         is_last = is_piece & (arrived == last - first - 1)
         if REDUCE == 2:

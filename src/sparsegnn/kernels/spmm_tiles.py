@@ -1,4 +1,4 @@
-"""Tensor-core SpMM and SDDMM on condensed tiles (TC-GNN; ``formats/tiles.py``), first versions.
+"""Tensor-core SpMM and SDDMM on condensed tiles (TC-GNN; ``formats/tiles.py``).
 
 One program per (row window, feature block): for each of the window's blocks ``b`` it gathers
 the ``K`` source rows ``X[cols_b, f]`` once and accumulates ``tile_b [W, K] @ X[cols_b] [K, BF]``
@@ -6,7 +6,9 @@ with ``tl.dot`` (tensor cores on the GPU), fp32 accumulation.  ``precision`` pic
 input precision for the fp32 operands: ``"ieee"`` (exact fp32), ``"tf32"``.  Half-precision
 features are widened to fp32 in registers (the bytes moved are halved; the tile values stay fp32).
 
-Not yet dispatched by ``backend="auto"`` (issue 9: the H100 measurements decide where it wins).
+Reached through ``ops/tiles.py``: a reduced-precision SpMM (``precision="tf32"`` or ``"bf16"``,
+``ops.tiles.spmm_precise``) runs on these kernels where they are the fastest (measurements:
+``docs/design/tensor-cores.md``).
 """
 from __future__ import annotations
 

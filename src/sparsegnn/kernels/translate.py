@@ -10,8 +10,7 @@ touches, their prefix counts (the ranks, as the bit sets below), its first block
 decoupled look-back over the earlier windows' counts (as the fused pass's), then the slots,
 block columns, padding, the blocks' window, the tile values and the order flag (by the last
 window to finish).  One memset, one launch and the block count's read, where the paths
-below take 2-4 launches and two reads: host-bound graphs gain most (stop 47, H100, the suite's
-small graphs 0.16-0.32 ms a translation with the tile values, 0.2-0.6 before).
+below take 2-4 launches and two reads: host-bound graphs gain most.
 
 **Per window** (the common case: every window holds at most ``CAPS[-1]`` edges).  The CSR
 order puts window ``w``'s edges at ``rowptr[w W] .. rowptr[(w + 1) W]``, so one program per
@@ -70,9 +69,9 @@ fused pass does not run, CuPy runs, the bit set fits a block's shared memory and
 window's mean): the same CUDA kernel ranks every window, a block of ``CUDA_ALL_THREADS`` each
 (the big windows' 512 where the mean window is over ``CAPS[-1]`` edges), and no Triton sort
 runs.  A block clears and scans its bit set once, where a sort of ``n`` lanes takes
-``~log2(n)^2 / 2`` passes over them: H100, soc-BlogCatalog's ranking 191 -> 28 us, ppi's
-69 -> ~12 (stop 46).  Where the fused pass cannot run either way (over ``FUSED_MAX_WINDOWS``
-windows, a mean window over ``FUSED_SMALL_WINDOW`` edges) the window sizes are not read back.
+``~log2(n)^2 / 2`` passes over them (a 6-7x faster ranking on soc-BlogCatalog and ppi).  Where
+the fused pass cannot run either way (over ``FUSED_MAX_WINDOWS`` windows, a mean window over
+``FUSED_SMALL_WINDOW`` edges) the window sizes are not read back.
 
 **Sorted keys** (big windows whose bit sets would not fit, or ``K > CAPS[0]``): keys
 ``key_e = (row_e >> log2 W) * M + col_e`` made unique and sorted by ``torch.unique`` (keys
@@ -87,8 +86,8 @@ only); then, with ``u`` the sorted distinct keys, window ``w`` owning keys
 (30 kernels with int32 keys, 38 with int64, ``torch.unique``'s included).
 
 Why: done with tensor ops this is about 30 ops and ~70 kernel launches, whose host time (9-19
-us per launch on the H100 host) made translation cost more than a GCN training epoch; the GPU
-work is ~0.2 ms.
+us per launch) makes translation cost more than a GCN training epoch; the GPU work is ~0.2 ms.
+Measurements: ``docs/design/tensor-cores.md``.
 """
 from __future__ import annotations
 
@@ -107,17 +106,14 @@ BLOCK = 1024
 #: Size classes of the per-window path: a window of ``n`` edges is sorted at the smallest class
 #: ``>= n`` (padding lanes cost sort steps); larger windows take their bit sets.
 #: Few and small: every class is one more compile on a cold Triton cache, and large sorts
-#: compile slowly (H100: classes 64..8192 in powers of two took 4.9 s for Cora and 19.8 s more
-#: for wikipedia, a 4096 class ~5 s alone, against 2.2 s for the sorted keys' kernels).
+#: compile slowly (a 4096 class takes ~5 s alone, against 2.2 s for the sorted keys' kernels).
 CAPS = (64, 256, 1024, 2048)
 #: Windows per program of the binary searches: one per thread (4 warps), so that the ~2 log2(keys)
 #: dependent loads of each run side by side (1024 per program: 0.08 ms on amazon0505's 26k windows).
 WINDOW_BLOCK = 128
 #: Up to this many windows one program reads the window sizes (no zeroed output, no atomics),
 #: beyond one program per ``BLOCK`` windows (and a zero fill).  The one program takes ~3.5 us a
-#: ``BLOCK`` of windows (dependent steps): H100, 78 us on com-amazon's 21k windows, 167 us on
-#: yelp's 45k; host-timed translation with the programs: com-amazon 0.47 -> 0.40 ms, amazon0505
-#: 0.85 -> 0.78, yelp 2.23 -> 2.10; ppi (3.6k windows) 0.32 -> 0.32-0.34 (stop 45).
+#: ``BLOCK`` of windows (dependent steps), so past ~4k windows the extra launch costs less.
 SIZES_ONE_PROGRAM = 4 * BLOCK
 #: Windows a program of the block counts' scan (which also writes ``[SCAN_BLOCK, K]`` padding zeros).
 SCAN_BLOCK = 256
@@ -126,28 +122,23 @@ SCAN_BLOCK = 256
 #: counts); beyond it the sorted keys run.
 BIG_WORDS, BIG_WORDS_PER_EDGE = 2 ** 24, 2
 #: Big windows by ``kernels.translate_cuda`` (their bit sets in shared memory) where CuPy runs,
-#: the bit set fits (M up to ~900k columns on the H100), and
+#: the bit set fits (M up to ~900k columns on an H100), and
 #:
-#: * the big windows' scratch words plus edges reach ``CUDA_MIN_WORK``.  H100, GPU ms: the
-#:   ranking 3.60 -> 0.62 on reddit (107M words, 115M edges), 1.97 -> 0.50 on ogbn-proteins
-#:   (34M, 79M); about 18 us a million words and 11 a million edges.  CuPy's launch costs
-#:   0.1-0.2 ms of host time in a translation (the Triton launches after it slow too), a loss
-#:   where the bit sets are small: yelp (13 big windows, 0.3M words) 1.80 -> 2.02 ms,
-#:   soc-BlogCatalog 0.48 -> 0.69;
+#: * the big windows' scratch words plus edges reach ``CUDA_MIN_WORK``: the ranking is 4-6x
+#:   faster on reddit and ogbn-proteins, but CuPy's launch costs 0.1-0.2 ms of host time in a
+#:   translation, a loss where the bit sets are small (yelp, soc-BlogCatalog);
 #: * at least one window in ``CUDA_BIG_SHARE`` is big: the kernel runs a block per window, and
 #:   each block, also a small window's that returns at once, holds the bit set's shared memory
-#:   (one block an SM past 114 KB): 100k windows would cost ~0.75 ms of empty waves (review,
-#:   stop 43; reddit and ogbn-proteins: every window big).
+#:   (one block an SM past 114 KB): 100k windows would cost ~0.75 ms of empty waves (reddit and
+#:   ogbn-proteins: every window big).
 CUDA_BIG_WINDOWS, CUDA_MIN_WORK, CUDA_BIG_SHARE = True, 2 ** 23, 4
 #: Every window by ``kernels.translate_cuda``'s bit sets (one block of ``CUDA_ALL_THREADS`` a
 #: window, no Triton sorts) where the fused pass does not run, CuPy runs, the bit set fits and
 #: its ``ceil(M / 32)`` words are at most ``CUDA_ALL_WORDS_PER_EDGE`` times a window's mean
-#: edges (module doc).  H100, host-timed translation with the tile values, sorts / bit sets,
-#: two runs: soc-BlogCatalog (7.4 words a mean edge) 0.62-0.67 / 0.44 ms, artist (3.0)
-#: 0.50-0.52 / 0.39-0.42, flickr (15.7) 0.37-0.38 / 0.35-0.37, ppi (7.7) 0.35 / 0.33-0.36; at 64
-#: words a mean edge com-amazon (118) and yelp (72) lost 0.07-0.14 ms; 128 threads a block:
-#: 256 / 512 were no better (stop 46); where the mean window is big (over ``CAPS[-1]`` edges:
-#: reddit, ogbn-proteins) the big windows' 512 (``translate_cuda.THREADS``).
+#: edges (module doc).  Up to 16 words a mean edge the bit sets beat the sorts (soc-BlogCatalog
+#: at 7.4: 0.44 against ~0.65 ms a translation); at 64 the graphs with wider bit sets lost.
+#: 128 threads a block (256 / 512 are no better); where the mean window is big (over
+#: ``CAPS[-1]`` edges: reddit, ogbn-proteins) the big windows' 512 (``translate_cuda.THREADS``).
 CUDA_ALL_WINDOWS, CUDA_ALL_WORDS_PER_EDGE, CUDA_ALL_THREADS = True, 16, 128
 #: The whole translation in one CUDA launch (``kernels.translate_cuda.translate_windows``: per
 #: window the bit set's ranks, the look-back scan of the blocks and the slot writes; no window
@@ -156,29 +147,23 @@ CUDA_ALL_WINDOWS, CUDA_ALL_WORDS_PER_EDGE, CUDA_ALL_THREADS = True, 16, 128
 #: prefix counts: at least 3 blocks an SM) and the windows fill at most ``CUDA_WINDOWS_WAVES``
 #: waves of resident blocks of ``CUDA_WINDOWS_THREADS``.  Its time is waves of blocks, each a
 #: latency-bound chain (ticket, three passes, look-back), so it wins where the host's launches
-#: and syncs cost more than the waves.  H100, host-timed translation with the tile values, Triton passes / one launch (stop
-#: 47): cora 0.52 / 0.40 ms, lastfm 0.29 / 0.22, deezer 0.48 / 0.34, pubmed 0.81 / 0.34, ppi (3
-#: waves) 0.61 / 0.37, soc-BlogCatalog (4) 0.62 / 0.54, flickr 0.67 / 0.44, tox21 (12) 0.44 /
-#: 0.28; against: reddit-threads-10k (37 waves) GPU 0.09 -> 0.20 ms, DD (79 waves) 0.10 -> 1.38,
-#: com-amazon 0.11 -> 1.43, yelp 1.06 -> 5.3; reddit (a mean window of 7.9k edges) 2.7 -> 4.3.
+#: and syncs cost more than the waves: up to ~16 waves it saves 13-58 % of a small graph's
+#: translation (pubmed 0.81 -> 0.34 ms); past ~40 waves its GPU time grows 2-14x.
 #: The gate sees the mean window only (no sizes read back): a graph of one huge hub window among
 #: empty ones passes it, and that window's block then makes its three passes alone while the
-#: later windows' look-backs wait on its count (review, stop 47; not met in the suites).
+#: later windows' look-backs wait on its count (not met in the benchmark suites).
 CUDA_WINDOWS, CUDA_WINDOWS_WORDS, CUDA_WINDOWS_WAVES, CUDA_WINDOWS_THREADS = True, 8192, 16, 128
 #: Graphs without big windows in one launch after the window sizes (``_fused_windows_kernel``:
 #: sort, look-back scan of the blocks and the slot writes per window), not three.
 FUSED_WINDOWS = True
 #: Windows a look-back step reads, and ns a waiting program sleeps before it reads again (> 0;
-#: ``_look_back``; H100, fused pass GPU us, LOOK 32 / 128 / 512 / 1024: deezer 46 / 43 / 52 / 53,
-#: flickr 378 / 338 / 333 / 343; without the sleep 5-10 % slower).
+#: ``_look_back``; 128 is within a few % of the best of 32-1024; without the sleep 5-10 % slower).
 LOOK_BACK, LOOK_BACK_SLEEP_NS = 128, 200
 #: The fused launch where a graph has at most ``FUSED_MAX_WINDOWS`` windows, or none over
 #: ``FUSED_SMALL_WINDOW`` edges.  Beyond, a slow window (a large class's sort) holds up every
 #: window after it (their look-backs wait for its count while they hold the SM's slots), wave
-#: after wave: H100, GPU us of the fused pass against the three launches: deezer (1768 windows)
-#: 43 / 34, ppi (3.6k) 289 / ~100, flickr (5.6k) 338 / ~130, amazon0505 (25.6k) 1612 / ~450;
-#: windows all small (no slow one): tox21 (9k windows) 29-35, PROTEINS_full (2.7k, at most
-#: 130 edges) 25 / ~40.
+#: after wave: past ~2k windows of mixed sizes the fused pass takes ~3x the three launches' GPU
+#: time; with every window small (no slow one) it stays ahead.
 FUSED_MAX_WINDOWS, FUSED_SMALL_WINDOW = 2048, 256
 
 
@@ -253,7 +238,7 @@ def _check_order(flag_ptr, row_ptr, order_ptr, e, row, order, mask, ORDER_SHIFT:
     predecessor's in the same row: columns unsorted within a row (``formats.tiles.rows_ordered``;
     duplicates are allowed).  Every writer stores the same 0, so no atomics; the caller reads
     the flag's first byte as a bool (no comparison kernel).  Costs 0.35 ms of reddit's 114M
-    edges (stop 42)."""
+    edges."""
     before = mask & (e > 0)
     prev_row = tl.load(row_ptr + e - 1, mask=before, other=-1).to(tl.int64)
     prev = tl.load(order_ptr + e - 1, mask=before, other=0).to(tl.int64) >> ORDER_SHIFT
@@ -363,13 +348,11 @@ def _rank_by_bits(col_ptr, code_ptr, blocks_ptr, count_ptr, scratch_ptr, w, e0, 
     ``num_words`` a big window (one 8-byte load per edge in the third phase); the window takes
     the next slot.  Three phases over its edges and words, ``tl.debug_barrier`` between them
     (the CTA's threads read each other's global writes, bypassing L1: ``.cg``).
-    (Stop 42, measured slower: zeroing the bit set in the program and taking ``first`` from
-    ``atomic_or``'s old value, reddit 3.54 against 2.88 ms, the returning atomics wait; a
-    second launch ranking and writing the slots per window, 5.9 ms against 2.9 + 2.1: one
-    program per window walks its edges with dependent loads, the per-edge pass has 8x the
-    programs in flight; the order check here, by counting each window's column descents
-    against those at its row starts, 3.66 against 2.88 ms: one more load an edge in this
-    latency-bound pass, where the slot pass pays 0.35 ms for it.)"""
+    (Slower alternatives: zeroing the bit set in the program and taking ``first`` from
+    ``atomic_or``'s old value, as the returning atomics wait; ranking and writing the slots per
+    window in one program, as it walks its edges with dependent loads where the per-edge pass
+    has 8x the programs in flight; the order check here, one more load an edge in this
+    latency-bound pass.)"""
     slot = tl.atomic_add(scratch_ptr, 1).to(tl.int64)
     pairs_ptr = scratch_ptr + 2 + slot * 2 * num_words          # (8-byte aligned: the counter's pair skipped)
     lane = tl.arange(0, BLOCK)
@@ -449,9 +432,8 @@ def _window_rank_kernel(rowptr_ptr, col_ptr, code_ptr, blocks_ptr, count_ptr, sc
     class ``i`` where bit ``i`` of ``KEY64`` is set); with ``BIG``, a window over the last of
     them (``CAP4``, padded on the host) takes its bit set (``_rank_by_bits``).  Classes past
     ``CLASSES`` are not compiled, so a graph of small windows never compiles the large sorts.
-    One launch at the largest class's warps beat one launch per warp count (H100, GPU us:
-    yelp 1068 against 68 + 949 + 247, artist 162 against 8 + 143 + 65, amazon0505 287 against
-    306; com-amazon 106 against 95): the launches run one after another, each with a tail."""
+    One launch at the largest class's warps beats one launch per warp count (yelp: 1.07 against
+    1.26 ms of GPU time): the launches run one after another, each with a tail."""
     w = tl.program_id(0).to(tl.int64)
     e0, n = _window_range(rowptr_ptr, w, num_rows, WINDOW)
     if w == 0:
@@ -493,8 +475,8 @@ def _scan_kernel(x_ptr, out_ptr, count_ptr, block_cols_ptr, ws_ptr, n, BLOCK_K: 
     (``ws[8 + t]``, zero before; error flag ``ws[5]``) and writes its part of the cumsum; and
     the padding zeros: window ``i`` (``x[i + 1]`` blocks, ``count[i]`` columns) pads
     ``block_cols`` from ``out[i] K + count[i]`` to ``out[i + 1] K``.  One launch at any length
-    (stop 44 ran one program over all windows up to 8k of them, 50 us on soc-BlogCatalog's 5.5k,
-    and ``torch.cumsum`` plus the padding beyond: four launches)."""
+    (one program over all windows costs 50 us at 5.5k windows; ``torch.cumsum`` plus the
+    padding takes four launches)."""
     t = tl.atomic_add(ws_ptr + 4, 1)
     i = t * BLOCK + tl.arange(0, BLOCK)
     live = i < n
@@ -867,7 +849,7 @@ def condense(rowptr: Tensor, row: Tensor, col: Tensor, num_src: int, window: int
         classes = dict(CAP0=caps[0], CAP1=caps[min(1, len(caps) - 1)], CAP2=caps[min(2, len(caps) - 1)],
                        CAP3=caps[min(3, len(caps) - 1)], CAP4=caps[-1], CLASSES=len(caps),
                        KEY64=sum(1 << i for i, cap in enumerate(caps) if (big + 1) * cap >= 2 ** 31))
-        warps = max(1, min(8, caps[-1] // 256))         # at most 8 lanes a thread (stop 38)
+        warps = max(1, min(8, caps[-1] // 256))         # at most 8 lanes a thread
         if not num_big and FUSED_WINDOWS and (num_windows <= FUSED_MAX_WINDOWS or largest <= FUSED_SMALL_WINDOW):
             out = _Outputs(num_edges, num_windows, window, block_k, values, device)
             launch(_fused_windows_kernel, (num_windows,),

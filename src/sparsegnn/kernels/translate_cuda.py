@@ -4,8 +4,8 @@ at run time (CuPy ``RawModule``, NVRTC): the window's bit set in shared memory.
 ``kernels.translate._rank_by_bits`` (Triton) ranks a big window's edges by a bit set of its
 columns in global memory: an ``atomic_or`` per edge into L2, the words' prefix counts written
 back there, two gathers per edge, and ``2 ceil(M / 32)`` zeroed scratch words per big window
-(854 MB memset on the Reddit stand-in).  That pass cost 2.9 ms of reddit's 6.0 ms translation
-and 1.8 of ogbn-proteins' 3.5 (H100, stop 42), bound by L2 operations and latency, not bytes.
+(854 MB memset on the Reddit stand-in).  That pass takes about half of a hub-heavy graph's
+translation (reddit, ogbn-proteins), bound by L2 operations and latency, not bytes.
 Triton 3.6 has no shared-memory atomics; here one block per big window keeps the bit set and
 the prefix counts in shared memory (``8 ceil(M / 32)`` bytes: 58 KB for reddit's 233k columns),
 so per edge only the column is read (twice, the second time mostly from L2) and the code

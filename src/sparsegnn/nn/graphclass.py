@@ -95,7 +95,7 @@ def _gin_mlp(in_channels: int, hidden: int) -> nn.Sequential:
 
 
 class GINClassifier(nn.Module):
-    r"""GIN for graph classification as in the GIN paper (Xu et al. 2019, its released code):
+    r"""GIN for graph classification as in the GIN paper (Xu et al. 2019, its published code):
     ``num_layers - 1`` GIN layers, each an MLP of two linear layers with BatchNorm,
     then BatchNorm and ReLU:
 

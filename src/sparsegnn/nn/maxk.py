@@ -16,9 +16,9 @@ backward).  Where MaxK sits follows MaxK-GNN's models:
   aggregation with no weight after it:
   :math:`C = \mathrm{drop}(\mathrm{maxk}(X \Theta, k))`, :math:`X' = \hat D^{-1/2} \hat A \hat D^{-1/2} C + b`;
   :math:`c = \mathrm{drop}(\mathrm{maxk}(h_\Theta(x), k))`, :math:`x'_i = (1 + \epsilon) c_i + \sum_{j \to i} c_j`.
-  Neither placement is the more accurate one in our measurements (H100, k = 32 of 256: with
+  Neither placement is the more accurate one in our measurements (k = 32 of 256: with
   ``linear_first`` GCN is 1.3 points below ReLU on Cora and Citeseer over 30 seeds, level on the
-  real graphs; ``notes/maxk.md``, stop 51).
+  real graphs; ``docs/design/maxk.md``).
 
 ``c_i`` in a root / self term is taken from the kept entries only.  By default each layer equals
 the plain layer (:class:`~sparsegnn.nn.SAGEConv`, :class:`~sparsegnn.nn.GCNConv`,
@@ -47,6 +47,7 @@ from torch import Tensor, nn
 from .._checks import check
 from ..formats.cbsr import CBSR
 from ..ops.dropout import dropout as dropout_fn
+from ..ops._dispatch import check_backend
 from ..ops.cbsr import cbsr_linear
 from ..ops.maxk import maxk
 from ..ops.spmm import spmm
@@ -57,14 +58,6 @@ from .gcn import add_gcn_parameters, gcn_layer_transform, reset_gcn_parameters
 from .gin import reset_module
 
 __all__ = ["MaxKSAGEConv", "MaxKGCNConv", "MaxKGINConv"]
-
-_SPMM_BACKENDS = ("auto", "reference", "triton", "cpu")
-
-
-def _maxk_backend(backend: str) -> str:
-    """The selection backend for a layer's sparse ``backend`` (``"cpu"`` selects with the reference sort)."""
-    return "reference" if backend == "cpu" else backend
-
 
 def _check_k(fn: str, k, width: Optional[int], selected: str = "the input", twins: bool = False) -> int:
     """``k`` as an int in ``[1, width]`` (the width of ``selected``, the tensor MaxK selects from)."""
@@ -92,7 +85,7 @@ class _MaxKConv(GraphInputMixin, nn.Module):
         self.k = None if k is None and self._twins else _check_k(fn, k, width, selected, self._twins)
         check(isinstance(dropout, (int, float)) and 0.0 <= float(dropout) < 1.0, fn,
               f"dropout must be in [0, 1), got {dropout!r}")
-        check(backend in _SPMM_BACKENDS, fn, f"backend must be one of {_SPMM_BACKENDS}, got {backend!r}")
+        check_backend(fn, backend)
         self.dropout = float(dropout)
         self.backend = backend
         self.cached = False
@@ -110,7 +103,7 @@ class _MaxKConv(GraphInputMixin, nn.Module):
             raise ValueError(f"{self._name}(): the selected features have width {x.shape[1]}, fewer than "
                              f"k = {self.k}")
         else:
-            c = maxk(x, self.k, backend=_maxk_backend(self.backend))
+            c = maxk(x, self.k, backend=self.backend)
         if self.training and self.dropout > 0.0:
             c = c.with_values(dropout_fn(c.values, self.dropout, True))
         return c

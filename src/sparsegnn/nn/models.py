@@ -27,7 +27,7 @@ from .._checks import check
 from ..ops.dropout import dropout
 from ..ops.maxk import layer_norm_maxk
 from .conv import AGNNConv, GATConv, GCNConv, GINConv, SAGEConv
-from .maxk import MaxKGCNConv, MaxKGINConv, MaxKSAGEConv, _maxk_backend
+from .maxk import MaxKGCNConv, MaxKGINConv, MaxKSAGEConv
 from .replay import Replayable
 
 
@@ -226,7 +226,7 @@ class MaxKGNN(nn.Module):
     lower without it); the gradient reaches every positive unit there. With ``linear_first`` the
     same holds for GCN (its linear map has no bias); GIN's first ``h_\Theta`` keeps its bias, which
     still outweighs its small input on such features (removing it gave no test gain on Citeseer,
-    CPU, 5 seeds: ``notes/maxk.md``).
+    CPU, 5 seeds: ``docs/design/maxk.md``).
 
     Args:
         in_channels: input feature width.
@@ -310,7 +310,7 @@ class MaxKGNN(nn.Module):
                 x = conv(x, graph)
             if fuse and i < last and _fusable(norm):
                 x = layer_norm_maxk(x, self.k, norm.weight, norm.bias, norm.eps,
-                                    backend=_maxk_backend(self.convs[i + 1].backend))
+                                    backend=self.convs[i + 1].backend)
             else:
                 x = norm(x)
         return self.lin_out(x)

@@ -1,7 +1,7 @@
 """The ``"cpu"`` backend: graph-level computations on CPU tensors.
 
 Each function takes a :class:`Graph` on the CPU and computes what the matching function of
-``_dispatch`` computes, with the fastest implementation at hand for the case:
+``_dispatch`` names, with the fastest implementation at hand for the case:
 
 - Numba kernels (``kernels.cpu``): row-parallel over the CSR, one row's accumulator per
   thread, no atomics and no ``[E, F]`` temporaries; every op has one.
@@ -29,6 +29,8 @@ from torch import Tensor
 from ..graph import Graph
 from ..kernels import cpu as kernels
 from ..tune.store import stores_generation
+from . import _torch
+from ._common import spmm_detail
 
 #: Numba / torch.sparse.mm (MKL for sums) / torch.sparse.mm(reduce=) candidates (the config
 #: the tuner stores).  Mean and max have one torch kernel (ATen's reduce), so two candidates.
@@ -155,7 +157,19 @@ def _torch_reduce_aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], r
 _IMPLS = (_numba_aggregate, _torch_aggregate, _torch_reduce_aggregate)   # indexed by the config's "impl"
 
 
-def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, detail: str) -> Tensor:
+def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str = "sum", owned: bool = False) -> Tensor:
+    """``out[i] = reduce_{e in row i} w_e x[col[e]]`` (see ``_dispatch.aggregate``): the Numba or
+    torch.sparse kernels; per-feature weights other than multi-head sums take the reference.
+
+    Shapes:
+        x: [M, F]; weight: [E], [E, H] or None -> [N, F].
+    """
+    if weight is not None and weight.dim() == 2 and not (reduce == "sum" and x.shape[1] % weight.shape[1] == 0):
+        return _torch.aggregate(graph, x, weight, reduce)
+    return aggregate_variant(graph, x, weight, reduce, spmm_detail(weight, reduce))
+
+
+def aggregate_variant(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, detail: str) -> Tensor:
     """``out[i] = reduce_e w_e x[col e]`` (sum, mean over stored edges, or max; ``weight``
     [E], [E, H] multi-head, or None).  ``detail`` names the variant in the tuner's key.
 
@@ -237,6 +251,27 @@ def softmax_grad(graph: Graph, out: Tensor, grad_out: Tensor) -> Tensor:
     return res.to(out.dtype)
 
 
-def edge_sum(graph: Graph, values: Tensor) -> Tensor:
-    """``out[i] = sum_{e: row[e] = i} v_e``. Shapes: values [E] or [E, F] -> [N] or [N, F]."""
+def edge_sum(graph: Graph, values: Tensor, by_source: bool = False) -> Tensor:
+    """``out[i] = sum_{e: row[e] = i} v_e`` (by target), or over ``col[e] = i`` (``by_source``:
+    the same row-parallel sum over the transpose).
+
+    Shapes:
+        values: [E] or [E, F] -> [N] or [N, F] ([M] or [M, F] ``by_source``).
+    """
+    if by_source:
+        graph, values = graph.t(), values.index_select(0, graph.transpose_parts()[2])
     return kernels.segment_sum(bounds_of(graph), graph.rowptr, _compute(values)).to(values.dtype)
+
+
+def head_dots(graph: Graph, grad_out: Tensor, x: Tensor, heads: int) -> Tensor:
+    """Per-edge, per-head ``<dY_i, X_j>`` over each head's ``F / H`` features: [E, H]."""
+    return edge_values(graph, grad_out, x, "dot", heads)
+
+
+def max_backward(graph: Graph, grad_out: Tensor, x: Tensor, weight: Optional[Tensor], out: Tensor,
+                 arg: Optional[Tensor], need_weight: bool):
+    """Gradients of the max aggregation from its arg-max edges (``arg``, found here unless the
+    forward saved them): ``max_grads``."""
+    if arg is None:
+        arg = max_arg(graph, x, weight, out)
+    return max_grads(graph, arg, x, weight, grad_out, need_weight)

@@ -30,7 +30,8 @@ from torch.autograd.function import once_differentiable
 
 from ..formats.cbsr import CBSR
 from ..graph import Graph
-from ._dispatch import aggregate, aggregate_transposed, choose_backend, plan_of, spmm_weight_grad
+from ._dispatch import aggregate, aggregate_transposed, choose_backend, spmm_weight_grad
+from ._triton import plan_of
 from torch.compiler import is_compiling as compiling  # dynamo tracing: the custom ops (``_library``) take over
 
 
@@ -64,7 +65,7 @@ def forward_schedule(values: Tensor, index: Tensor, num_cols: int, backend: str,
     """``"spgemm"`` (the CUDA shared-memory kernel) or ``"dense"`` (our SpMM of the densified
     features).  Reddit stand-in, F = 256, H100: SpGEMM 5.4 / 6.2 / 10.0 / 19.7 ms at k = 8 / 32 /
     64 / 128 against 15.0 ms dense, so the SpGEMM runs while ``4 k <= F``; Triton's atomic
-    form (18.1 ms at k = 8) never beat the dense product (removed at stop 14; ``notes/maxk.md``)."""
+    form (18.1 ms at k = 8) never beat the dense product (removed; ``docs/design/maxk.md``)."""
     k = values.shape[1]
     fits = backend == "triton" and 4 * k <= num_cols and _cuda_kernels(values, index)
     return "spgemm" if fits and (graph is None or _rows_balanced(graph)) else "dense"   # None: no hub check
@@ -79,7 +80,7 @@ def backward_schedule(values: Tensor, index: Tensor, num_cols: int, grad: Tensor
     at k = 64).  So: outer while ``8 k <= F``, or ``4 k <= F`` with ``dvalues`` L2-sized; dense
     under ``torch.use_deterministic_algorithms(True)`` (atomics add in no fixed order).  A
     Triton gather over the transpose (15.1 / 27.4 ms at k = 8 / 32) never beat the dense
-    product there (removed at stop 14; ``notes/maxk.md``)."""
+    product there (removed; ``docs/design/maxk.md``)."""
     k = values.shape[1]
     if backend != "triton" or torch.are_deterministic_algorithms_enabled() or not _cuda_kernels(values, index, grad):
         return "dense"

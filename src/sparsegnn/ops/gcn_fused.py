@@ -12,7 +12,7 @@ the bias, relu) instead of a matmul, an SpMM and a bias add (and a relu).  The b
   aggregation by the batched SpMM (``_dispatch.aggregate_transposed``).  (Running the fused
   kernel itself on the transposed batch, one launch, measured slower on the H100: 77.6 vs
   61.7 us for forward + backward of 200 molecules at 48 -> 64, because the kernel gathers the
-  edges once per 16-wide input block; ``benchmarks/h100/batched_layer.md``.);
+  edges once per 16-wide input block; ``docs/design/gcn_fused.md``.);
 - edge values, when they need a gradient: ``dw_e = <dY_i, (X W)_j>`` for ``e: j -> i`` (or
   ``<(dY W^T)_i, X_j>`` when ``F_in`` is the narrower side).
 
@@ -34,7 +34,8 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_node_features, check_same_device, check_tensor
 from ..graph import Graph
 from ..kernels import interpreting, triton_available
-from ._dispatch import BATCHED_MAX_NODES, BATCHED_MAX_TOTAL_NODES, TRITON_DTYPES, aggregate_transposed, choose_backend
+from ._dispatch import TRITON_DTYPES, aggregate_transposed, choose_backend
+from ._triton import BATCHED_MAX_NODES, BATCHED_MAX_TOTAL_NODES
 from .spmm import spmm
 
 __all__ = ["batched_gcn", "fused_batched_gcn", "fused_gcn_applies", "ACTIVATIONS", "FUSED_MAX_WIDTH"]
@@ -42,7 +43,7 @@ __all__ = ["batched_gcn", "fused_batched_gcn", "fused_gcn_applies", "ACTIVATIONS
 #: ``activation=`` of :func:`batched_gcn`.
 ACTIVATIONS = (None, "relu")
 #: ``GCNConv`` takes the fused kernel while both widths are at most this.  H100
-#: (``benchmarks/h100/batched_layer.md``, 200 molecules): 48 -> 64 forward 8.7 vs 14.0 us unfused,
+#: (``docs/design/gcn_fused.md``, 200 molecules): 48 -> 64 forward 8.7 vs 14.0 us unfused,
 #: 512 -> 512 363.5 vs 136.0 us (the kernel's fp32 FMA dot against cuBLAS).
 FUSED_MAX_WIDTH = 128
 
@@ -62,7 +63,7 @@ def _batch_fits(graph: Graph) -> bool:
     filled it)."""
     if graph.ptr is None or graph.is_bipartite or (graph.edge_val is not None and graph.edge_val.dim() != 1):
         return False
-    if graph.num_nodes > BATCHED_MAX_TOTAL_NODES:    # large batches: the CSR kernels (see _dispatch)
+    if graph.num_nodes > BATCHED_MAX_TOTAL_NODES:    # large batches: the CSR kernels (see _triton)
         return False
     stats = graph.batch_stats()
     return bool(stats[2]) and stats[0] <= BATCHED_MAX_NODES

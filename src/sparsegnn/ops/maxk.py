@@ -27,7 +27,7 @@ from ..formats.cbsr import CBSR, index_dtype
 from ..kernels import interpreting, triton_available
 from torch.compiler import is_compiling as compiling  # dynamo tracing: the custom ops (``_library``) take over
 
-BACKENDS = ("auto", "triton", "reference")
+BACKENDS = ("auto", "triton", "reference", "cpu")   # "cpu": CPU tensors select with the reference sort
 
 
 def _reference_select(x: Tensor, k: int, idx_dtype: torch.dtype) -> Tuple[Tensor, Tensor]:

@@ -87,7 +87,7 @@ _MAX_ROWS_INT32 = 2 ** 31
 
 
 #: ``"auto"`` takes the Triton kernels up to this many features.  H100
-#: (``benchmarks/h100/batched_layer.md``): at F = 64 they beat ``segment_reduce`` everywhere
+#: (``docs/design/pool.md``): at F = 64 they beat ``segment_reduce`` everywhere
 #: (200 molecules, mean: 2.2 vs 9.5 us forward, 11.0 vs 24.9 us with the backward); at F = 512 the
 #: forward loses on large batches (1000 molecules, sum: 43.4 vs 20.8 us).
 AUTO_TRITON_MAX_FEATURES = 128

@@ -32,7 +32,7 @@ REDUCES = ("sum", "mean", "max")
 def _tensor_core_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, precision: str) -> Tensor:
     """Sum / mean at ``precision`` (``ops.tiles.spmm_precise``: rows, tiles or cuSPARSE, tuned);
     mean as weights ``w / deg``."""
-    from ._dispatch import mean_scale, scaled
+    from ._common import mean_scale, scaled
     from .tiles import spmm_precise
 
     if reduce == "mean":
@@ -108,7 +108,7 @@ def _call_key(reduce: str, backend: str, precision: str, x: Tensor, weight: Opti
 
 def _aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
     if backend == "cpu":
-        return _cpu.aggregate(graph, x, weight, reduce, _OWN_DETAIL[reduce, weight is not None])
+        return _cpu.aggregate_variant(graph, x, weight, reduce, _OWN_DETAIL[reduce, weight is not None])
     return aggregate(backend, graph, x, weight, reduce)
 
 

@@ -27,7 +27,9 @@ from .._checks import check, check_edge_values, check_node_features, check_same_
 from ..graph import Graph
 from ..kernels import interpreting, triton_available
 from ..tune.reuse import count_investment
-from ._dispatch import SPMM_FAMILY, csr_of, derived_values, edge_values
+from ._common import derived_values
+from ._dispatch import edge_values
+from ._triton import SPMM_FAMILY, csr_of
 
 __all__ = ["tile_encoding", "RUNS_MIN_BYTES", "spmm_tc", "spmm_precise", "TC_FAMILY", "PACKED_MIN_WORK", "precise_aggregate", "sddmm_precise", "SDDMM_TC_SPACE", "tiles_of_graph", "translate_graph", "tc_candidates", "TC_SPACE"]
 
@@ -135,7 +137,7 @@ def _tile(swap: int, bf: int, warps: int, chunk: int) -> dict:
 #: Store name of the decisions among :func:`tc_candidates`; its version rises when the list
 #: gains a path, so that decisions stored before (which never timed it) are made again.  It
 #: carries the row kernels' family too (``SPMM_FAMILY``): paths 0 and 3 run the row kernel, so
-#: a decision stored while it was slower is not kept once it changes (stop 36: real
+#: a decision stored while it was slower is not kept once it changes (real
 #: PROTEINS_full F=256 tf32 kept a tile config at 0.0545 ms timed against an older row kernel,
 #: which now runs it in 0.0448 ms; a fresh decision picks the row kernel).
 TC_FAMILY = "spmm_tc@3+" + SPMM_FAMILY
@@ -149,7 +151,7 @@ def tc_candidates(num_feats: int, half: bool, cusparse: bool = True, packed: boo
     """Configs timed for one ``"spmm_tc"`` decision, the untimed default first.
 
     The rule (H100 sweep of ``scripts/time_tiles.py`` over the real suite and the paper
-    stand-ins, ``notes/tensor-cores.md``): tiles first; features per program 32 up to
+    stand-ins, ``docs/design/tensor-cores.md``): tiles first; features per program 32 up to
     ``F <= 32``, else 64 (fp32) or 128 (half); with half features and ``F >= 64`` the swapped
     orientation (features on the MMA's M side).  Then the second-best tile config (and, above
     64 features, short items of 4 blocks for small graphs), the exact
@@ -165,7 +167,7 @@ def tc_candidates(num_feats: int, half: bool, cusparse: bool = True, packed: boo
     else:
         tiles = [_tile(1, 128, 4, 32), _tile(1, 64, 4, 16)] if half else [_tile(0, 64, 4, 16), _tile(0, 128, 8, 16)]
         # and short items of 4 blocks, which win on small graphs (more programs; Cora F = 256,
-        # captured: 13.6 vs 14.5 us tf32, 14.6 vs 15.0 us bf16; notes/tensor-cores.md)
+        # captured: 13.6 vs 14.5 us tf32, 14.6 vs 15.0 us bf16; docs/design/tensor-cores.md)
         tiles.append(_tile(0, 64, 4, 4))
     # cuSPARSE only for fp32 features: its bf16 CSR product rejects some structures
     # (cusparseCreateCsr "invalid value" on small test graphs, H100) and never won in the sweep
@@ -174,9 +176,9 @@ def tc_candidates(num_feats: int, half: bool, cusparse: bool = True, packed: boo
 
 
 #: Dense tile values above this many bytes are not built: graphs with sorted rows take the runs
-#: encoding there (``formats.tiles.TileGraph``).  Below it the dense tiles are faster (H100,
-#: stop 42: runs took 1.08-2.89x the dense kernel's time, 1.66x tf32 geomean over 8 cases,
-#: ``benchmarks/h100/stop42/encodings/``) and cheap to build.
+#: encoding there (``formats.tiles.TileGraph``).  Below it the dense tiles are faster (H100:
+#: runs took 1.08-2.89x the dense kernel's time, 1.66x tf32 geomean over 8 cases,
+#: ``docs/design/tensor-cores.md``) and cheap to build.
 RUNS_MIN_BYTES = 1 << 30
 
 
@@ -230,7 +232,7 @@ def _packed_sum(graph: Graph, x: Tensor, weight: Optional[Tensor]) -> Tensor:
     (``inv`` gathered with each edge), accumulated and returned in fp32.  Bytes: ``x`` read
     and ``h`` written once (6 per element), then 2 per gathered feature instead of 4."""
     from ..kernels.pack import pack_fp16
-    from ._dispatch import sum_rows_into
+    from ._triton import sum_rows_into
 
     packed, inv = pack_fp16(x)
     out = torch.empty((graph.num_nodes, x.shape[1]), dtype=torch.float32, device=x.device)
@@ -283,7 +285,7 @@ def precise_aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce:
     Shapes:
         x: [M, F] ([N, F] transposed); weight: [E] or None -> [N, F] ([M, F] transposed).
     """
-    from ._dispatch import mean_scale, scaled
+    from ._common import mean_scale, scaled
 
     if reduce == "mean":
         weight = scaled(None if weight is None else weight.detach(), mean_scale(graph, torch.float32))
@@ -341,7 +343,7 @@ SDDMM_TC_SPACE = {"path": (0, 1), "bf": (32, 64)}
 
 
 def sddmm_candidates(num_feats: int) -> list:
-    """The exact row kernel first: since its edge-parallel schedule (stop 13) it is faster than
+    """The exact row kernel first: since its edge-parallel schedule it is faster than
     the tile kernel on all 54 H100 cases of ``scripts/time_tiles.py --no-spmm`` (before it the
     tiles won 27: small graphs, batched molecules, community stand-ins); tiles stay timed."""
     first = 32 if num_feats <= 32 else 64

@@ -347,7 +347,7 @@ def _captured(run: Callable[[Dict[str, int]], object], config: Dict[str, int]):
     Captured on the library's side stream (``_streams.side_stream``) with
     ``capture_begin``/``capture_end`` directly: ``torch.cuda.graph`` would also run the garbage
     collector and empty the allocator's cache, each time.  The memory pool is this capture's
-    own; a failed ``capture_end`` releases it and the random number generator's capture
+    own; a failed ``capture_end`` frees it and the random number generator's capture
     (``_failed_capture.CleanupCUDAGraph``)."""
     device = torch.cuda.current_device()
     stream = side_stream(device)

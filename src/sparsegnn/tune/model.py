@@ -1,6 +1,6 @@
 """GPC-style learned cost model: ranks a kernel's candidate configs from graph and config features.
 
-Following GPC (``shared/papers/gpc.txt``): inputs are logs of sizes and shares, normalised
+Following GPC: inputs are logs of sizes and shares, normalised
 (the stored mean/std stand in for batch norm), then dense layers with ReLU.  What it learns is
 the *order* of a case's candidates (a case = graph x F x dtype): it is trained with a listwise
 loss (ListNet: per case, the softmax of the negated outputs is fitted to the softmax of
@@ -28,11 +28,11 @@ computed from the same ``GraphStats``, F and element size that ``features.py`` g
 ``features.signature`` is not involved.
 
 The weights are plain JSON (never a pickle) under ``tune/data/``, written by
-``scripts/fit_cost_model.py`` from the sweep data in ``benchmarks/h100/tune_sweep_replay.jsonl``
-(and ``tune_sweep_replay_extra.jsonl``, training only), timed as the tuner times (CUDA-graph
-replays).  An ensemble of small MLPs is stored as one MLP (the members' hidden layers side by
-side, block diagonal, the output averaging them), so inference is two or three numpy matrix
-products (~0.1-0.3 ms per case with the features, all in Python/numpy).
+``scripts/fit_cost_model.py`` from sweep data of ``scripts/sweep_tune.py`` (the JSON records the
+data files' names and checksums), timed as the tuner times (CUDA-graph replays).  An ensemble of
+small MLPs is stored as one MLP (the members' hidden layers side by side, block diagonal, the
+output averaging them), so inference is two or three numpy matrix products (~0.1-0.3 ms per case
+with the features, all in Python/numpy).
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ MODEL_FILE = "cost_model_spmm.json"
 #: 1: graph + config values; 2: + what the config implies on the graph (launch logic);
 #: 3: + occupancy inputs (``OCCUPANCY_NAMES``) + every config-part input relative to the
 #: candidate list's mean (``rel_*``); 4: ``launches`` of the row-group and planned configs
-#: counts their single launch (+ the combine of long rows), stop 36.
+#: counts their single launch (+ the combine of long rows).
 INPUTS_VERSION = 4
 
 #: The GPU the weights are fitted for (H100 SXM), as the occupancy inputs use it.

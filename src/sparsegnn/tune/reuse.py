@@ -34,7 +34,7 @@ from typing import Dict
 
 #: The share of a first-contact call's gather time that planning and tuning save (H200: the
 #: piece kernel takes 3.0x the invested kernel's time, geomean over 36 graphs of 10k-2M edges;
-#: notes/first-contact.md), taken at half.
+#: docs/design/first-contact.md), taken at half.
 SAVED_FRACTION = 0.5
 #: Host time an invested call saves (a bound launcher and a memoised call path: 20-35 us
 #: against 60-80 us a call on graphs that are launch-bound).

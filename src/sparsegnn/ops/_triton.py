@@ -1,0 +1,277 @@
+"""The ``"triton"`` backend: graph-level computations on CUDA tensors with Triton kernels.
+
+Each function takes a :class:`Graph` and tensors and computes what the matching function of
+``_dispatch`` names, choosing among the kernels by what the graph has earned (``tune.reuse``):
+
+- a graph met for the first time takes kernels that need nothing built per graph (the piece
+  SpMM, the row-segment SDDMM), with configs from its sizes;
+- a graph invested in takes the planned kernels at the tuner's config (``tune.decide``), or
+  cuSPARSE where the exact sum times faster (``_with_vendor``), bound to the graph so that a
+  repeat call skips the decision;
+- small batches of small graphs take the one-program-per-graph kernels.
+
+Nothing here syncs with the device once the graph's cached forms (transpose, plan, tuned
+config) exist.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ..graph import Graph
+from ..tune.reuse import count_investment, invested, use
+from ..tune.store import stores_generation
+from . import _torch
+from ._common import derived_values, spmm_detail
+
+
+class _Kernels:
+    """The kernel modules, each imported on its first use: Triton is optional on CPU machines,
+    and each ``@triton.jit`` reads its kernel's source when its module is imported (a first
+    GCN step needs the SpMM kernels only; the SDDMM and batched modules cost ~20 ms each)."""
+
+    _MODULES = {"configs": "configs", "spmm": "spmm_csr", "sddmm": "sddmm_csr", "batched": "spmm_batched",
+                "pieces": "spmm_pieces"}
+
+    def __getattr__(self, name: str):
+        if name == "decide":
+            from ..tune import decide as value
+        elif name in self._MODULES:
+            import importlib
+
+            value = importlib.import_module(f"..kernels.{self._MODULES[name]}", __package__)
+        else:
+            raise AttributeError(name)
+        setattr(self, name, value)          # later lookups find it without __getattr__
+        return value
+
+
+_KERNELS = _Kernels()
+
+
+def _kernels() -> _Kernels:
+    """The kernel modules (``configs``, ``spmm``, ``sddmm``, ``batched``, ``pieces``) and ``decide``."""
+    return _KERNELS
+
+
+def plan_of(graph: Graph):
+    """The graph's cached work partition, at the chunk length the heuristics pick for it."""
+    def build():
+        count_investment("plans")
+        return graph.row_plan(_kernels().configs.spmm_chunk(graph.num_nodes, graph.num_edges))
+    return graph.cache.get("plan", None, build)
+
+
+#: Batches whose graphs all have at most this many nodes take the one-program-per-graph kernels
+#: (``kernels/spmm_batched.py``); larger graphs have enough rows to fill the planned kernels.
+BATCHED_MAX_NODES = 128
+#: ... and only batches of at most this many nodes in all (measured on the H100, see
+#: ``docs/design/batched.md``): on larger
+#: batches the tuned CSR kernels are faster, 4-11x on reddit-threads-10k (10k graphs, 237k
+#: nodes: each program pads its graph to a power of two, 5.4x the real rows) and 1.2-3x on
+#: ENZYMES (600 graphs, 19.6k nodes) at F >= 64; molecule batches of 4-14k nodes (the training
+#: batches the kernels were built for) stay on them.
+BATCHED_MAX_TOTAL_NODES = 16384
+
+
+def _batched_applies(graph: Graph, stats) -> bool:
+    """Whether ``graph`` (a block-diagonal batch with ``batch_stats`` ``stats``) takes the batched kernels."""
+    return (stats is not None and bool(stats[2]) and stats[0] <= BATCHED_MAX_NODES
+            and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES)
+
+
+def csr_of(graph: Graph, weight: Optional[Tensor], dtype: torch.dtype) -> Tensor:
+    """``graph`` as a torch CSR tensor [N, M] of ``dtype`` with values ``weight`` (None = ones),
+    for cuSPARSE; cached while the same tensor at the same version comes back."""
+    def build():
+        vals = torch.ones(graph.num_edges, dtype=dtype, device=graph.device) if weight is None else weight.detach().to(dtype)
+        with warnings.catch_warnings():    # torch's one-time "CSR support is in beta" notice is not the user's concern
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(graph.rowptr, graph.col, vals, (graph.num_nodes, graph.num_src),
+                                           check_invariants=False)   # a Graph's CSR is valid by construction
+    return derived_values(graph, ("csr", dtype), weight, build)
+
+
+#: The exact SpMM sum times cuSPARSE beside our bound kernel on graphs with at least this
+#: much work (edges x features).  Every case where cuSPARSE beat us on the H100 suites
+#: (``benchmarks/results/h100/real_spmm_fp32.md``, ``paper_spmm_fp32.md``) has 2.7M or more but one,
+#: real Cora F = 32 (0.34M, a first-case timing artefact); smaller graphs keep their first call
+#: free of cuSPARSE's library load (Cora GCN's first step is the one users feel most).
+VENDOR_MIN_WORK = 1 << 21
+#: The row kernels' decision family; the version moves when a config's meaning (and speed)
+#: changes, so decisions stored by an older version are made again.  @2: the
+#: grouped configs run heavier rows at their own ``num_warps`` in one launch.
+SPMM_FAMILY = "spmm@2"
+#: Search space of the cuSPARSE-or-ours decision (``VENDOR_FAMILY``): 0 = our bound kernel, 1 = cuSPARSE.
+VENDOR_SPACE = {"path": (0, 1)}
+#: Its store name: it times the row kernel, so it carries the row kernels' version and is made
+#: again when they change (as every family that times them: ``ops.tiles.TC_FAMILY``, AGNN's).
+VENDOR_FAMILY = "spmm_vendor+" + SPMM_FAMILY
+
+
+def vendor_applies(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> bool:
+    """Whether the exact SpMM ``A x`` may run on cuSPARSE: a sum with no or one value per
+    edge, fp32 features (cuSPARSE's bf16 CSR product rejects some structures), no duplicate
+    edges beyond ``N M`` (rejected too), at least ``VENDOR_MIN_WORK`` edge-features, and not
+    under ``torch.use_deterministic_algorithms(True)`` (our kernels are bit-reproducible;
+    cuSPARSE's CSR SpMM algorithms other than ALG3 do not promise it)."""
+    return (reduce == "sum" and x.dtype == torch.float32 and (weight is None or weight.dim() == 1)
+            and 0 < graph.num_edges <= graph.num_nodes * graph.num_src
+            and graph.num_edges * x.shape[1] >= VENDOR_MIN_WORK
+            and not torch.are_deterministic_algorithms_enabled())
+
+
+def _with_vendor(graph: Graph, x: Tensor, weight: Optional[Tensor], detail: str, ours):
+    """``ours`` or cuSPARSE on the graph's cached CSR, whichever the tuner times faster for
+    this graph, width and dtype (``VENDOR_FAMILY``, default ours): the fastest exact result,
+    where a vendor kernel wins (wikipedia, 3.5k-edge hubs, F = 256: cuSPARSE 72 us, our best
+    schedule 94 us; docs/design/spmm.md)."""
+    csr = csr_of(graph, weight, x.dtype)
+    vendor = lambda x: torch.sparse.mm(csr, x)  # noqa: E731
+    config = _kernels().decide(VENDOR_FAMILY, graph, detail, x.shape[1], x.dtype, x.device,
+                               [{"path": 0}, {"path": 1}], lambda cfg: (vendor if cfg["path"] else ours)(x),
+                               space=VENDOR_SPACE, ranked=False)
+    return vendor if config["path"] else ours
+
+
+def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, owned: bool = False) -> Tensor:
+    k = _kernels()
+    multi_head = weight is not None and weight.dim() == 2
+    small = graph.ptr is not None and not multi_head and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES
+    stats = graph.batch_stats() if small else None      # (its first call syncs: only where it can matter)
+    if _batched_applies(graph, stats):  # a small batch of small graphs: one program each
+        cfg = k.batched.batched_config(stats[0], x.shape[1], stats[1], reduce)
+        tiles = None
+        if cfg["DENSE"]:    # dense per-graph tiles of the effective weights, built once per weights' version
+            tiles = derived_values(graph, ("batch_tiles", reduce, cfg["MAXN"]), weight, lambda: k.batched.batch_tiles(
+                graph.ptr, graph.rowptr, graph.row, graph.col, weight, reduce, cfg["MAXN"]))
+        return k.batched.spmm_batched(graph.ptr, graph.rowptr, graph.col, weight, x, cfg, reduce, tiles=tiles)
+    if not use(graph, x.shape[1], x.element_size()):   # first contact: no plan, no tuning (tune.reuse)
+        return first_contact_spmm(graph, x, weight, reduce)
+    detail = spmm_detail(weight, reduce)
+
+    plan = plan_of(graph)
+    config = lambda: _planned_config(graph, plan, x, weight, reduce)  # noqa: E731
+
+    def bound():
+        """The tuner's config for this call, bound to the graph (``spmm_csr.bind_planned``): a
+        repeat call skips ``decide`` and, for the one-launch configs, the specialisation of the
+        graph's tensors (host time is most of a call on a small graph); or cuSPARSE where it
+        times faster (``_with_vendor``)."""
+        ours = k.spmm.bind_planned(graph.rowptr, plan, weight, reduce, config(), x)
+        return _with_vendor(graph, x, weight, detail, ours) if vendor_applies(graph, x, weight, reduce) else ours
+
+    capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
+    if (weight is not None and weight is not graph.edge_val and not owned) or capturing:
+        # values that may be new every call (attention weights), or a decision taken inside a
+        # CUDA-graph capture (provisional: decide re-decides after it): not bound, as before
+        return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=config())
+    # one entry per variant, width, dtype and device ("derived": not copied by with_values);
+    # rebuilt for an in-place update of the graph's values or a new generation of decision
+    # stores (tune.reset_stores), in place: no entry per generation
+    # (an owned weight other than edge_val, such as the values permuted for a backward, has its
+    # own entry: a caller alternating it with edge_val does not rebind on every call)
+    # (deterministic mode in the key: it decides whether cuSPARSE may run, see vendor_applies)
+    key = (detail, x.shape[1], x.dtype, x.device.index, torch.are_deterministic_algorithms_enabled(),
+           owned and weight is not graph.edge_val)
+    return graph.cache.get("spmm_run", key, bound, values=weight, stamp=stores_generation())(x)
+
+
+def _first_contact_applies(graph: Graph, weight: Optional[Tensor], reduce: str) -> bool:
+    """Whether the piece kernels serve this sum / mean: one value per edge (or none), and not
+    under deterministic algorithms (a hub's pieces add atomically)."""
+    return (reduce in ("sum", "mean") and (weight is None or weight.dim() == 1)
+            and not torch.are_deterministic_algorithms_enabled())
+
+
+def first_contact_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
+    """``A x`` on a graph not invested in (``tune.reuse``): the piece kernel
+    (``kernels/spmm_pieces.py``: one launch, nothing built per graph, config from the sizes),
+    or the unsplit row kernel for ``max``, multi-head weights and under deterministic
+    algorithms (the pieces of a hub add atomically).  Nothing here reads back to the host."""
+    k = _kernels()
+    if not _first_contact_applies(graph, weight, reduce):
+        return k.spmm.spmm_csr(graph.rowptr, graph.col, weight, x, reduce=reduce)
+    cfg = k.pieces.first_contact_config(graph.num_nodes, graph.num_edges, x.shape[1])
+    return k.pieces.spmm_pieces(graph.rowptr, graph.col, weight, x, cfg, reduce)
+
+
+def _planned_config(graph: Graph, plan, x: Tensor, weight: Optional[Tensor], reduce: str) -> dict:
+    """The tuner's row-kernel config (family ``SPMM_FAMILY``) for ``A x`` on ``graph``'s plan."""
+    k = _kernels()
+    multi_head = weight is not None and weight.dim() == 2
+    run = lambda cfg: k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=cfg)  # noqa: E731
+    candidates = lambda: k.configs.spmm_candidates(graph.num_nodes, graph.num_edges, x.shape[1],  # noqa: E731
+                                                   x.element_size(), plan.max_degree, multi_head=multi_head)
+    return k.decide(SPMM_FAMILY, graph, spmm_detail(weight, reduce), x.shape[1], x.dtype, x.device, candidates, run,
+                    space=k.configs.SPMM_SPACE)
+
+
+def sum_rows_into(graph: Graph, x: Tensor, weight: Optional[Tensor], out: Tensor,
+                  src_scale: Optional[Tensor] = None) -> Tensor:
+    """``out = A diag(src_scale) x`` by the CUDA-core row kernel with fp32 accumulation, written
+    into ``out`` (any float dtype: fp16-packed features with an fp32 result, as ``ops.tiles``'s
+    packed path needs), on the tuner's config for ``x``'s width and dtype; weights ``weight``
+    (CSR order, [E]) or None; ``src_scale`` [M] or None (ones).
+
+    Shapes:
+        x: [M, F]; weight: [E] or None; out: [N, F] contiguous; src_scale: [M] or None -> out.
+    """
+    k = _kernels()
+    if not invested(graph):
+        return k.spmm.spmm_csr(graph.rowptr, graph.col, weight, x, out=out, src_scale=src_scale)
+    plan = plan_of(graph)
+    config = _planned_config(graph, plan, x, weight, "sum")
+    return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, "sum", config=config, out=out, src_scale=src_scale)
+
+
+def edge_values(graph: Graph, a: Tensor, b: Tensor, op: str) -> Tensor:
+    """Per-edge ``op(a[row[e]], b[col[e]])`` (``dot`` -> [E], else [E, F]): the row-segment kernel
+    on first contact, else the planned kernel at the tuner's config."""
+    k = _kernels()
+    if not use(graph, a.shape[1], a.element_size()):   # first contact: one segment per row (tune.reuse)
+        return k.sddmm.sddmm_rows(graph.rowptr, graph.col, a, b, op)
+    plan = plan_of(graph)
+    run = lambda cfg: k.sddmm.sddmm_csr(plan, a, b, op, config=cfg)  # noqa: E731
+    candidates = lambda: k.configs.sddmm_candidates(graph.num_nodes, graph.num_edges, a.shape[1], op)  # noqa: E731
+    # every candidate timed: the shipped cost model ranks SpMM schedules, not these
+    config = k.decide("sddmm", graph, op, a.shape[1], a.dtype, a.device, candidates, run,
+                      space=k.configs.SDDMM_SPACE, ranked=False)
+    return run(config)
+
+
+def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str = "sum", owned: bool = False) -> Tensor:
+    """``out[i] = reduce_{e in row i} w_e x[col[e]]`` (see ``_dispatch.aggregate``): the batched,
+    first-contact or planned kernels; per-feature weights other than multi-head sums take the
+    reference."""
+    if weight is not None and weight.dim() == 2 and not (reduce == "sum" and x.shape[1] % weight.shape[1] == 0):
+        return _torch.aggregate(graph, x, weight, reduce)
+    return _spmm_triton(graph, x, weight, reduce, owned)
+
+
+def head_dots(graph: Graph, grad_out: Tensor, x: Tensor, heads: int) -> Tensor:
+    """Per-edge, per-head ``<dY_i, X_j>`` over each head's ``F / H`` features: [E, H]."""
+    prod = edge_values(graph, grad_out, x, "mul")
+    return prod.view(prod.shape[0], heads, prod.shape[1] // heads).sum(-1)
+
+
+def softmax(graph: Graph, scores: Tensor) -> Tensor:
+    """Edge softmax of ``scores`` ([E] or [E, H]) over each target's edges, one program per row."""
+    from ..kernels.edge_softmax import edge_softmax_fwd
+
+    return edge_softmax_fwd(graph.rowptr, scores)
+
+
+def softmax_grad(graph: Graph, out: Tensor, grad_out: Tensor) -> Tensor:
+    """``ds_e = y_e (g_e - sum_{e' -> i} g_e' y_e')`` for the softmax output ``y = out``."""
+    from ..kernels.edge_softmax import edge_softmax_bwd
+
+    return edge_softmax_bwd(graph.rowptr, out, grad_out)
+
+
+#: Sums over edges and the max aggregation's backward: the torch formulation serves CUDA too.
+edge_sum = _torch.edge_sum
+max_backward = _torch.max_backward
