@@ -12,7 +12,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 # Under pytest-xdist each worker's torch (and our Numba kernels, which follow torch's count)
 # would run a thread per core: two workers on CI's two cores ran four, and the spinning
-# OpenMP threads cost the Cora accuracy tests 146 s instead of 92 (stop 43).  A worker gets
+# OpenMP threads cost the Cora accuracy tests 146 s instead of 92.  A worker gets
 # its share of the cores.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:

@@ -25,7 +25,7 @@ def test_quick_run_rows_and_phase_split(tmp_path):
         # e.g. under pytest-xdist: 6.8 % seen); a phase left out would take a quarter or more
         assert 0.8 < sum(row["shares"].values()) <= 1.0 + 1e-9
     text = (tmp_path / "mb.md").read_text()
-    assert "## Acceptance (issue 15, mini-batch)" in text and "cora (10,556 edges)" in text
+    assert "## Acceptance (mini-batch)" in text and "cora (10,556 edges)" in text
 
 
 def test_report_verdicts():

@@ -291,7 +291,7 @@ def test_host_sync_in_the_step_is_a_clear_error():
 @needs_cuda
 def test_failed_captures_give_their_memory_back_and_leave_the_thread_on_its_stream():
     """A step that allocates 64 MB and then syncs fails to capture, five times: before, each
-    failure kept its capture's pool (torch releases only a pool whose capture ended) and left
+    failure kept its capture's pool (torch frees only a pool whose capture ended) and left
     the thread on torch's capture stream."""
     w = torch.ones(1, device="cuda", requires_grad=True)
 
@@ -434,7 +434,7 @@ def test_bench_train_report_speedups():
     assert "| big | 10 | 20 | 4 | 10.000 | OOM |" in text
     assert "gcn eager >= 1.5x geomean, no case < 1.0x: 1.00x, worst 0.00x (c): FAIL" in text
     assert "| gcn | 4 | 1.00 | 0.00 (c) | 4.00 |" in text
-    # issue 15: the accelerated PyG model against ours (ours ms / accelerated ms)
+    # the accelerated PyG model against ours (ours ms / accelerated ms)
     assert graphs["a"]["speedup"]["accel_vs_ours"] == pytest.approx(1.25)
     assert graphs["a"]["speedup"]["pyg_accel"] == pytest.approx(2.5)          # 2.0 (adj_t) / 0.8
     assert s["accel_vs_ours"]["worst"] == ("b", pytest.approx(0.8))

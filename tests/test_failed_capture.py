@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sparsegnn import _failed_capture
-from sparsegnn._failed_capture import CleanupCUDAGraph, release_failed_capture
+from sparsegnn._failed_capture import CleanupCUDAGraph, free_failed_capture
 
 
 def test_capture_begin_takes_every_argument_of_torchs():
@@ -25,22 +25,22 @@ def test_capture_begin_takes_every_argument_of_torchs():
 def calls(monkeypatch):
     log = []
     monkeypatch.setattr(_failed_capture, "end_failed_capture", lambda device: log.append(("generator", device)))
-    monkeypatch.setattr(torch._C, "_cuda_releasePool", lambda d, p: log.append(("release", d, p)), raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_releasePool", lambda d, p: log.append(("free", d, p)), raising=False)
     return log
 
 
-def test_a_pool_the_allocator_still_held_is_ended_and_released(monkeypatch, calls):
+def test_a_pool_the_allocator_still_held_is_ended_and_freed(monkeypatch, calls):
     monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", lambda d, p: calls.append(("end", d, p)),
                         raising=False)
-    release_failed_capture(1, (0, 7))
-    assert calls == [("end", 1, (0, 7)), ("release", 1, (0, 7)), ("generator", 1)]
+    free_failed_capture(1, (0, 7))
+    assert calls == [("end", 1, (0, 7)), ("free", 1, (0, 7)), ("generator", 1)]
 
 
-def test_a_pool_torch_already_ended_is_not_released_twice(monkeypatch, calls):
+def test_a_pool_torch_already_ended_is_not_freed_twice(monkeypatch, calls):
     """A capture_end that failed after telling the allocator (in the graph's instantiation): the
-    graph releases its pool when destroyed; a release here too would free a shared pool early."""
+    graph frees its pool when destroyed; freeing it here too would free a shared pool early."""
     def ended(device, pool):
         raise RuntimeError("endAllocatePool: not currently recording to mempool_id")
     monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", ended, raising=False)
-    release_failed_capture(0, (0, 7))
+    free_failed_capture(0, (0, 7))
     assert calls == [("generator", 0)]

@@ -1,6 +1,6 @@
 """Padded batches for captured steps: the padding's structure, volatile graphs that keep nothing
 stale when refilled, BatchNorm over the real nodes, and padded training steps that train exactly
-as unpadded eager ones (run eagerly here: CUDA graphs need a GPU, scripts/gpu_issue11.sh runs them)."""
+as unpadded eager ones (run eagerly here: CUDA graphs need a GPU, scripts/gpu_check.sh runs them there)."""
 import copy
 
 import pytest

@@ -1,4 +1,4 @@
-"""Graph partitioning for multi-GPU training (issue 13, item 1): ``sparsegnn.distributed.partition``.
+"""Graph partitioning for multi-GPU training: ``sparsegnn.distributed.partition``.
 
 Expected values come from plain Python over the raw edge lists (sets, sorted tuples), not from
 the vectorised construction under test.

@@ -76,12 +76,12 @@ def test_wait_joins_a_running_prewarm(fresh_prewarm, monkeypatch):
     hashing a second time), and at once when nothing runs."""
     import threading
 
-    release = threading.Event()
+    go_on = threading.Event()
     monkeypatch.setattr(_prewarm, "_THREAD", None)
-    monkeypatch.setattr(_prewarm, "_hash", lambda *args: release.wait(60))
+    monkeypatch.setattr(_prewarm, "_hash", lambda *args: go_on.wait(60))
     thread = _prewarm.start(force=True)
     assert thread.is_alive()
-    threading.Timer(0.2, release.set).start()
+    threading.Timer(0.2, go_on.set).start()
     _prewarm.wait()
     assert not thread.is_alive()
     monkeypatch.setattr(_prewarm, "_THREAD", None)
@@ -97,7 +97,7 @@ def test_the_threads_start_where_cuda_starts(fresh_prewarm, monkeypatch):
 
     import torch
 
-    queued, ran, release = [], [], threading.Event()
+    queued, ran, go_on = [], [], threading.Event()
     monkeypatch.setattr(torch.version, "cuda", "12.8")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.delenv("SPARSEGNN_PREWARM", raising=False)
@@ -107,7 +107,7 @@ def test_the_threads_start_where_cuda_starts(fresh_prewarm, monkeypatch):
     monkeypatch.setattr(_prewarm, "_TOOLS", None)
     monkeypatch.setattr(_prewarm, "_background", lambda store, own: None)     # the key thread ends at once
     record = lambda name: ran.append((name, threading.current_thread().name))  # noqa: E731
-    monkeypatch.setattr(_prewarm, "_tool_versions", lambda: (release.wait(5), record("tools")))
+    monkeypatch.setattr(_prewarm, "_tool_versions", lambda: (go_on.wait(5), record("tools")))
     monkeypatch.setattr(_prewarm, "_driver", lambda: record("driver"))
     monkeypatch.setattr(_prewarm, "_kernel_sources", lambda: record("sources"))
     threads = threading.active_count()
@@ -118,7 +118,7 @@ def test_the_threads_start_where_cuda_starts(fresh_prewarm, monkeypatch):
     queued[0]()                                     # what torch.cuda._lazy_init does at its end
     assert _prewarm._THREAD is not None and _prewarm._THREAD.name == "sparsegnn-triton-prewarm"
     assert _prewarm._TOOLS is not None and _prewarm._TOOLS.name == "sparsegnn-triton-tools"
-    threading.Timer(0.2, release.set).start()
+    threading.Timer(0.2, go_on.set).start()
     _prewarm.wait()                                 # returns only once the tools thread is done
     assert not _prewarm._TOOLS.is_alive() and not _prewarm._THREAD.is_alive()
     assert ran == [(name, "sparsegnn-triton-tools") for name in ("tools", "driver", "sources")]
@@ -251,13 +251,13 @@ def test_a_fork_waits_for_the_threads_but_not_for_itself(monkeypatch):
     copied into the child), at most ``FORK_WAIT_S`` each, and skips the calling thread."""
     import threading
 
-    release = threading.Event()
+    go_on = threading.Event()
     done = []
-    worker = threading.Thread(target=lambda: (release.wait(5), done.append(1)), daemon=True)
+    worker = threading.Thread(target=lambda: (go_on.wait(5), done.append(1)), daemon=True)
     worker.start()
     monkeypatch.setattr(_prewarm, "_THREAD", worker)
     monkeypatch.setattr(_prewarm, "_TOOLS", None)
-    threading.Timer(0.2, release.set).start()
+    threading.Timer(0.2, go_on.set).start()
     t0 = time.monotonic()
     _prewarm._before_fork()
     assert done == [1] and time.monotonic() - t0 >= 0.15        # it waited for the thread

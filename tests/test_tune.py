@@ -343,7 +343,7 @@ def test_a_capture_failing_on_the_second_timing_keeps_the_first(monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="timing candidates needs CUDA events")
-def test_failed_captures_release_their_memory():
+def test_failed_captures_free_their_memory():
     """A candidate that cannot be captured (it syncs) leaves no pool behind: repeated failures
     with a 64 MB allocation inside do not grow the allocator's reserve, and a later capture
     and the eager timings still work."""
@@ -418,8 +418,8 @@ def test_the_timing_protocol_is_shared_by_the_calls_of_a_decision():
 def test_families_that_time_the_row_kernel_carry_its_version():
     """A decision between the row kernel and something else (tiles, cuSPARSE, AGNN's fused
     kernel) compares the row kernel's speed: stored under an older row kernel it must be made
-    again, so each such family's store name holds the row kernels' family (stop 36: a tile
-    config kept on real PROTEINS_full F=256 tf32 at 0.82x of the new row kernel)."""
+    again, so each such family's store name holds the row kernels' family (a tile
+    config was once kept on real PROTEINS_full F=256 tf32 at 0.82x of the new row kernel)."""
     from sparsegnn.ops._triton import SPMM_FAMILY, VENDOR_FAMILY
     from sparsegnn.ops.attention import AGNN_TC_FAMILY
     from sparsegnn.ops.tiles import TC_FAMILY

@@ -49,7 +49,7 @@ def end_failed_capture(device: Optional[int] = None) -> None:
     del graph
 
 
-def release_failed_capture(device: int, pool) -> None:
+def free_failed_capture(device: int, pool) -> None:
     """After a capture on ``device`` into ``pool`` whose ``capture_end`` raised: the allocator
     told that the capture is over and, only then, the capture's hold on the pool dropped (its
     memory returns to the allocator's cache); then :func:`end_failed_capture`.
@@ -72,7 +72,7 @@ def release_failed_capture(device: int, pool) -> None:
 
 class CleanupCUDAGraph(torch.cuda.CUDAGraph):
     """``torch.cuda.CUDAGraph`` whose ``capture_end``, when it fails, first runs
-    :func:`release_failed_capture` (pool and generator) and then raises as before.
+    :func:`free_failed_capture` (pool and generator) and then raises as before.
 
     Not covered: a failure inside ``capture_begin`` itself, and the pinned host memory pool that
     newer torch versions also open for a capture (no Python call ends it)."""
@@ -90,7 +90,7 @@ class CleanupCUDAGraph(torch.cuda.CUDAGraph):
             super().capture_end()
         except BaseException:
             try:
-                release_failed_capture(torch.cuda.current_device(), self._pool_id)
+                free_failed_capture(torch.cuda.current_device(), self._pool_id)
             except Exception:  # noqa: BLE001 - the capture's error is the one to report
                 pass
             raise
