@@ -34,7 +34,10 @@ def public_api() -> dict:
             if inspect.ismodule(obj):
                 api[key] = "module"
             elif inspect.isclass(obj):
-                api[key] = "class" + _signature(obj)
+                init = next(c for c in obj.__mro__ if "__init__" in vars(c))
+                own = init.__module__.startswith("sparsegnn")
+                # a constructor inherited from torch follows torch's version, not ours
+                api[key] = "class" + (_signature(obj) if own else f"(constructor of {init.__module__.partition('.')[0]})")
                 for attr, member in sorted(vars(obj).items()):
                     if attr.startswith("_"):
                         continue
