@@ -1053,7 +1053,9 @@ def test_triton_translation_builds_the_tile_values(deterministic, fused, monkeyp
     monkeypatch.setattr(kt, "SCAN_BLOCK", 4)
     monkeypatch.setattr(kt, "FUSED_WINDOWS", fused)
     launched = _launched_kernels(monkeypatch)
-    rowptr, row, col = _window_graph((5, 300, 2000, 0, 70), 16, 500)      # no big window: fused where on
+    # no big window (fused where on); windows in three size classes and an empty one (the
+    # interpreter's cost grows with the class: a 2000-edge window took most of this test's time)
+    rowptr, row, col = _window_graph((5, 70, 300, 0, 20), 16, 500)
     values = torch.rand(row.numel(), dtype=torch.float64) + 0.5
     expected = _condense(rowptr, row, col, 500, 16, 16, values=values)
     assert expected[4] is None                               # the reference leaves them to translate
@@ -1193,15 +1195,16 @@ def test_tile_spmm_every_kernel_config(graph_case, swap, block_f, chunk, dtype, 
 
 
 def _hub_graph(seed=0, duplicates=False):
-    """A graph whose windows span several blocks (a hub row of 150 sources, rows of 1-40), empty
+    """A graph whose windows span several blocks (a hub row of 100 sources, rows of 1-20), empty
     rows and an isolated node, self loops; with ``duplicates`` its repeated edges kept and 40
     copies of one edge (more than ``K`` edges in one block row), else merged; every row's
-    columns sorted: ``(Graph, dense [N, N] float64)``."""
+    columns sorted: ``(Graph, dense [N, N] float64)``.  40 nodes (the interpreter's cost grows
+    with the blocks)."""
     gen = torch.Generator().manual_seed(seed)
-    n = 70
-    rows = [torch.full((150,), 3), torch.randint(0, 60, (400,), generator=gen), torch.arange(0, 60, 7)]
-    cols = [torch.randint(0, n - 1, (150,), generator=gen), torch.randint(0, n - 1, (400,), generator=gen),
-            torch.arange(0, 60, 7)]
+    n = 40
+    rows = [torch.full((100,), 3), torch.randint(0, 34, (200,), generator=gen), torch.arange(0, 34, 7)]
+    cols = [torch.randint(0, n - 1, (100,), generator=gen), torch.randint(0, n - 1, (200,), generator=gen),
+            torch.arange(0, 34, 7)]
     if duplicates:
         rows.append(torch.full((40,), 17))
         cols.append(torch.full((40,), 33))
