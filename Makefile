@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # CPU machines get the CPU build of PyTorch; set TORCH_SPEC (e.g. TORCH_SPEC=torch) for a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv demo test docs clean
+.PHONY: venv demo test test-slow test-all docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,17 @@ demo: $(VENV)/.installed
 	$(PY) -m sparsegnn train --dataset cora --model gcn
 
 # Two test processes where pytest-xdist installed and the machine has two cores or more.
+XDIST = $$($(PY) -c "import os, xdist; print('-n 2' if (os.cpu_count() or 1) > 1 else '')" 2>/dev/null)
+
+# The suite without the long runs (marked slow): a few minutes on two cores.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q $$($(PY) -c "import os, xdist; print('-n 2' if (os.cpu_count() or 1) > 1 else '')" 2>/dev/null)
+	$(PY) -m pytest -q -m "not slow" $(XDIST)
+
+# The long runs: interpreter sweeps over every tuner config, training to accuracy, several processes.
+test-slow: $(VENV)/.installed
+	$(PY) -m pytest -q -m slow $(XDIST)
+
+test-all: test test-slow
 
 # The documentation, built strictly (any warning fails) into site/; the docs extra installs on first use.
 $(VENV)/.docs-installed: pyproject.toml $(VENV)/.installed

@@ -24,7 +24,7 @@ if "SPARSEGNN_TUNE_CACHE" not in os.environ:
     os.environ["SPARSEGNN_TUNE_CACHE"] = tempfile.mkdtemp(prefix="sparsegnn-tune-")
 # Most tests check the planned and tuned kernels, so every graph is invested in on its first
 # call; the amortisation rule (tune/reuse.py) and the first-contact kernels are tested with
-# SPARSEGNN_INVEST=auto set by their own tests (tests/test_first_contact.py).
+# SPARSEGNN_INVEST=auto set by their own tests (tests/ops/test_first_contact.py).
 os.environ.setdefault("SPARSEGNN_INVEST", "always")
 # Nor Triton's stored key (kernels/_prewarm.py): its tests start it themselves, in a temp root.
 os.environ.setdefault("SPARSEGNN_PREWARM", "0")

@@ -236,6 +236,7 @@ SHIPPED_CLASS_CASES = [
 @pytest.mark.parametrize("counts,block_k,num_src,path,index_dtype,fused",
                          [case + (fused,) for case in SHIPPED_CLASS_CASES
                           for fused in ((True, False) if case[3] == "classes" else (True,))])
+@pytest.mark.slow
 def test_triton_translation_at_the_shipped_size_classes(counts, block_k, num_src, path, index_dtype, fused,
                                                         monkeypatch):
     """``kernels.translate.condense`` with the shipped ``CAPS`` (no patched classes): windows
@@ -456,6 +457,7 @@ def test_cuda_all_windows_equal_the_reference(counts, window, block_k, num_src, 
     (-1, False, False),        # one edge's worth short: the Triton sorts
     (None, True, False),       # a graph the fused pass takes keeps it
 ])
+@pytest.mark.slow
 def test_cuda_all_windows_only_where_the_words_are_few_for_the_edges(words_per_edge, fused_windows, cuda_all,
                                                                      monkeypatch):
     """``condense`` ranks every window by the CUDA bit sets where the bit sets' words over all
@@ -497,6 +499,7 @@ def test_cuda_all_windows_only_where_the_words_are_few_for_the_edges(words_per_e
 
 @pytest.mark.parametrize("counts,big_mean", [((3, 2100, 0, 70, 17), False), ((2048, 2048), False),
                                              ((3000, 2500, 2049, 700), True)])
+@pytest.mark.slow
 def test_cuda_all_windows_block_size_follows_the_mean_window(counts, big_mean, monkeypatch):
     """Every window by the CUDA bit sets at ``CUDA_ALL_THREADS`` threads a block, or at the big
     windows' ``translate_cuda.THREADS`` where the mean window holds over ``CAPS[-1]`` edges
@@ -539,6 +542,7 @@ def test_cuda_all_windows_block_size_follows_the_mean_window(counts, big_mean, m
     (10, 100, True, False),    # few windows: read (then the big window keeps the fused pass out)
     (10, 3000, True, True),    # no big window and few windows (CAPS up to 4096): fused, CuPy not asked
 ])
+@pytest.mark.slow
 def test_cuda_all_windows_without_the_sizes_read_back(max_windows, small_window, read, fused, monkeypatch):
     """Where every window goes to the CUDA bit sets and the fused pass cannot run (over
     ``FUSED_MAX_WINDOWS`` windows and a mean window over ``FUSED_SMALL_WINDOW`` edges), the
@@ -945,6 +949,7 @@ def test_fused_pass_writes_only_its_own_windows_slots(counts, block_k, monkeypat
     _assert_index_arrays_equal(got, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("one_program", [True, False])
 def test_fused_pass_starts_from_a_zero_ticket_and_zero_states(one_program, monkeypatch):
     """Where the fused pass launches, its ticket, error flag and look-back states are zero, the
@@ -1016,6 +1021,7 @@ def test_fused_launch_only_for_few_windows_or_small_ones(max_windows, small_wind
     _assert_index_arrays_equal(got, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("one_program", [True, False])
 def test_window_sizes_in_one_program_or_by_atomics(one_program, monkeypatch):
     """The window sizes (largest, big windows and their edges, the order flag's reset) read by
@@ -1039,6 +1045,7 @@ def test_window_sizes_in_one_program_or_by_atomics(one_program, monkeypatch):
     assert big == ["triton", "triton"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("fused", [True, False])
 def test_triton_translation_builds_the_tile_values(deterministic, fused, monkeypatch):

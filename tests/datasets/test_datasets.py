@@ -8,7 +8,7 @@ import sparsegnn as sg
 from sparsegnn.datasets import load, load_tu, random_graph
 from sparsegnn.datasets.planetoid import _unpickle
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/datasets not beside the checkout")
 
 

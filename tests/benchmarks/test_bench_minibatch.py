@@ -4,7 +4,7 @@ from pathlib import Path
 
 import benchmarks.minibatch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():

@@ -36,6 +36,7 @@ with open(OUT, "w") as f:
 """
 
 
+@pytest.mark.slow
 def test_eight_processes_share_one_cache_for_8_s(tmp_path):
     """8 s, not 30: each worker still writes 500-800 decisions (2 shared cores, 5000 in all) and
     reads the others' while they write; 30 s of eight busy processes held CI's two cores."""
@@ -119,6 +120,7 @@ _BIG = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss in KiB (Linux)")
 def test_an_op_against_an_oversized_store_stays_fast_and_small(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _BIG, str(tmp_path)], capture_output=True, text=True, timeout=300)

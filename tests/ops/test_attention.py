@@ -240,6 +240,7 @@ def _small_hub_graph():
     return torch.cat([ei, hub, hub[:, :8].flip(0)], dim=1), 16
 
 
+@pytest.mark.slow
 def test_fused_attention_custom_ops_pass_opcheck():
     ei, n = _small_hub_graph()
     g = Graph.from_edge_index(ei, num_nodes=n).to(DEVICE)
@@ -256,6 +257,7 @@ def test_fused_attention_custom_ops_pass_opcheck():
     torch.library.opcheck(torch.ops.sparsegnn.agnn_attention, (q, nrm.requires_grad_(), beta, g.key))
 
 
+@pytest.mark.slow
 def test_fused_attention_compiles_without_graph_breaks():
     import torch._dynamo
 

@@ -133,6 +133,7 @@ SECOND_PROCESS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_second_process_reuses_persisted_decisions(tmp_path):
     """A fake timer stands in for GPU timing: the first process times candidates and persists
     the decision; a second process with the same cache times nothing.  (Kernels run on CUDA

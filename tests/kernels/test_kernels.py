@@ -165,6 +165,7 @@ def test_every_tuner_candidate_is_correct(config):
     assert _rel_err(out, _dense_reduce(ei, n, x.double(), w, "sum")) < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", _all_candidates(), ids=lambda c: "-".join(f"{k}{v}" for k, v in sorted(c.items())))
 def test_every_tuner_candidate_scales_packed_sources(config):
     """fp16 features with a factor per source row (``src_scale``, the packed tf32 path) and an

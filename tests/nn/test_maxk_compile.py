@@ -223,6 +223,7 @@ def test_compiled_maxkgnn_triton_backend_matches_eager():
     assert_compiled_step_matches_eager(model, x.to(device), graph.to(device))
 
 
+@pytest.mark.slow
 def test_compiled_maxkgnn_fuses_layer_norm_and_maxk_like_eager():
     """On the Triton backend the compiled model calls ``sparsegnn::layer_norm_maxk`` between convs (as
     the eager model fuses them) and matches eager's output and gradients."""

@@ -378,6 +378,7 @@ def test_maxkgnn_is_the_papers_stack(conv, linear_first):
         torch.testing.assert_close(relu(x, g), stack(torch.relu, relu.convs), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("conv", ["sage", "gin"])
 def test_maxkgnn_fuses_layer_norm_and_maxk_between_convs(conv, monkeypatch):
     """On the Triton backend (the interpreter without a GPU) the LayerNorm before a MaxK conv and the
@@ -476,7 +477,7 @@ def test_build_model_maxk_options():
         build_model("gin", 10, 3, hidden=16, maxk=32)
     with pytest.raises(ValueError, match=r"precision='ieee'"):
         build_model("sage", 10, 3, precision="tf32", maxk=8)
-    data = load("cora")                                          # maxk compiles (tests/test_maxk_compile.py)
+    data = load("cora")                                          # maxk compiles (tests/nn/test_maxk_compile.py)
     result = train_node_classifier(data, "sage", epochs=2, hidden=32, maxk=8, compile="default",
                                    compile_backend="aot_eager", progress=False)
     assert result.maxk == 8 and result.compile == "default" and len(result.losses) == 2

@@ -17,6 +17,7 @@ def _runs(data, model, nprocs, method="contiguous", epochs=10, **kw):
     return [train_distributed(data, model, n, **kw) for n in nprocs]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["gcn", "sage"])
 def test_two_and_three_ranks_train_like_one_on_cora(model):
     data = sg.datasets.load("cora")
@@ -35,6 +36,7 @@ def test_two_and_three_ranks_train_like_one_on_cora(model):
 
 @pytest.mark.skipif(DATA is None or not (DATA / "real" / "lastfm.npz").exists(),
                     reason="no shared datasets folder with real/lastfm.npz (set SPARSEGNN_DATA)")
+@pytest.mark.slow
 def test_two_ranks_train_like_one_on_a_real_graph():
     data = sg.datasets.load("lastfm", data_dir=DATA)
     one, two = _runs(data, "sage", [1, 2], method="auto")

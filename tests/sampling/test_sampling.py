@@ -317,6 +317,7 @@ def test_every_subset_equally_likely(monkeypatch, method):
     assert stats.chisquare(biased_counts.numpy()).pvalue < P_MIN
 
 
+@pytest.mark.slow
 def test_large_hub_marginals(impl):
     """A hub of degree 2000, fanout 10 (the rejection method: its cost does not grow with the degree)."""
     draws, degree, k = num_draws(2000, impl), 2000, 10          # at 1000 draws, 5 expected a cell
