@@ -11,9 +11,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[test]"
-	$(PY) -m pip install -q -e ".[chem]" || echo "make: RDKit (extra [chem]) could not be installed; the RDKit tests will skip" >&2
-	$(PY) -m pip install -q -e ".[parallel]" || echo "make: pytest-xdist (extra [parallel]) could not be installed; the tests run in one process" >&2
+	$(PY) -m pip install -q -e ".[test,chem,parallel]" || { \
+	  $(PY) -m pip install -q -e ".[test]" && \
+	  { $(PY) -m pip install -q -e ".[chem]" || echo "make: RDKit (extra [chem]) could not be installed; the RDKit tests will skip" >&2; } && \
+	  { $(PY) -m pip install -q -e ".[parallel]" || echo "make: pytest-xdist (extra [parallel]) could not be installed; the tests run in one process" >&2; }; }
 	touch $@
 
 venv: $(VENV)/.installed

@@ -29,11 +29,11 @@ from torch import Tensor
 from ._checks import check, check_count, check_edge_values, check_index, check_same_device, check_tensor, index_size
 from .formats import csr as csr_fmt
 from .formats.plan import RowPlan, build_row_plan
-from .graph_cache import GraphCache
+from .graph_cache import OWNER_SLOTS, GraphCache
 
 _NEXT_KEY = itertools.count()
-#: Derived forms a caller may supply (``Graph.set_derived``).
-_DERIVED_KEYS = ("row", "in_degree", "transpose", "t")
+#: Derived forms a caller may supply (``Graph.set_derived``; ``batch_stats`` has its own setter).
+_DERIVED_KEYS = tuple(slot for slot in OWNER_SLOTS if slot != "batch_stats")
 _GRAPHS: "weakref.WeakValueDictionary[int, Graph]" = weakref.WeakValueDictionary()
 
 
@@ -73,7 +73,7 @@ class Graph:
             a captured training step, ``datasets.loader.StaticBatch``): nothing derived from them
             may outlive a call.  Implies ``transient``.  Its ``cache`` holds only what its owner
             put there with ``set_derived`` (forms the owner refills with the graph); whatever an
-            op caches on it is dropped after the call (``cache`` returns a copy).
+            op caches on it is built for that call and not kept.
         key: process-unique int naming this Graph for the custom ops (``graph_by_key``).
         edge_perm: ``[E]`` int64 or ``None``: CSR edge ``k`` is input edge ``edge_perm[k]``.
         ptr: ``[B + 1]`` int64 or ``None``: node boundaries of batched graphs.
@@ -317,9 +317,9 @@ class Graph:
     def cache(self) -> GraphCache:
         """The forms derived from this graph (transpose, plans, tiles, bound launches), in the
         named slots of a :class:`~sparsegnn.graph_cache.GraphCache`: the one place that holds
-        them, with one invalidation rule.  Graphs made with ``with_values`` share its
-        structure slots; ``to`` starts empty; a ``volatile`` graph keeps only what its owner
-        supplies."""
+        them, with one invalidation rule.  Graphs made with ``with_values`` start with a
+        copy of its structure entries; ``to`` starts empty; a ``volatile`` graph keeps only what
+        its owner supplies."""
         return self._cache
 
     def _cached(self, slot: str, build, key=None):

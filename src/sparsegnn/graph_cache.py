@@ -12,12 +12,13 @@ tensor it was built from (by identity), that tensor's ``_version`` (bumped by ev
 update, such as an optimiser step on a learnable edge weight) and an optional ``stamp`` (for
 example the decision stores' generation); a lookup that passes another tensor, version or stamp
 rebuilds the entry in place (one entry per slot and key, so values that change every call
-replace each other instead of piling up).  Graphs made with ``Graph.with_values`` share the
-structure slots and start without the values slots; ``Graph.to`` starts empty.
+replace each other instead of piling up).  Graphs made with ``Graph.with_values`` start with a
+copy of the structure entries and without the values entries; ``Graph.to`` starts empty.
 
 A ``volatile`` graph (tensors refilled in place between calls, the static batch of a captured
 step) keeps only the forms its owner supplies (``OWNER_SLOTS``, via ``Graph.set_derived`` and
-``Graph.set_batch_stats``); other lookups build and return without keeping.
+``Graph.set_batch_stats``), which are never found stale (the owner refills them with the graph);
+other lookups build and return without keeping.
 
 Example:
     >>> g = Graph.from_edge_index(edge_index)
@@ -72,13 +73,17 @@ _MISSING = object()
 
 
 class _Entry:
-    __slots__ = ("value", "values", "version", "stamp")
+    """A kept form: its value, and for a values slot what it was built from (``checked``).
+    Entries an owner supplied are not checked: the owner refills them with the graph."""
 
-    def __init__(self, value, values: Optional[Tensor], version: Optional[int], stamp: Hashable) -> None:
+    __slots__ = ("value", "values", "version", "stamp", "checked")
+
+    def __init__(self, value, values: Optional[Tensor], stamp: Hashable, checked: bool) -> None:
         self.value = value
         self.values = values
-        self.version = version
+        self.version = None if values is None else values._version
         self.stamp = stamp
+        self.checked = checked
 
 
 class GraphCache:
@@ -101,19 +106,19 @@ class GraphCache:
     def get(self, slot: str, key: Hashable = None, build: Optional[Callable[[], Any]] = None, *,
             values: Optional[Tensor] = None, stamp: Hashable = None):
         """The entry of ``slot`` under ``key``; built with ``build()`` and kept when absent or
-        stale (``values``/``stamp`` other than recorded, for values slots); None when absent
-        and no ``build`` is given."""
-        depends = self._depends(slot)
-        entry = self._entries.get((slot, key))
-        version = None if values is None else values._version
-        if entry is not None and (not depends or (entry.values is values and entry.version == version
-                                                  and entry.stamp == stamp)):
+        stale (``values``/``stamp`` other than recorded, for values slots, unless an owner
+        supplied it); None when absent or stale and no ``build`` is given."""
+        entry = self._entries.get((slot, key))     # the hit path: one lookup, the checks it needs
+        if entry is not None and (not entry.checked or (
+                entry.values is values and entry.version == (None if values is None else values._version)
+                and entry.stamp == stamp)):
             return entry.value
+        depends = self._depends(slot)
         if build is None:
             return None
         value = build()
         if not self._volatile:                  # refilled in place between calls: build, never keep
-            self._entries[(slot, key)] = _Entry(value, values if depends else None, version, stamp)
+            self._entries[(slot, key)] = _Entry(value, values if depends else None, stamp, depends)
         return value
 
     def peek(self, slot: str, key: Hashable = None):
@@ -130,8 +135,7 @@ class GraphCache:
         depends = self._depends(slot)
         if self._volatile and not (owner and slot in OWNER_SLOTS):
             return
-        self._entries[(slot, key)] = _Entry(value, values if depends else None,
-                                            None if values is None else values._version, stamp)
+        self._entries[(slot, key)] = _Entry(value, values if depends else None, stamp, depends and not owner)
 
     def __contains__(self, slot_key) -> bool:
         """``"slot" in cache`` or ``("slot", key) in cache``: whether an entry is kept (stale or not)."""
@@ -142,7 +146,7 @@ class GraphCache:
     def keys(self, slot: str) -> Iterator[Hashable]:
         """The keys kept in ``slot`` (the dtypes of ``"mean_scale"``, say)."""
         self._depends(slot)
-        return [key for s, key in self._entries if s == slot].__iter__()
+        return iter([key for s, key in self._entries if s == slot])
 
     def entries(self) -> Iterator[Any]:
         """Every kept value (for moving a graph's tensors as a whole, e.g. pinning)."""

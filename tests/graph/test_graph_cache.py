@@ -76,3 +76,12 @@ def test_a_volatile_graph_keeps_only_its_owners_forms():
     g.set_derived("in_degree", torch.tensor([1, 1]))
     g.set_batch_stats(2)
     assert {slot for slot, _ in g.cache} == {"in_degree", "batch_stats"}
+
+
+def test_an_owner_supplied_transpose_is_kept_across_refills_of_a_volatile_graph():
+    g = Graph(torch.tensor([0, 1, 2]), torch.tensor([1, 0]), torch.ones(2), 2, volatile=True)
+    transposed = Graph(torch.tensor([0, 1, 2]), torch.tensor([1, 0]), torch.ones(2), 2, volatile=True)
+    g.set_derived("t", transposed)
+    g.edge_val.mul_(3)                            # the owner refills values in place between calls
+    transposed.edge_val.mul_(3)
+    assert g.t() is transposed and g.t() is transposed

@@ -229,6 +229,7 @@ def _mixed_graph():
 _GROUPED = [c for c in _all_candidates() if not c.get("FLAT") and not c.get("SPLIT")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", _GROUPED, ids=lambda c: "-".join(f"{k}{v}" for k, v in sorted(c.items())))
 def test_grouped_launch_with_pieces_heavy_and_light_rows(config):
     """Every grouped / plan-sized candidate on a graph where its one launch holds long-row
@@ -255,6 +256,7 @@ def test_grouped_launch_with_pieces_heavy_and_light_rows(config):
     assert _rel_err(run(x.to(DEVICE)), _dense_reduce(ei, 40, x.double(), w, "mean")) < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", _all_candidates(), ids=lambda c: "-".join(f"{k}{v}" for k, v in sorted(c.items())))
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
 def test_bound_launch_computes_what_the_planned_kernel_does(config, reduce):
@@ -400,6 +402,7 @@ def _all_sddmm_candidates():
 
 @pytest.mark.parametrize("op,width,config", _all_sddmm_candidates(),
                          ids=lambda v: "-".join(f"{k}{x}" for k, x in sorted(v.items())) if isinstance(v, dict) else str(v))
+@pytest.mark.slow
 def test_every_sddmm_candidate_is_correct(op, width, config):
     """Each config the SDDMM tuner may pick (segment and edge-parallel kernels, every width's list)
     gives the per-edge products of the float64 oracle, in CSR order, every output written."""

@@ -106,6 +106,7 @@ def _largest_window(rowptr, window: int) -> int:
 TRITON_CAPS = {"triton": None, "triton-classes": (16, 32, 64, 128, 1024), "triton-big": (16,), "triton-sorted": (1,)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window,block_k", [(4, 4), (16, 16), (2, 8)])
 @pytest.mark.parametrize("index_work", ["reference", *TRITON_CAPS])
 def test_translation_rebuilds_the_graph_and_condenses_each_window(graph_case, window, block_k, index_work,
@@ -980,8 +981,8 @@ def test_fused_pass_starts_from_a_zero_ticket_and_zero_states(one_program, monke
 @pytest.mark.parametrize("one_program", [True, False])
 def test_fused_pass_of_many_windows_on_the_gpu(one_program, monkeypatch):
     """2000 windows of the smallest and the largest size class mixed (the slow sorts make the
-    look-backs wait) in the fused pass, five times each, equal to the reference (review,
-    stop 44: with the wait on unknown states removed, 5 of 5 runs were wrong on an H200)."""
+    look-backs wait) in the fused pass, five times each, equal to the reference (a review found that
+    with the wait on unknown states removed, 5 of 5 runs were wrong on an H200)."""
     from sparsegnn.formats.tiles import _condense
     import sparsegnn.kernels.translate as kt
 
@@ -1257,6 +1258,7 @@ def test_translation_order_flag(index_work, monkeypatch):
 @pytest.mark.parametrize("dtype,vals_half,precision,tol", [
     (torch.float32, False, "ieee", 1e-5), (torch.float32, False, "tf32", 5e-3),
     (torch.bfloat16, True, "ieee", 1e-2), (torch.float16, True, "ieee", 5e-3), (torch.float16, False, "ieee", 5e-3)])
+@pytest.mark.slow
 @pytest.mark.parametrize("duplicates", [False, True])
 def test_tile_spmm_on_runs_every_config(swap, block_f, chunk, dtype, vals_half, precision, tol, duplicates):
     """The runs encoding (tiles built from the slots and per-edge values in CSR order) against float64: both
@@ -1450,6 +1452,7 @@ def test_tile_sddmm_matches_per_edge_dot_products(graph_case, precision, tol, wi
     assert float((out.double().cpu() - want).norm()) <= tol * max(float(want.norm()), 1.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 @pytest.mark.parametrize("precision,tol", [("tf32", 5e-3), ("bf16", 1e-2)])
 def test_spmm_precision_runs_on_tiles_with_autograd(graph_case, reduce, precision, tol, monkeypatch):
@@ -1492,6 +1495,7 @@ def test_spmm_precision_elsewhere_is_exact_and_checked():
         sg.spmm(g, x, precision="fp8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width,half", [(24, False), (64, False), (160, False), (24, True), (64, True), (160, True)])
 def test_every_precise_spmm_candidate_matches_float64(graph_case, width, half):
     """Each config the ``spmm_tc`` tuner can pick (rows, both tile configs, cuSPARSE) on its own."""

@@ -60,6 +60,7 @@ def _rel(a, b):
 _EXACT = {}
 
 
+@pytest.mark.slow
 @needs_triton
 @pytest.mark.parametrize("precision,tol", [("tf32", 5e-3), ("bf16", 2e-2)])
 @pytest.mark.parametrize("name", list(LAYERS))

@@ -16,8 +16,8 @@ from .padding import BatchPadding, StaticBatch, pad_batch
 from .molecules import NUM_ATOM_FEATURES, MoleculeBatch, atom_features, load_molecules, smiles_to_edges
 from .planetoid import read_planetoid_raw
 from .real import RealGraph, load_tu_batch, read_edge_list, read_matrix_market, read_npz_graph
-from .nodes import NodeDataset
-from .node_datasets import load
+from .node_dataset import NodeDataset
+from .load_nodes import PLANETOID, load
 from .real_nodes import REAL_NODE_DATASETS, load_real_node_dataset
 from .suite import REAL_SUITE, default_data_dir, describe, load_suite_graph
 from .synthetic import random_graph

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from .._checks import check
 from ..graph import Graph
-from .nodes import NodeDataset
+from .node_dataset import NodeDataset
 from .real import read_npz_graph
 from .suite import default_data_dir
 

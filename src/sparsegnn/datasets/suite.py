@@ -15,7 +15,7 @@ import torch
 from .._checks import check
 from ..graph import Graph
 from .molecules import load_molecules
-from .nodes import load_bundled
+from .node_dataset import load_bundled
 from .planetoid import read_planetoid_raw
 from .real import load_tu_batch, read_npz_graph
 

@@ -315,8 +315,8 @@ def _kernel_sources() -> None:
 
 
 def _after_cuda_init() -> None:
-    """Queued with ``torch.cuda._lazy_call`` by ``start``: runs where CUDA's lazy init ends (on
-    the thread that initialised it) and starts ``_after_cuda_work`` on a daemon thread.  Never
+    """Called by ``_on_cuda_init`` where CUDA's lazy init ends (on the thread that initialised
+    it): starts ``_after_cuda_work`` on a daemon thread.  Never
     raises: an exception here would surface as torch's ``DeferredCudaCallError``."""
     global _TOOLS
     try:
@@ -379,6 +379,7 @@ def start(force: bool = False) -> Optional[threading.Thread]:
 _ARMED = False
 #: Whether CUDA had started before ``arm`` ran: then the first launch calls ``start`` (``wait``).
 _LATE = False
+_LATE_LOCK = threading.Lock()
 
 
 def arm() -> None:
@@ -407,12 +408,15 @@ def _on_cuda_init() -> None:
     """Queued by ``arm``: runs where CUDA's lazy init ends (on the thread that initialised it).
     Starts the key thread (``start``) and the tools thread (``_after_cuda_init``) while the
     script moves its data and builds its model.  Never raises: an exception here would surface
-    as torch's ``DeferredCudaCallError``."""
+    as torch's ``DeferredCudaCallError``.  ``start``'s own work here (importing the packages the
+    key walks, ~2 ms of stamping, installing a stored key) runs inside torch's lazy init, on the
+    thread making the script's first CUDA call."""
     try:
-        start()
+        started = start() is not None
     except Exception:  # noqa: BLE001 - see the docstring
-        pass
-    _after_cuda_init()
+        started = False
+    if started:                                 # declined (a worker, no Triton layout): nothing more
+        _after_cuda_init()
 
 
 def state() -> str:
@@ -429,11 +433,13 @@ def wait(timeout: float = 30.0) -> None:
     ``arm`` found CUDA already started, this first starts the prewarm (``start``)."""
     global _LATE
     if _LATE:
-        _LATE = False
-        try:
-            start()
-        except Exception:  # noqa: BLE001 - the launch computes the key itself
-            pass
+        with _LATE_LOCK:                        # two threads' first launches start it once
+            if _LATE:
+                _LATE = False
+                try:
+                    start()
+                except Exception:  # noqa: BLE001 - the launch computes the key itself
+                    pass
     for thread in (_THREAD, _TOOLS):
         if thread is not None and thread.is_alive():
             thread.join(timeout)

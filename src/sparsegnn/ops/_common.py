@@ -57,3 +57,8 @@ def transposed_weights(graph: Graph, weight: Optional[Tensor], reduce: str, dtyp
     if reduce == "mean":
         weight = scaled(weight, mean_scale(graph, dtype))
     return transposed, (weight.index_select(0, perm) if weight is not None else None), weight is None
+
+
+def sum_heads(products: Tensor, heads: int) -> Tensor:
+    """Per-edge products ``[E, F]`` summed over each head's ``F / H`` features: ``[E, H]``."""
+    return products.view(products.shape[0], heads, products.shape[1] // heads).sum(-1)

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ..graph import Graph
 from . import reference
-from ._common import mean_scale, scaled
+from ._common import mean_scale, scaled, sum_heads
 
 
 def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str = "sum", owned: bool = False) -> Tensor:
@@ -35,8 +35,7 @@ def edge_values(graph: Graph, a: Tensor, b: Tensor, op: str) -> Tensor:
 
 def head_dots(graph: Graph, grad_out: Tensor, x: Tensor, heads: int) -> Tensor:
     """Per-edge, per-head ``<dY_i, X_j>`` over each head's ``F / H`` features: [E, H]."""
-    prod = edge_values(graph, grad_out, x, "mul")
-    return prod.view(prod.shape[0], heads, prod.shape[1] // heads).sum(-1)
+    return sum_heads(edge_values(graph, grad_out, x, "mul"), heads)
 
 
 def edge_sum(graph: Graph, values: Tensor, by_source: bool = False) -> Tensor:

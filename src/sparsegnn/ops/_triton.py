@@ -25,7 +25,7 @@ from ..graph import Graph
 from ..tune.reuse import count_investment, invested, use
 from ..tune.store import stores_generation
 from . import _torch
-from ._common import derived_values, spmm_detail
+from ._common import derived_values, spmm_detail, sum_heads
 
 
 class _Kernels:
@@ -59,10 +59,12 @@ def _kernels() -> _Kernels:
 
 def plan_of(graph: Graph):
     """The graph's cached work partition, at the chunk length the heuristics pick for it."""
-    def build():
+    plan = graph.cache.get("plan")
+    if plan is None:
         count_investment("plans")
-        return graph.row_plan(_kernels().configs.spmm_chunk(graph.num_nodes, graph.num_edges))
-    return graph.cache.get("plan", None, build)
+        plan = graph.row_plan(_kernels().configs.spmm_chunk(graph.num_nodes, graph.num_edges))
+        graph.cache.put("plan", plan)
+    return plan
 
 
 #: Batches whose graphs all have at most this many nodes take the one-program-per-graph kernels
@@ -254,8 +256,7 @@ def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str = "
 
 def head_dots(graph: Graph, grad_out: Tensor, x: Tensor, heads: int) -> Tensor:
     """Per-edge, per-head ``<dY_i, X_j>`` over each head's ``F / H`` features: [E, H]."""
-    prod = edge_values(graph, grad_out, x, "mul")
-    return prod.view(prod.shape[0], heads, prod.shape[1] // heads).sum(-1)
+    return sum_heads(edge_values(graph, grad_out, x, "mul"), heads)
 
 
 def softmax(graph: Graph, scores: Tensor) -> Tensor:

@@ -60,6 +60,7 @@ def resolve_backend(backend: str, x: Tensor) -> str:
         return "triton"
     if backend == "auto":
         return "triton" if runs and x.is_cuda else "reference"
+    check(backend != "cpu" or x.device.type == "cpu", "maxk", f"backend='cpu' needs CPU tensors, got {x.device}")
     return "reference"
 
 
@@ -113,7 +114,7 @@ def maxk(x: Tensor, k: int, *, dense: bool = False, backend: str = "auto") -> Un
         x: [N, F] floating tensor.
         k: entries kept per row, ``1 <= k <= F``.
         dense: return the ``[N, F]`` matrix with zeros off the kept entries instead of a CBSR.
-        backend: ``"auto"``, ``"triton"`` or ``"reference"``.
+        backend: ``"auto"``, ``"triton"``, ``"reference"`` or ``"cpu"`` (CPU tensors: the reference sort).
 
     Shapes:
         x: [N, F] -> CBSR with values / index [N, k] (or dense [N, F]).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from .nodes import NodeDataset, node_dataset_from_arrays, bundled_path, load_bundled
+from .node_dataset import NodeDataset, node_dataset_from_arrays, bundled_path, load_bundled
 from .planetoid import read_planetoid_raw
 from .real_nodes import REAL_NODE_DATASETS, load_real_node_dataset
 from .suite import default_data_dir
