@@ -88,7 +88,24 @@ def test_wait_joins_a_running_prewarm(fresh_prewarm, monkeypatch):
     _prewarm.wait()                                         # nothing started: returns at once
 
 
-def test_the_threads_start_where_cuda_starts(fresh_prewarm, monkeypatch):
+@pytest.fixture
+def cuda_build(fresh_prewarm, monkeypatch):
+    """A process that looks like a CUDA build before ``arm``: returns the list that
+    ``torch.cuda._lazy_call`` queues into; the key thread ends at once."""
+    import torch
+
+    queued = []
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("SPARSEGNN_PREWARM", raising=False)
+    monkeypatch.setattr(torch.cuda, "_lazy_call", lambda fn, **kw: queued.append(fn))
+    monkeypatch.setattr(_prewarm, "_ARMED", False)
+    monkeypatch.setattr(_prewarm, "_LATE", False)
+    monkeypatch.setattr(_prewarm, "_background", lambda store, own: None)
+    return queued
+
+
+def test_the_threads_start_where_cuda_starts(cuda_build, monkeypatch):
     """``arm`` (what the import does) queues ``_on_cuda_init`` for CUDA's lazy init and starts
     nothing; run there, it starts the key thread and the tools thread, which runs the tool
     versions, Triton's driver and the kernel sources, in that order; ``wait`` joins both; it
@@ -97,15 +114,9 @@ def test_the_threads_start_where_cuda_starts(fresh_prewarm, monkeypatch):
 
     import torch
 
-    queued, ran, go_on = [], [], threading.Event()
-    monkeypatch.setattr(torch.version, "cuda", "12.8")
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.delenv("SPARSEGNN_PREWARM", raising=False)
+    queued, ran, go_on = cuda_build, [], threading.Event()
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    monkeypatch.setattr(torch.cuda, "_lazy_call", lambda fn, **kw: queued.append(fn))
-    monkeypatch.setattr(_prewarm, "_ARMED", False)
     monkeypatch.setattr(_prewarm, "_TOOLS", None)
-    monkeypatch.setattr(_prewarm, "_background", lambda store, own: None)     # the key thread ends at once
     record = lambda name: ran.append((name, threading.current_thread().name))  # noqa: E731
     monkeypatch.setattr(_prewarm, "_tool_versions", lambda: (go_on.wait(5), record("tools")))
     monkeypatch.setattr(_prewarm, "_driver", lambda: record("driver"))
@@ -131,22 +142,14 @@ def test_the_threads_start_where_cuda_starts(fresh_prewarm, monkeypatch):
     _prewarm._on_cuda_init()                        # swallowed: torch would re-raise it to the user
 
 
-def test_cuda_started_before_the_import_starts_the_prewarm_at_the_first_launch(fresh_prewarm, monkeypatch):
+def test_cuda_started_before_the_import_starts_the_prewarm_at_the_first_launch(cuda_build, monkeypatch):
     """Where the script initialised CUDA before importing sparsegnn, ``arm`` queues nothing and
     starts nothing; the first launch's ``wait`` starts the key thread and joins it."""
     import torch
 
-    queued = []
-    monkeypatch.setattr(torch.version, "cuda", "12.8")
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.delenv("SPARSEGNN_PREWARM", raising=False)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "_lazy_call", lambda fn, **kw: queued.append(fn))
-    monkeypatch.setattr(_prewarm, "_ARMED", False)
-    monkeypatch.setattr(_prewarm, "_LATE", False)
-    monkeypatch.setattr(_prewarm, "_background", lambda store, own: None)
     _prewarm.arm()
-    assert queued == [] and _prewarm._THREAD is None and _prewarm._LATE
+    assert cuda_build == [] and _prewarm._THREAD is None and _prewarm._LATE
     _prewarm.wait()
     assert _prewarm._THREAD is not None and not _prewarm._THREAD.is_alive() and not _prewarm._LATE
 
