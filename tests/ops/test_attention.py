@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from sparsegnn import Graph, spmm
 from sparsegnn.datasets import random_graph
-from sparsegnn.kernels.attention import (GAT_SPACE, agnn_backward, agnn_candidates, agnn_forward, gat_backward,
-                                         gat_candidates, gat_forward)
+from sparsegnn.kernels.attention import (GAT_SPACE, agnn_backward, agnn_candidates, agnn_forward, first_contact_config,
+                                         gat_backward, gat_candidates, gat_forward)
 from sparsegnn.ops.attention import agnn_attention, gat_attention
 
 from conftest import DEVICE, GRAPH_CASES
@@ -75,14 +75,16 @@ def _hub_graph():
     return torch.cat([ei, hub, hub[:, :40].flip(0)], dim=1), 60
 
 
-@pytest.mark.parametrize("config_index", range(len(gat_candidates(60, 400, 2, 4)) + 1))
+@pytest.mark.parametrize("config_index", range(len(gat_candidates(60, 400, 2, 4)) + 2))
 def test_every_gat_candidate_is_correct(config_index):
     ei, n = _hub_graph()
     g = Graph.from_edge_index(ei, num_nodes=n).to(DEVICE)
-    candidates = gat_candidates(n, g.num_edges, 2, 4)
-    # the candidates the tuner may pick, and the extremes of the search space
-    config = candidates[config_index] if config_index < len(candidates) else {
-        "BLOCK_E": max(GAT_SPACE["BLOCK_E"]), "ROWS": max(GAT_SPACE["ROWS"]), "num_warps": 1}
+    # the candidates the tuner may pick, an extreme of the search space, and the config of a
+    # graph met for the first time
+    candidates = gat_candidates(n, g.num_edges, 2, 4) + [
+        {"BLOCK_E": max(GAT_SPACE["BLOCK_E"]), "ROWS": max(GAT_SPACE["ROWS"]), "num_warps": 1},
+        first_contact_config("gat", 2, 4)]
+    config = candidates[config_index]
     assert all(config[k] in GAT_SPACE[k] for k in config)
     feat, a_src, a_dst = [t.to(DEVICE) for t in _inputs(n, 2, 4, torch.float32, 3)]
     out, lse = gat_forward(g.rowptr, g.col, feat, a_src, a_dst, 0.2, 0.0, None, config)
@@ -197,11 +199,11 @@ def test_fused_agnn_matches_oracle(case, dtype):
         assert _rel(got, want, floor=1.0) < GRAD_TOL[dtype]   # unit-scale inputs
 
 
-@pytest.mark.parametrize("config_index", range(len(agnn_candidates(60, 400, 6))))
+@pytest.mark.parametrize("config_index", range(len(agnn_candidates(60, 400, 6)) + 1))
 def test_every_agnn_candidate_is_correct(config_index):
     ei, n = _hub_graph()
     g = Graph.from_edge_index(ei, num_nodes=n).to(DEVICE)
-    config = agnn_candidates(n, g.num_edges, 6)[config_index]
+    config = (agnn_candidates(n, g.num_edges, 6) + [first_contact_config("agnn", 1, 6)])[config_index]
     assert all(config[k] in GAT_SPACE[k] for k in config)
     x = torch.randn(n, 6, generator=torch.Generator().manual_seed(2)).to(DEVICE)
     nrm = x.norm(dim=-1).clamp_min(1e-12)

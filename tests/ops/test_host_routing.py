@@ -67,6 +67,10 @@ def test_host_calls_per_kind_are_bounded(monkeypatch):
     assert not _host.small_on_gpu(on_gpu, 0, "c")
     _host.reset_counts()
     assert _host.small_on_gpu(on_gpu, 100, "a")
+    # once a kind has run on the device (a graph above the bound), its small graphs stay there
+    assert not _host.small_on_gpu(on_gpu, _host.HOST_MAX_EDGES + 1, "a")
+    assert not _host.small_on_gpu(on_gpu, 100, "a")
+    assert _host.small_on_gpu(on_gpu, 100, "b")          # other kinds keep their host calls
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the routing serves graphs on a GPU")
@@ -105,7 +109,7 @@ def test_permute_edges_is_indexing_with_gradients():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the routing serves graphs on a GPU")
 def test_no_host_routing_under_sync_debug_mode():
     """A synchronisation debug mode (a replay's recording warm-up sets "error") keeps the work
-    on the device: the host path would synchronise."""
+    on the device: the host path would synchronise.  Having run there, the kind stays there."""
     _host.reset_counts()
     vals, perm = torch.randn(50, device="cuda"), torch.randperm(50, device="cuda")
     torch.cuda.set_sync_debug_mode("error")
@@ -113,4 +117,5 @@ def test_no_host_routing_under_sync_debug_mode():
         out = permute_edges(vals, perm)
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    assert "permute" not in _host._CALLS and torch.equal(out, vals[perm])
+    # ran on the device, whose kernels are loaded now: the kind's host calls are over
+    assert _host._CALLS["permute"] == _host.HOST_CALLS and torch.equal(out, vals[perm])

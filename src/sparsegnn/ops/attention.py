@@ -24,7 +24,7 @@ from torch.autograd.function import once_differentiable
 
 from .._checks import check, check_precision, check_same_device
 from ..graph import Graph, as_graph
-from ..tune.reuse import use
+from ..tune.reuse import invested, use
 from . import reference
 from ._dispatch import aggregate, choose_backend
 from ._library import compiling, graph_of, not_traceable_graph
@@ -35,6 +35,15 @@ def _attention_kernels():
     from ..kernels import attention
 
     return attention
+
+
+def _candidates(graph: Graph, op: str, heads: int, channels: int, tuned):
+    """The configs ``decide`` chooses from: on a graph not invested in (which takes the first),
+    the width's first-contact config (``kernels.attention.first_contact_config``); else
+    ``tuned()``, the degree heuristic and its neighbours."""
+    if not invested(graph):
+        return [_attention_kernels().first_contact_config(op, heads, channels)]
+    return tuned()
 
 
 def _outputs(out32: Tensor, lse: Tensor, dtype: torch.dtype) -> Tuple[Tensor, Tensor, Tensor]:
@@ -64,7 +73,8 @@ def _gat_forward(graph: Graph, feat: Tensor, a_src: Tensor, a_dst: Tensor, slope
     use(graph, heads * channels, feat.element_size())   # tuned once the graph's reuse repays it (tune.reuse)
     run = lambda cfg: k.gat_forward(graph.rowptr, graph.col, feat, a_src, a_dst, slope, p_drop, seed, cfg,  # noqa: E731
                                     torch.float32)
-    candidates = lambda: k.gat_candidates(n, graph.num_edges, heads, channels)  # noqa: E731
+    candidates = lambda: _candidates(graph, "gat", heads, channels,  # noqa: E731
+                                     lambda: k.gat_candidates(n, graph.num_edges, heads, channels))
     config = decide("gat", graph, f"h{heads}", heads * channels, feat.dtype, feat.device, candidates, run,
                     space=k.GAT_SPACE, ranked=False)
     return _outputs(*run(config), feat.dtype)
@@ -82,7 +92,8 @@ def _gat_backward(graph: Graph, grad: Tensor, feat: Tensor, a_src: Tensor, a_dst
     transpose = graph.transpose_parts()
     run = lambda cfg: k.gat_backward(graph.rowptr, transpose, feat, a_src, a_dst, lse, out32, grad,  # noqa: E731
                                      slope, p_drop, seed, cfg)
-    candidates = lambda: k.gat_candidates(n, graph.num_edges, heads, channels)  # noqa: E731
+    candidates = lambda: _candidates(graph, "gat", heads, channels,  # noqa: E731
+                                     lambda: k.gat_candidates(n, graph.num_edges, heads, channels))
     config = decide("gat_bwd", graph, f"h{heads}|drop{int(p_drop > 0)}", heads * channels, feat.dtype, feat.device,
                     candidates, run, space=k.GAT_SPACE, ranked=False)
     return run(config)
@@ -239,7 +250,8 @@ def _agnn_forward(graph: Graph, q: Tensor, nrm: Tensor, beta: Tensor) -> Tuple[T
     k = _attention_kernels()
     use(graph, q.shape[1], q.element_size())   # tuned once the graph's reuse repays it (tune.reuse)
     run = lambda cfg: k.agnn_forward(graph.rowptr, graph.col, q, nrm, beta, cfg, torch.float32)  # noqa: E731
-    candidates = lambda: k.agnn_candidates(q.shape[0], graph.num_edges, q.shape[1])  # noqa: E731
+    candidates = lambda: _candidates(graph, "agnn", 1, q.shape[1],  # noqa: E731
+                                     lambda: k.agnn_candidates(q.shape[0], graph.num_edges, q.shape[1]))
     config = decide("agnn", graph, "cos", q.shape[1], q.dtype, q.device, candidates, run,
                     space=k.GAT_SPACE, ranked=False)
     return _outputs(*run(config), q.dtype)
