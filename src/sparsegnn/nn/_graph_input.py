@@ -77,6 +77,7 @@ from .._checks import check, check_edge_values, check_same_device
 from ..formats import csr as csr_fmt
 from ..formats._host import small_on_gpu
 from ..graph import Graph, attached_graph
+from ..ops import structure as structure_ops
 from ..ops._library import not_traceable_graph
 
 __all__ = [
@@ -136,7 +137,7 @@ self_looped = GraphTransform("self_looped", lambda g: g.with_values(None).add_se
 
 
 def _normalize_sym(graph: Graph) -> Graph:
-    return graph.normalize("sym")
+    return structure_ops.normalize(graph, "sym")
 
 
 def _concat_graph(graph: Graph, target: Tensor, source: Tensor, values: Optional[Tensor]) -> Graph:
@@ -152,7 +153,11 @@ def _loops_remaining(fill: float) -> Callable[[Graph], Graph]:
     input's edge order; CSR keeps it, the sort being stable) or ``fill``.  Without edge values
     every edge weighs 1 and so does every loop: PyG ignores ``fill`` (``improved``) then."""
     def structure(graph: Graph) -> Graph:
-        n, row, col = graph.num_nodes, graph.row, graph.col
+        n, col = graph.num_nodes, graph.col
+        if graph.edge_val is None and not graph.is_bipartite:      # no values to carry: no row per edge
+            rowptr, new_col, _ = structure_ops.replace_self_loops(graph, lambda: graph.row)
+            return Graph(rowptr, new_col, None, n, ptr=graph.ptr, transient=graph.transient)
+        row = graph.row
         is_loop = row == col
         loop_val = None
         if graph.edge_val is not None:
@@ -169,7 +174,7 @@ def _loops_remaining(fill: float) -> Callable[[Graph], Graph]:
             values = None if loop_val is None else torch.cat([graph.edge_val[keep], loop_val])
             return _concat_graph(graph, torch.cat([row[keep], loops]), torch.cat([col[keep], loops]), values)
         # no sort: the kept edges in place, each node's loop at the end of its row
-        rowptr, new_col, source = csr_fmt.replace_self_loops(graph.rowptr, col, row)
+        rowptr, new_col, source = structure_ops.replace_self_loops(graph, lambda: row)
         values = None if loop_val is None else torch.cat([graph.edge_val, loop_val])[source]
         return Graph(rowptr, new_col, values, n, ptr=graph.ptr, transient=graph.transient)
     return structure
