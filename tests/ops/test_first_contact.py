@@ -230,3 +230,85 @@ def test_remaining_self_loops_without_a_sort_match_the_edge_list(weighted):
     assert looped.num_edges == int((ei[0] != ei[1]).sum()) + n
     assert (looped.rowptr[1:] >= looped.rowptr[:-1]).all()
     assert torch.equal(looped.to_dense(torch.float64), want)
+
+
+@pytest.mark.parametrize("op", ["gat", "agnn"])
+def test_attention_on_new_graphs_runs_one_config_whatever_the_degree(monkeypatch, op):
+    """Graphs of mean degree 2 and 40, met once each: the same launch config (one compiled
+    variant per width, nothing new to load for a new graph), nothing decided or timed, and the
+    result equal to the float64 reference path's."""
+    from sparsegnn.kernels import attention as kernels
+    from sparsegnn.ops.attention import agnn_attention, gat_attention
+
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    seen = []
+    forward = kernels.gat_forward if op == "gat" else kernels.agnn_forward
+    name = "gat_forward" if op == "gat" else "agnn_forward"
+
+    def spy(*args):
+        seen.append(dict(args[-2]))
+        return forward(*args)
+
+    monkeypatch.setattr(kernels, name, spy)
+    decisions = sg.tune.tuner_invocations()
+    gen = torch.Generator().manual_seed(0)
+    for n, e in ((200, 400), (60, 2400)):
+        ei = torch.randint(0, n, (2, e), generator=gen)
+        g = sg.Graph.from_edge_index(ei.to(DEVICE), num_nodes=n)
+        if op == "gat":
+            feat = torch.randn(n, 2, 4, generator=gen, dtype=torch.float64)
+            a_src, a_dst = torch.randn(n, 2, generator=gen, dtype=torch.float64), torch.randn(n, 2, generator=gen,
+                                                                                           dtype=torch.float64)
+            run = lambda backend, dt: gat_attention(g, feat.to(DEVICE, dt), a_src.to(DEVICE, dt),  # noqa: E731
+                                                    a_dst.to(DEVICE, dt), backend=backend)
+        else:
+            x = torch.randn(n, 6, generator=gen, dtype=torch.float64)
+            beta = torch.tensor([0.7], dtype=torch.float64)
+            run = lambda backend, dt: agnn_attention(g, x.to(DEVICE, dt), beta.to(DEVICE, dt),  # noqa: E731
+                                                     backend=backend)
+        out = run("triton", torch.float32)
+        ref = run("reference", torch.float64)
+        assert torch.allclose(out.double().cpu(), ref.cpu(), atol=1e-5, rtol=1e-5)
+    assert len(seen) == 2 and seen[0] == seen[1] == kernels.first_contact_config(op, *((2, 4) if op == "gat" else (1, 6)))
+    assert sg.tune.tuner_invocations() == decisions
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("values", ["none", "edge"])
+def test_backward_on_a_new_graph_pushes_without_a_transpose(monkeypatch, reduce, values):
+    """The backward of a first call: ``A'^T g`` by the push kernel (no transpose built), equal to
+    float64; once the transpose is cached (or the graph invested in) the transpose's kernels."""
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    ei, n = _hub_graph(seed=11)
+    gen = torch.Generator().manual_seed(3)
+    w = torch.rand(ei.shape[1], generator=gen) + 0.5
+    g = sg.Graph.from_edge_index(ei.to(DEVICE), w.to(DEVICE) if values == "edge" else None, num_nodes=n)
+    x = torch.randn(n, 10, generator=gen, dtype=torch.float64)
+    go = torch.randn(n, 10, generator=gen, dtype=torch.float64)
+    a = dense_adjacency(ei, n, w if values == "edge" else None)
+    if reduce == "mean":
+        a = a / torch.bincount(ei[1], minlength=n).clamp(min=1).double()[:, None]
+    for step in range(2):
+        xs = x.float().to(DEVICE).requires_grad_(True)
+        out = sg.spmm(g, xs, reduce=reduce, backend="triton")
+        out.backward(go.float().to(DEVICE))
+        assert ("transpose" in g.cache) == (step == 1)
+        assert torch.allclose(xs.grad.double().cpu(), a.T @ go, atol=1e-4), step
+        g.transpose_parts()       # a transpose built by someone else: the next backward uses it
+
+
+def test_a_reused_graph_builds_its_transpose_after_a_few_pushes(monkeypatch):
+    """Pushes serve a graph's first ``PUSH_CALLS`` calls; a graph that keeps coming back gets its
+    transpose (a push costs more than the transpose's kernel on a reused graph)."""
+    from sparsegnn.ops import _triton
+
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    monkeypatch.setattr(_triton, "PUSH_CALLS", 3)
+    ei, n = _hub_graph(seed=12)
+    g = sg.Graph.from_edge_index(ei.to(DEVICE), num_nodes=n)
+    built = []
+    for _ in range(3):
+        xs = torch.randn(n, 6).to(DEVICE).requires_grad_(True)
+        sg.spmm(g, xs, backend="triton").sum().backward()
+        built.append("transpose" in g.cache)
+    assert built == [False, True, True]          # calls: forward 1, push 2; forward 3, transpose

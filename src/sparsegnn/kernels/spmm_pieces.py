@@ -129,3 +129,69 @@ def spmm_pieces(
            config["num_warps"])
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
+
+
+@triton.jit(do_not_specialize=["num_rows", "num_edges"])
+def _push_kernel(
+    rowptr_ptr, col_ptr, val_ptr, g_ptr, out_ptr,
+    num_rows, num_edges, search_steps, num_feats, stride_g, stride_out,
+    MEAN: tl.constexpr, HAS_VAL: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+):
+    """Program ``(p, b)``: edges ``p * BLOCK_E ..`` push ``w_e g[row(e), feat]`` into ``out[col[e]]``."""
+    edge = tl.program_id(0).to(tl.int64) * BLOCK_E + tl.arange(0, BLOCK_E)
+    feat = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    live = edge < num_edges
+    # each edge's row: the last r with rowptr[r] <= e, by a binary search of search_steps halvings
+    lo = tl.zeros([BLOCK_E], dtype=tl.int64)
+    hi = lo + num_rows - 1
+    for _ in range(search_steps):
+        mid = (lo + hi + 1) // 2
+        go_up = tl.load(rowptr_ptr + mid, mask=live, other=0) <= edge
+        lo = tl.where(go_up, mid, lo)
+        hi = tl.where(go_up, hi, mid - 1)
+    row = lo
+    weight = tl.where(live, 1.0, 0.0)
+    if HAS_VAL:
+        weight = tl.load(val_ptr + edge, mask=live, other=0.0).to(tl.float32)
+    if MEAN:
+        deg = tl.load(rowptr_ptr + row + 1, mask=live, other=1) - tl.load(rowptr_ptr + row, mask=live, other=0)
+        weight = weight / tl.maximum(deg, 1).to(tl.float32)
+    target = tl.load(col_ptr + edge, mask=live, other=0).to(tl.int64)
+    mask = live[:, None] & (feat < num_feats)[None, :]
+    grad = tl.load(g_ptr + row[:, None] * stride_g + feat[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.atomic_add(out_ptr + target[:, None] * stride_out + feat[None, :], grad * weight[:, None], mask=mask,
+                  sem="relaxed")
+
+
+def spmm_pieces_transposed(
+    rowptr: Tensor,
+    col: Tensor,
+    edge_val: Optional[Tensor],
+    g: Tensor,
+    num_src: int,
+    reduce: str = "sum",
+) -> Tensor:
+    """``A'^T g`` without the transpose: every edge ``e: j -> i`` adds ``w'_e g[i]`` into
+    ``out[j]`` atomically (``A' = A`` for ``"sum"``, ``D^-1 A`` for ``"mean"``), one launch
+    (and the zeroed output), nothing built per graph.  The backward of ``spmm_pieces`` on a
+    graph met for the first time; sums in an order that may vary from run to run.
+
+    Shapes:
+        rowptr: [N + 1] int64; col: [E]; edge_val: [E] or None; g: [N, F] -> [num_src, F] of
+        ``g``'s dtype (fp32 accumulation).
+    """
+    g = g.contiguous()
+    num_rows, num_feats, num_edges = rowptr.numel() - 1, g.shape[1], col.numel()
+    acc_dtype = torch.float32 if g.dtype in (torch.float16, torch.bfloat16) else g.dtype
+    out = torch.zeros((num_src, num_feats), dtype=acc_dtype, device=g.device)
+    if num_rows == 0 or num_feats == 0 or num_edges == 0:
+        return out.to(g.dtype)
+    block_f = min(max(1 << (num_feats - 1).bit_length(), 16), 128)
+    block_e = max(8, 2048 // block_f)
+    grid = (-(-num_edges // block_e), -(-num_feats // block_f))
+    launch(_push_kernel, grid,
+           (rowptr, col, edge_val if edge_val is not None else col, g, out,
+            num_rows, num_edges, max(num_rows - 1, 1).bit_length(), num_feats, g.stride(0), out.stride(0)),
+           dict(MEAN=reduce == "mean", HAS_VAL=edge_val is not None, BLOCK_E=block_e, BLOCK_F=block_f),
+           4 if block_f >= 64 else 2)
+    return out if out.dtype == g.dtype else out.to(g.dtype)

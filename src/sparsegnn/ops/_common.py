@@ -59,6 +59,17 @@ def transposed_weights(graph: Graph, weight: Optional[Tensor], reduce: str, dtyp
     return transposed, (weight.index_select(0, perm) if weight is not None else None), weight is None
 
 
+def via_transpose(aggregate, graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
+    """``A'^T x`` (see ``_dispatch.aggregate_transposed``) by a backend's ``aggregate`` on the
+    cached transpose, with the weights ``transposed_weights`` gives.
+
+    Shapes:
+        x: [N, F]; weight: [E], [E, H] or None -> [M, F].
+    """
+    transposed, weight_t, owned = transposed_weights(graph, weight, reduce, x.dtype)
+    return aggregate(transposed, x, weight_t, "sum", owned)
+
+
 def sum_heads(products: Tensor, heads: int) -> Tensor:
     """Per-edge products ``[E, F]`` summed over each head's ``F / H`` features: ``[E, H]``."""
     return products.view(products.shape[0], heads, products.shape[1] // heads).sum(-1)

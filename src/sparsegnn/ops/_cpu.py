@@ -30,7 +30,7 @@ from ..graph import Graph
 from ..kernels import cpu as kernels
 from ..tune.store import stores_generation
 from . import _torch
-from ._common import spmm_detail
+from ._common import spmm_detail, via_transpose
 
 #: Numba / torch.sparse.mm (MKL for sums) / torch.sparse.mm(reduce=) candidates (the config
 #: the tuner stores).  Mean and max have one torch kernel (ATen's reduce), so two candidates.
@@ -167,6 +167,11 @@ def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str = "
     if weight is not None and weight.dim() == 2 and not (reduce == "sum" and x.shape[1] % weight.shape[1] == 0):
         return _torch.aggregate(graph, x, weight, reduce)
     return aggregate_variant(graph, x, weight, reduce, spmm_detail(weight, reduce))
+
+
+def aggregate_transposed(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str = "sum") -> Tensor:
+    """``A'^T x`` (see ``_dispatch.aggregate_transposed``) on the cached transpose."""
+    return via_transpose(aggregate, graph, x, weight, reduce)
 
 
 def aggregate_variant(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, detail: str) -> Tensor:

@@ -28,7 +28,7 @@ from ..graph import Graph
 from ..kernels import interpreting, triton_available
 from ..kernels.cpu import numba_available
 from . import _cpu, _torch, _triton
-from ._common import mean_scale, scaled, transposed_weights
+from ._common import mean_scale, scaled
 
 BACKENDS = ("auto", "reference", "triton", "cpu")
 TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -98,7 +98,8 @@ def aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], r
 
 def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor],
                          reduce: str = "sum") -> Tensor:
-    """``A'^T x``: ``out[j] = sum_{e: col[e] = j} w'_e x[row[e]]`` via the cached transpose.
+    """``A'^T x``: ``out[j] = sum_{e: col[e] = j} w'_e x[row[e]]`` (via the cached transpose, or
+    on a graph met for the first time by the Triton backend's push kernel).
 
     ``A' = A`` for ``reduce="sum"``, ``D^-1 A`` for ``"mean"`` (``w'_e = w_e / deg(row[e])``):
     the backward of ``aggregate``.  ``weight`` ([E], [E, H] or None) is in ``graph``'s edge
@@ -107,8 +108,7 @@ def aggregate_transposed(backend: str, graph: Graph, x: Tensor, weight: Optional
     Shapes:
         x: [N, F]; weight: [E], [E, H] or None -> [M, F].
     """
-    transposed, weight_t, owned = transposed_weights(graph, weight, reduce, x.dtype)
-    return aggregate(backend, transposed, x, weight_t, owned=owned)
+    return BACKEND_MODULES[backend].aggregate_transposed(graph, x, weight, reduce)
 
 
 def edge_values(backend: str, graph: Graph, a: Tensor, b: Tensor, op: str) -> Tensor:

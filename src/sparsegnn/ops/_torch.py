@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ..graph import Graph
 from . import reference
-from ._common import mean_scale, scaled, sum_heads
+from ._common import mean_scale, scaled, sum_heads, via_transpose
 
 
 def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str = "sum", owned: bool = False) -> Tensor:
@@ -26,6 +26,11 @@ def aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str = "
     if reduce == "mean":
         weight = scaled(weight, mean_scale(graph, x.dtype))
     return reference.spmm_sum(graph.row, graph.col, graph.num_nodes, x, weight)
+
+
+def aggregate_transposed(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str = "sum") -> Tensor:
+    """``A'^T x`` (see ``_dispatch.aggregate_transposed``) on the cached transpose."""
+    return via_transpose(aggregate, graph, x, weight, reduce)
 
 
 def edge_values(graph: Graph, a: Tensor, b: Tensor, op: str) -> Tensor:

@@ -112,6 +112,14 @@ def use(graph, num_feats: int, elem_size: int) -> bool:
     return account.invested
 
 
+def calls(graph) -> int:
+    """Calls recorded on ``graph``'s structure so far (``use``; 0 for a transient graph)."""
+    if graph.transient:
+        return 0
+    account = graph.cache.get("reuse")
+    return 0 if account is None else account.calls
+
+
 def invested(graph) -> bool:
     """Whether ``graph`` has been invested in (``use`` said so once); transient graphs never."""
     if graph.transient:
