@@ -75,7 +75,8 @@ class Graph:
             put there with ``set_derived`` (forms the owner refills with the graph); whatever an
             op caches on it is built for that call and not kept.
         key: process-unique int naming this Graph for the custom ops (``graph_by_key``).
-        edge_perm: ``[E]`` int64 or ``None``: CSR edge ``k`` is input edge ``edge_perm[k]``.
+        edge_perm: ``[E]`` int64 or ``None``: CSR edge ``k`` is input edge ``edge_perm[k]``
+            (int32 from ``formats.csr.LEAN_MIN_EDGES`` edges, built by ``from_edge_index``).
         ptr: ``[B + 1]`` int64 or ``None``: node boundaries of batched graphs.
 
     Derived forms (the per-edge target ``row``, the transpose, degrees) are computed on first
@@ -173,7 +174,7 @@ class Graph:
             check_edge_values(edge_weight, edge_index.shape[1], fn, "edge_weight", max_dim=1)
             check_same_device(fn, edge_index=edge_index, edge_weight=edge_weight)
         source, target = edge_index[0], edge_index[1]
-        rowptr, col, perm = csr_fmt.coo_to_csr(target, source, int(num_nodes), num_cols=int(num_src))
+        rowptr, col, perm = csr_fmt.coo_to_csr(target, source, int(num_nodes), num_cols=int(num_src), lean=True)
         edge_val = edge_weight[perm] if edge_weight is not None else None
         return cls(rowptr, col, edge_val, int(num_nodes), edge_perm=perm, num_src=int(num_src))
 

@@ -5,7 +5,8 @@ A graph with ``N`` nodes and ``E`` edges ``j -> i`` is stored by target node:
 is the source node of edge ``e``.  This is PyG's ``adj_t`` layout, so
 ``out = A @ x`` aggregates messages from sources into targets.
 
-All index tensors are ``torch.int64``.
+All index tensors are ``torch.int64``, but for the edge permutation of a graph built at scale
+(``coo_to_csr(..., lean=True)``: ``int32``).
 """
 from __future__ import annotations
 
@@ -17,8 +18,14 @@ from torch import Tensor
 from ._host import small_on_gpu
 
 
+#: Edges from which ``coo_to_csr(..., lean=True)`` sorts in target ranges (``_coo_to_csr_in_ranges``).
+LEAN_MIN_EDGES = 1 << 25
+#: Edges per target range of the ranged sort: its temporaries (~70 bytes an edge) stay ~0.3 GB.
+LEAN_RANGE_EDGES = 1 << 22
+
+
 def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int,
-               num_cols: Optional[int] = None) -> Tuple[Tensor, Tensor, Tensor]:
+               num_cols: Optional[int] = None, lean: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
     """Sort edges by (target, source), stably, and build CSR.
 
     Args:
@@ -26,6 +33,10 @@ def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int,
         source: source node of each edge.
         num_nodes: number of target nodes ``N`` (rows of the CSR).
         num_cols: number of source nodes ``M`` (columns; default ``N``: a square graph).
+        lean: from ``LEAN_MIN_EDGES`` edges, sort in ranges of targets of about
+            ``LEAN_RANGE_EDGES`` edges each, and return ``perm`` as int32: the peak memory
+            beyond the inputs stays under the bytes of ``target`` and ``source`` (one sort of
+            every edge at once holds ~6 int64 arrays of ``E``).  The same result otherwise.
 
     Returns:
         ``(rowptr, col, perm)`` where ``perm[k]`` is the position in the input of
@@ -35,6 +46,8 @@ def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int,
         target, source: [E]; rowptr: [N + 1]; col, perm: [E].
     """
     span = max(num_nodes if num_cols is None else num_cols, 1)
+    if lean and target.numel() >= LEAN_MIN_EDGES and target.numel() < (1 << 31):
+        return _coo_to_csr_in_ranges(target, source, num_nodes, span)
     # 32-bit keys where they fit: the radix sort then makes half the passes
     key_dtype = torch.int32 if max(num_nodes, 1) * span < (1 << 31) else torch.int64
     key = target.to(key_dtype) * span + source.to(key_dtype)
@@ -47,6 +60,42 @@ def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int,
     if targets.dtype not in (torch.int32, torch.int64):     # int8 / uint8 / int16 ids: offsets may exceed them
         targets = targets.to(torch.int64)
     rowptr = torch.searchsorted(targets, torch.arange(num_nodes + 1, dtype=targets.dtype, device=target.device))
+    return rowptr, col, perm
+
+
+def _coo_to_csr_in_ranges(target: Tensor, source: Tensor, num_nodes: int, span: int
+                          ) -> Tuple[Tensor, Tensor, Tensor]:
+    """``coo_to_csr`` one range of targets at a time (``lean``): the row counts give ``rowptr``
+    and ranges of about ``LEAN_RANGE_EDGES`` edges; each range's edges (found by a mask, in
+    input order) are sorted stably by (target, source) into their slice of ``col`` and
+    ``perm`` (int32).  Stable within a range and ranges in target order: the same CSR as one
+    sort of every edge."""
+    device, num_edges = target.device, target.numel()
+    counts = torch.bincount(target, minlength=num_nodes)
+    rowptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=device)
+    torch.cumsum(counts, 0, out=rowptr[1:])
+    del counts
+    ranges = -(-num_edges // LEAN_RANGE_EDGES)
+    marks = torch.linspace(0, num_edges, ranges + 1, device=device).round().to(torch.int64)
+    bounds = torch.searchsorted(rowptr, marks).clamp_(max=num_nodes)
+    bounds[0], bounds[-1] = 0, num_nodes
+    bounds = torch.unique_consecutive(bounds)
+    starts = rowptr[bounds].tolist()
+    bounds = bounds.tolist()                                   # one read-back for every range
+    col = torch.empty(num_edges, dtype=torch.int64, device=device)
+    perm = torch.empty(num_edges, dtype=torch.int32, device=device)
+    for lo, hi, start, end in zip(bounds[:-1], bounds[1:], starts[:-1], starts[1:]):
+        if end == start:
+            continue
+        inside = target >= lo
+        inside &= target < hi
+        index = inside.nonzero().squeeze(1)                    # input order
+        del inside
+        key = (target[index].to(torch.int64) - lo) * span + source[index]
+        index = index[torch.argsort(key, stable=True)]
+        del key
+        col[start:end] = source[index]
+        perm[start:end] = index
     return rowptr, col, perm
 
 
