@@ -85,7 +85,7 @@ def test_every_gat_candidate_is_correct(config_index):
         {"BLOCK_E": max(GAT_SPACE["BLOCK_E"]), "ROWS": max(GAT_SPACE["ROWS"]), "num_warps": 1},
         first_contact_config("gat", 2, 4)]
     config = candidates[config_index]
-    assert all(config[k] in GAT_SPACE[k] for k in config)
+    assert all(config[k] in GAT_SPACE[k] for k in config if not k.startswith("SUM_"))
     feat, a_src, a_dst = [t.to(DEVICE) for t in _inputs(n, 2, 4, torch.float32, 3)]
     out, lse = gat_forward(g.rowptr, g.col, feat, a_src, a_dst, 0.2, 0.0, None, config)
     ref_in = [t.double().cpu().requires_grad_() for t in (feat, a_src, a_dst)]

@@ -215,10 +215,14 @@ def first_contact_config(op: str, heads: int, channels: int) -> Dict[str, int]:
     ``"gat"``) or ``agnn_config`` (``"agnn"``, ``heads = 1``, ``channels = F``) at a nominal
     mean degree of ``FIRST_CONTACT_DEGREE``, so it depends on the widths alone.  Each new
     graph then runs a variant the process has loaded already: one picked by the graph's
-    degree could need loading from Triton's cache (~10-20 ms) or compiling (~1 s).
+    degree could need loading from Triton's cache (~10-20 ms) or compiling (~1 s).  GAT's
+    config also names its backward's row-sum config (``SUM_ROWS``, ``SUM_E``; else by degree).
     """
     max_tile = {"gat": 2048, "agnn": 4096}[op]
-    return _tile_config(1, FIRST_CONTACT_DEGREE, next_pow2(heads) * next_pow2(channels), max_tile)
+    config = _tile_config(1, FIRST_CONTACT_DEGREE, next_pow2(heads) * next_pow2(channels), max_tile)
+    if op == "gat":     # the backward's row sums (``gat_backward``), at the same nominal degree
+        config.update(SUM_ROWS=4, SUM_E=next_pow2(FIRST_CONTACT_DEGREE + 1))
+    return config
 
 
 def gat_candidates(num_rows: int, num_edges: int, heads: int, channels: int) -> List[Dict[str, int]]:
@@ -282,12 +286,14 @@ def gat_backward(rowptr: Tensor, transpose: Tuple[Tensor, Tensor, Tensor], feat:
             dfeat, da_src, dz, num_rows, heads, channels, float(slope), float(p_drop)),
            dict(ROWS=cfg["ROWS"], BLOCK_E=cfg["BLOCK_E"], BLOCK_H=block_h, BLOCK_C=next_pow2(channels),
                 DROPOUT=dropout), cfg["num_warps"])
-    # the row sums' config follows the main one (not the degree: a first-contact config must
-    # name one compiled variant per width, see ``first_contact_config``)
-    rows = 4 if cfg["ROWS"] > 1 else 1
+    # the row sums' config: by the mean degree, or the first-contact config's (one compiled
+    # variant per width, see ``first_contact_config``)
+    rows, sum_e = cfg.get("SUM_ROWS"), cfg.get("SUM_E")
+    if rows is None:
+        avg = num_edges / max(num_dst, 1)
+        rows, sum_e = (4 if avg <= 8 else 1), max(4, min(128, next_pow2(int(avg) + 1)))
     launch(_row_sum_kernel, (triton.cdiv(num_dst, rows),), (rowptr, dz, da_dst, num_dst, heads),
-           dict(ROWS=rows, BLOCK_E=max(4, min(128, 2 * cfg["BLOCK_E"]) // max(1, block_h // 4)),
-                BLOCK_H=block_h), 2)
+           dict(ROWS=rows, BLOCK_E=max(4, sum_e // max(1, block_h // 4)), BLOCK_H=block_h), 2)
     return dfeat, da_src, da_dst
 
 
