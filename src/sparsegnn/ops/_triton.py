@@ -269,9 +269,10 @@ def aggregate_transposed(graph: Graph, x: Tensor, weight: Optional[Tensor], redu
 #: step: 5); a graph reused for a run builds its transpose soon after.
 PUSH_CALLS = 16
 #: Edge-features (``E * F``) up to which a backward may push: there both it and the transpose's
-#: kernel are launch-bound, and the transpose's sort (~12 launches) is what a push saves.  On
-#: larger graphs the atomics cost more than the sort they save, even once (H200, GCN on deezer,
-#: 213k edges x 64: epochs 1.59 ms pushing, 1.09 ms on a transpose built once).
+#: kernel are launch-bound, and the transpose's sort (~12 launches) is what a push saves; on
+#: larger graphs the atomics cost more per call than the transpose's kernel (H200, GCN on
+#: deezer, 213k edges: epochs 1.70 ms pushing every backward, 1.47 ms on the transpose; a
+#: replay that had recorded the push: 1.59 against 1.09 ms).
 PUSH_MAX_WORK = 1 << 21
 
 
