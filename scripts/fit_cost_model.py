@@ -20,6 +20,10 @@ centred log time, GPC's recipe and this script's first version, spent its capaci
 trained full-batch with Adam in torch on the CPU, is exported as one MLP (plain JSON: hidden
 layers side by side, block diagonal, output = the members' mean x tau).
 
+Per family (the sweep's ``families`` group; other graphs count under their group), the report
+gives the share of zero-shot picks within 10%; ``--leave-family-out`` also predicts each
+structure family's cases with a model trained without that family.
+
 Leave-graph-out: every graph's cases are predicted by a model trained without that graph
 (the exported form, through ``CostModel`` as at runtime).  Only the positional files' graphs
 are evaluated; ``--extra`` files (``sweep_tune.py --groups extra``) only add training cases,
@@ -42,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sparsegnn.datasets.families import FAMILIES, leave_out_folds
 from sparsegnn.tune.features import GraphStats
 from sparsegnn.tune.model import INPUT_NAMES, INPUTS_VERSION, CostModel, build_inputs
 
@@ -54,7 +59,8 @@ NOISE_FILES = ("real_spmm_fp32.json", "real_spmm_bf16.json", "paper_spmm_fp32.js
 
 def load_cases(paths):
     """The cases (graph x F x dtype) of the sweep files ``paths``; ``graph`` is ``(group, name)``,
-    ``source`` the graph a copy was made from (the row's ``source``), else ``graph``."""
+    ``source`` the graph a copy was made from (the row's ``source``), else ``graph``; ``family``
+    the row's structure family (the sweep's ``families`` group), else its group."""
     cases = collections.defaultdict(list)
     for path in paths:
         for line in open(path):
@@ -71,7 +77,8 @@ def load_cases(paths):
         if not ok.any():
             continue
         rows = [r for r, keep in zip(rows, ok) if keep]
-        out.append({"key": key, "graph": key[:2], "source": tuple(rows[0].get("source", key[:2])), "stats": stats,
+        out.append({"key": key, "graph": key[:2], "source": tuple(rows[0].get("source", key[:2])),
+                    "family": rows[0].get("family") or key[0], "stats": stats,
                     "cfgs": [r["config"] for r in rows], "ms": np.array([r["ms"] for r in rows]), "x": x[ok],
                     "cusparse": rows[0]["cusparse_ms"]})
     return out
@@ -191,6 +198,28 @@ def remeasured(data_paths, bench_dir):
     return list(pairs.values())
 
 
+def per_family_lines(cases, held, family_held):
+    """The report's per-family table: cases whose zero-shot pick is within 10% of the best, with
+    the case's graph held out, and (``family_held``) with its whole family held out."""
+    family_of = {c["key"]: c["family"] for c in cases}
+    by_family = collections.defaultdict(list)
+    for r in held:
+        by_family[family_of[r["key"]]].append(r)
+    head = "| family | cases | graph held out: pick within 10% |"
+    lines = ["## Per family", "", head + (" family held out: pick within 10% |" if family_held else ""),
+             "|---|---|---|" + ("---|" if family_held else "")]
+    for family in sorted(by_family):
+        rows = by_family[family]
+        ok = sum(r["pick"] <= 1.1 for r in rows)
+        line = f"| {family} | {len(rows)} | {ok} ({100 * ok / len(rows):.0f}%) |"
+        if family_held:
+            out = family_held.get(family)
+            line += (f" {sum(r['pick'] <= 1.1 for r in out)} ({100 * sum(r['pick'] <= 1.1 for r in out) / len(out):.0f}%) |"
+                     if out else " |")
+        lines.append(line)
+    return lines + [""]
+
+
 def noise_bound(cases, ratios, reps=300, seed=0):
     """Expected zero-shot score of an oracle that knows the noise-free times (taken to be the
     sweep's), when every timing is multiplied by a factor drawn from ``ratios``."""
@@ -220,6 +249,8 @@ def main() -> int:
                         help="members use seeds seed, seed + 1, ... (0: the shipped model; +-4 cases between seeds)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--noise-from", default=None, help="benchmark folder with NOISE_FILES (default: the data's)")
+    parser.add_argument("--leave-family-out", action="store_true",
+                        help="also hold out each structure family whole (the sweep's families group)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     hyper = dict(members=args.members, hidden=args.hidden, epochs=args.epochs, tau=args.tau, seed=args.seed)
@@ -238,6 +269,15 @@ def main() -> int:
         held += rows
         print(f"held out {' '.join(g)}: {sum(r['pick'] <= 1.1 for r in rows)}/{len(rows)} "
               f"(trained on {len(train)} cases, {sum(c['source'] != g for c in extra)} extra)", flush=True)
+    family_held = {}                   # family -> its cases' rows, predicted without the family
+    if args.leave_family_out:
+        for train_idx, out_idx in leave_out_folds([(c["family"], c["graph"]) for c in cases], by="family"):
+            family = cases[out_idx[0]]["family"]
+            if family not in FAMILIES:     # only the structure families are held out whole
+                continue
+            train = [cases[i] for i in train_idx] + [c for c in extra if c["family"] != family]
+            rows = family_held[family] = evaluate(fit(train, **hyper), [cases[i] for i in out_idx])
+            print(f"held out family {family}: {sum(r['pick'] <= 1.1 for r in rows)}/{len(rows)}", flush=True)
     final = fit(cases + extra, **hyper)
     final.spec["data"] = data_info(args.data, cases)
     if extra:
@@ -291,6 +331,7 @@ def main() -> int:
              f"max {np.max(per_case):.3f} ms ({geo([r['n'] for r in held]):.0f} candidates, geomean). "
              f"Fit + leave-graph-out: {fit_s:.0f} s on {args.threads} CPU thread(s).", ""]
 
+    lines += per_family_lines(cases, held, family_held)
     pairs = remeasured(args.data, args.noise_from or Path(args.data[0]).parent)
     if pairs:
         ratios = np.array([p[2] / p[3] for p in pairs])

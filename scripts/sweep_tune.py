@@ -14,6 +14,11 @@ calls), recorded for analysis; the tuner decides on GPU time.  Rows are appended
 as they come, so a run cut short keeps what it measured; ``--max-seconds`` stops cleanly
 before a device-time limit and ``--skip-done`` resumes after the graphs already written.
 
+The ``families`` group draws every structure family of ``datasets.families`` (power laws of
+three exponents, communities, meshes, road networks, bipartite graphs, molecule batches) at
+10k-10M edges in locality and random order; its rows carry ``family``, so that validation can
+hold out whole families (``datasets.families.leave_out_folds``).
+
 The ``extra`` group (``EXTRA``) holds graphs that only widen what the model trains on
 (``fit_cost_model.py --extra``): synthetic graphs over sizes, degrees, hubs, power laws,
 locality, small-graph batches and meshes, and re-ordered copies of real-suite graphs; a copy's
@@ -37,6 +42,7 @@ import torch
 
 from sparsegnn.benchmark import bench_graph
 from sparsegnn.datasets.suite import REAL_SUITE, load_suite_graph
+from sparsegnn.datasets.families import FAMILIES, ORDERS as FAMILY_ORDERS, family_graph
 from sparsegnn.datasets.synthetic import SUITES, chung_lu, grid_graph, small_graph_batch
 from sparsegnn.formats.reorder import order as node_order
 from sparsegnn.formats.reorder import permute_csr
@@ -102,6 +108,12 @@ EXTRA = {
     "real.wikipedia.degree": (("real", "wikipedia"), "degree"),
 }
 
+#: The ``families`` group: every structure family (``datasets.families``) at these edge counts,
+#: in both node orders; a row carries its ``family`` (for folds that hold a family out).
+FAMILY_EDGES = (10_000, 100_000, 1_000_000, 10_000_000)
+FAMILY_GRAPHS = tuple(f"{family}/{edges}/{order}" for family in FAMILIES for edges in FAMILY_EDGES
+                      for order in FAMILY_ORDERS)
+
 GROUPS = {
     "real": REAL_SUITE,
     "structure": SUITES["structure"],
@@ -109,6 +121,7 @@ GROUPS = {
               "soc-BlogCatalog", "amazon0601", "flickr", "OVCAR-8H", "Yeast"),
     "large": ("yelp", "reddit", "ogbn-proteins"),
     "extra": tuple(EXTRA),
+    "families": FAMILY_GRAPHS,
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: Device seconds per timing of one config in the 3-pass sweep of notes/tuning.md:
@@ -142,11 +155,21 @@ def extra_graph(name: str) -> Tuple[Graph, Optional[Tuple[str, str]]]:
     return Graph(rowptr, col, None, graph.num_nodes), source
 
 
+def family_of(name: str) -> Optional[str]:
+    """The structure family of a ``families`` graph name (``family/edges/order``), else None."""
+    parts = name.split("/")
+    return parts[0] if len(parts) == 3 and parts[0] in FAMILIES else None
+
+
 def load_graph(name: str, group: str, device) -> Tuple[Graph, Optional[Tuple[str, str]]]:
     """``(graph without values on device, source)`` of one sweep graph (``source``: see ``extra_graph``)."""
     if group == "extra":
         graph, source = extra_graph(name)
         return graph.to(device), source
+    if group == "families":
+        family, edges, order = name.split("/")
+        fg = family_graph(family, int(edges), seed=0, order=order, device=device)
+        return Graph.from_edge_index(fg.edge_index, num_nodes=fg.num_nodes, num_src=fg.num_src), None
     return bench_graph(name, device=device, real=group == "real"), None
 
 
@@ -248,12 +271,13 @@ def main() -> int:
                 print(f"sweep: stopping at {name} (time limit)", file=sys.stderr)
                 break
             structure, source = load_graph(name, group, device)
-            ident = {"graph": name, "group": group, **({"source": list(source)} if source else {})}
+            ident = {"graph": name, "group": group, **({"source": list(source)} if source else {}),
+                     **({"family": family_of(name)} if family_of(name) else {})}
             gen = torch.Generator(device=device).manual_seed(0)
             graph = structure.with_values(torch.rand(structure.num_edges, device=device, generator=gen) + 0.5)
             stats = graph_stats_cached(graph).as_dict()
             for num_feats in group_dims(group, dims):
-                x32 = torch.randn(graph.num_nodes, num_feats, device=device, generator=gen)
+                x32 = torch.randn(graph.num_src, num_feats, device=device, generator=gen)
                 ref = reference.spmm_sum(graph.row, graph.col, graph.num_nodes, x32.double(), graph.edge_val.double())
                 for dtype_name in args.dtypes.split(","):
                     x = x32.to(DTYPES[dtype_name])
