@@ -1,5 +1,5 @@
-"""One side CUDA stream per device and thread for the library's captures and warm-ups (no
-sparsegnn imports: every layer may use it).
+"""One side CUDA stream per device and thread for the library's captures and warm-ups, and the
+mark of a warm-up for a capture (no sparsegnn imports: every layer may use it).
 
 Why one: PyTorch keeps a cuBLAS workspace (32 MB on an H100) for every (handle, stream) pair a
 matrix product ran on, until the process ends.  A new ``torch.cuda.Stream()`` per replay
@@ -9,13 +9,15 @@ stream order their work with ``wait_stream`` both ways, so sharing it only seria
 """
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 import torch
 
 _SIDE: Dict[Tuple[int, int], "torch.cuda.Stream"] = {}
 _LOCK = threading.Lock()
+_WARMUP = threading.local()
 
 
 def side_stream(device: Optional[int] = None) -> "torch.cuda.Stream":
@@ -30,3 +32,22 @@ def side_stream(device: Optional[int] = None) -> "torch.cuda.Stream":
             if stream is None:
                 stream = _SIDE[key] = torch.cuda.Stream(device=index)
     return stream
+
+
+@contextlib.contextmanager
+def capture_warmup() -> Iterator[None]:
+    """Mark the calling thread's work as the warm-up of a CUDA-graph capture (a replay's
+    recording, a captured step): choices that suit a call made once (such as pushing a
+    backward instead of building a transpose) would be recorded and replayed for good, so
+    they are made as for a graph in steady use."""
+    depth = getattr(_WARMUP, "depth", 0)
+    _WARMUP.depth = depth + 1
+    try:
+        yield
+    finally:
+        _WARMUP.depth = depth
+
+
+def in_capture_warmup() -> bool:
+    """Whether the calling thread is inside ``capture_warmup``."""
+    return getattr(_WARMUP, "depth", 0) > 0

@@ -55,7 +55,7 @@ from torch import Tensor, nn
 
 from ._failed_capture import CleanupCUDAGraph, failed_capture_guard
 from ._checks import check
-from ._streams import side_stream
+from ._streams import capture_warmup, side_stream
 from .nn.norm import padded_nodes
 from .ops._dispatch import capturable
 
@@ -154,7 +154,7 @@ class CapturedStep:
             self._stream = side_stream()    # shared: each new stream keeps a cuBLAS workspace
         current = torch.cuda.current_stream()
         self._stream.wait_stream(current)
-        with torch.cuda.stream(self._stream):
+        with torch.cuda.stream(self._stream), capture_warmup():
             loss = self.step_fn()
         current.wait_stream(self._stream)
         _check(isinstance(loss, Tensor), f"step_fn must return the loss tensor, got {type(loss).__name__}")

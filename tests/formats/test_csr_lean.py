@@ -40,3 +40,18 @@ def test_graph_from_a_large_edge_index_keeps_its_order_maps(monkeypatch):
     assert torch.equal(g.to_graph_order(w.to(DEVICE)).cpu(), ref.edge_val)
     x = torch.randn(30, 5, dtype=torch.float64)
     assert torch.allclose(sg.spmm(g, x.to(DEVICE)).cpu(), sg.spmm(ref, x))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a synchronisation debug mode needs CUDA")
+def test_no_ranged_build_where_host_reads_are_forbidden(monkeypatch):
+    """The ranged build reads sizes back to the host; under ``set_sync_debug_mode("error")`` (a
+    replay's warm-up) the one sort runs instead, and the build stays free of host reads."""
+    monkeypatch.setattr(csr_fmt, "LEAN_MIN_EDGES", 1)
+    ei, _ = random_graph(30, 200, seed=6)
+    ei = ei.cuda()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        g = sg.Graph.from_edge_index(ei, num_nodes=30)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert g.edge_perm.dtype == torch.int64

@@ -66,10 +66,11 @@ def test_normalize_values_equals_float64(mode, weighted):
     assert torch.allclose(got.cpu(), torch_path.cpu(), rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("weighted", [False, True, "learnable"], ids=["unweighted", "weighted", "learnable"])
 def test_gcn_layer_on_the_transform_kernels_equals_the_torch_transform(monkeypatch, weighted):
     """GCNConv's graph from a new ``edge_index``, transformed by the row kernels (forced on under
-    the interpreter) and by the torch ops: the same layer output and input gradient."""
+    the interpreter) and by the torch ops: the same layer output and gradients (learnable edge
+    weights take the torch ops, which are differentiable)."""
     from sparsegnn import nn as sgnn
     from sparsegnn.formats import _host
     from sparsegnn.kernels import interpreting
@@ -80,16 +81,33 @@ def test_gcn_layer_on_the_transform_kernels_equals_the_torch_transform(monkeypat
 
     ei, w = random_graph(40, 200, seed=8, num_isolated=2, num_empty_rows=3, num_self_loops=5, num_duplicates=4,
                          weighted=True)
-    ei, w = ei.to(DEVICE), (w.to(DEVICE) if weighted else None)
+    ei, w = ei.to(DEVICE), (w.to(DEVICE) if weighted else None)   # "learnable": weighted, needing a gradient
     conv = sgnn.GCNConv(6, 5).to(DEVICE)
     results = []
     for forced in (True, False):
         monkeypatch.setattr(structure, "_on_kernels", lambda t, forced=forced: forced and (t.is_cuda or interpreting()))
         clear_graph_cache()
         x = torch.randn(40, 6, generator=torch.Generator().manual_seed(2)).to(DEVICE).requires_grad_()
-        out = conv(x, ei.clone(), w)
+        weight = w.detach().clone().requires_grad_(weighted == "learnable") if w is not None else None
+        out = conv(x, ei.clone(), weight)
         out.pow(2).sum().backward()
-        results.append((out.detach(), x.grad))
-    (out_k, grad_k), (out_t, grad_t) = results
+        results.append((out.detach(), x.grad, None if weight is None else weight.grad))
+    (out_k, grad_k, wgrad_k), (out_t, grad_t, wgrad_t) = results
     assert torch.allclose(out_k, out_t, rtol=1e-5, atol=1e-6)
     assert torch.allclose(grad_k, grad_t, rtol=1e-5, atol=1e-6)
+    if weighted == "learnable":
+        assert wgrad_k is not None and torch.allclose(wgrad_k, wgrad_t, rtol=1e-5, atol=1e-6)
+
+
+def test_normalize_reads_strided_values(monkeypatch):
+    """Values that are a column of a wider tensor: normalised by position, as the torch ops do."""
+    from sparsegnn.kernels import interpreting
+    from sparsegnn.ops import structure
+
+    g = _graph()
+    w2 = torch.rand(g.num_edges, 3, generator=torch.Generator().manual_seed(6)).to(DEVICE) + 0.1
+    strided = g.with_values(w2[:, 1])
+    monkeypatch.setattr(structure, "_on_kernels", lambda t: t.is_cuda or interpreting())
+    got = structure.normalize(strided, "sym").edge_val
+    want = csr_fmt.normalize_values(g.rowptr, g.col, w2[:, 1].contiguous(), "sym", torch.float32)
+    assert torch.allclose(got.cpu(), want.cpu(), rtol=1e-6, atol=1e-7)

@@ -312,3 +312,40 @@ def test_a_reused_graph_builds_its_transpose_after_a_few_pushes(monkeypatch):
         sg.spmm(g, xs, backend="triton").sum().backward()
         built.append("transpose" in g.cache)
     assert built == [False, True, True]          # calls: forward 1, push 2; forward 3, transpose
+
+
+def test_backward_pushes_with_strided_and_expanded_weights(monkeypatch):
+    """The piece and push kernels read per-edge weights by position: an expanded gradient
+    (SDDMM's backward after ``.sum()``) and a strided edge weight give the reference's results."""
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    ei, n = _hub_graph(seed=13)
+    gen = torch.Generator().manual_seed(4)
+    a, b = torch.randn(n, 8, generator=gen), torch.randn(n, 8, generator=gen)
+    w2 = torch.rand(ei.shape[1], 3, generator=gen) + 0.5
+    grads = {}
+    for backend in ("triton", "reference"):
+        g = sg.Graph.from_edge_index(ei.to(DEVICE), num_nodes=n)
+        bs = b.clone().to(DEVICE).requires_grad_(True)          # a new leaf per backend
+        sg.sddmm(g, a.to(DEVICE), bs, "dot", backend=backend).sum().backward()
+        xs = a.clone().to(DEVICE).requires_grad_(True)
+        out = sg.spmm(g, xs, edge_weight=w2.to(DEVICE)[:, 1], backend=backend)
+        out.pow(2).sum().backward()
+        grads[backend] = (bs.grad.cpu(), xs.grad.cpu(), out.detach().cpu())
+    for got, want in zip(grads["triton"], grads["reference"]):
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_no_push_while_warming_up_for_a_capture(monkeypatch):
+    """Inside a capture's warm-up (``_streams.capture_warmup``) the backward builds the
+    transpose: what is recorded is replayed for good."""
+    from sparsegnn._streams import capture_warmup, in_capture_warmup
+
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    ei, n = _hub_graph(seed=14)
+    g = sg.Graph.from_edge_index(ei.to(DEVICE), num_nodes=n)
+    assert not in_capture_warmup()
+    with capture_warmup():
+        assert in_capture_warmup()
+        xs = torch.randn(n, 4).to(DEVICE).requires_grad_(True)
+        sg.spmm(g, xs, backend="triton").sum().backward()
+    assert not in_capture_warmup() and "transpose" in g.cache

@@ -133,6 +133,7 @@ def replace_self_loops(rowptr: Tensor, col: Tensor) -> Tuple[Tensor, Tensor, Ten
         with ``E' = E - loops + N``; ``source[k] < E`` is the input edge of output edge ``k``,
         ``E + i`` the loop added to node ``i``.
     """
+    rowptr, col = rowptr.contiguous(), col.contiguous()
     num_rows, num_edges, device = rowptr.numel() - 1, col.numel(), col.device
     new_rowptr = torch.zeros(num_rows + 1, dtype=torch.int64, device=device)
     if num_rows == 0:
@@ -151,11 +152,14 @@ def replace_self_loops(rowptr: Tensor, col: Tensor) -> Tuple[Tensor, Tensor, Ten
 
 
 def normalize_values(rowptr: Tensor, col: Tensor, edge_val: Optional[Tensor], mode: str) -> Tensor:
-    """``formats.csr.normalize_values`` for fp32 (or absent) values in two row kernels.
+    """``formats.csr.normalize_values`` for fp32 (or absent) values in two row kernels (not
+    differentiable: values that need a gradient take the torch ops).
 
     Shapes:
         rowptr: [N + 1] int64, col: [E], edge_val: [E] fp32 or None -> [E] fp32.
     """
+    rowptr, col = rowptr.contiguous(), col.contiguous()
+    edge_val = edge_val.contiguous() if edge_val is not None else None
     num_rows, num_edges = rowptr.numel() - 1, col.numel()
     out = torch.empty(num_edges, dtype=torch.float32, device=col.device)
     if num_rows == 0 or num_edges == 0:

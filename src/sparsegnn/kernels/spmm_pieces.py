@@ -114,6 +114,7 @@ def spmm_pieces(
         [N, F] of ``x``'s dtype, fp32 accumulation.
     """
     x = x.contiguous()
+    edge_val = edge_val.contiguous() if edge_val is not None else None     # read as val_ptr + edge
     num_rows, num_feats, num_edges = rowptr.numel() - 1, x.shape[1], col.numel()
     acc_dtype = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
     out = torch.zeros((num_rows, num_feats), dtype=acc_dtype, device=x.device)
@@ -181,6 +182,7 @@ def spmm_pieces_transposed(
         ``g``'s dtype (fp32 accumulation).
     """
     g = g.contiguous()
+    edge_val = edge_val.contiguous() if edge_val is not None else None     # a gradient may be expanded
     num_rows, num_feats, num_edges = rowptr.numel() - 1, g.shape[1], col.numel()
     acc_dtype = torch.float32 if g.dtype in (torch.float16, torch.bfloat16) else g.dtype
     out = torch.zeros((num_src, num_feats), dtype=acc_dtype, device=g.device)

@@ -59,7 +59,7 @@ from torch import Tensor, nn
 from torch.nn.utils.stateless import _reparametrize_module
 
 from .._failed_capture import CleanupCUDAGraph, failed_capture_guard
-from .._streams import side_stream
+from .._streams import capture_warmup, side_stream
 from ..graph import Graph
 from . import _graph_input
 
@@ -325,7 +325,7 @@ def _record(model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwarg
     side.wait_stream(torch.cuda.current_stream())
     mode = torch.cuda.get_sync_debug_mode()
     try:
-        with torch.cuda.stream(side):
+        with torch.cuda.stream(side), capture_warmup():
             torch.cuda.set_sync_debug_mode("error")
             before = torch.cuda.memory_allocated()
             out = run()

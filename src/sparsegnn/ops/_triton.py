@@ -21,6 +21,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .._streams import in_capture_warmup
 from ..graph import Graph
 from ..tune.reuse import calls as reuse_calls, count_investment, invested, use
 from ..tune.store import stores_generation
@@ -279,14 +280,14 @@ PUSH_MAX_WORK = 1 << 21
 def _pushes(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> bool:
     """Whether ``aggregate_transposed`` pushes: a sum or mean with one value per edge (or none)
     on a graph of at most ``PUSH_MAX_WORK`` edge-features, not invested in, met fewer than
-    ``PUSH_CALLS`` times, whose transpose is not cached, that is no batch of small graphs (they
-    have their own kernels); not under deterministic algorithms (the pushes add atomically),
-    nor while a CUDA graph is recorded or warmed up for one (a sync debug mode set: a replay's
-    warm-up; what is recorded is replayed for good, so it takes the transpose)."""
+    ``PUSH_CALLS`` times, whose transpose is not cached, without ``ptr`` (batches of graphs
+    keep their own kernels); not under deterministic algorithms (the pushes add atomically),
+    nor while a CUDA graph is captured or warmed up for (``_streams.capture_warmup``: what is
+    recorded is replayed for good, so it takes the transpose, built before the capture)."""
     return (graph.num_edges * x.shape[1] <= PUSH_MAX_WORK and _first_contact_applies(graph, weight, reduce)
             and graph.ptr is None and not invested(graph) and "transpose" not in graph.cache
-            and reuse_calls(graph) < PUSH_CALLS
-            and not (x.is_cuda and (torch.cuda.is_current_stream_capturing() or torch.cuda.get_sync_debug_mode() != 0)))
+            and reuse_calls(graph) < PUSH_CALLS and not in_capture_warmup()
+            and not (x.is_cuda and torch.cuda.is_current_stream_capturing()))
 
 
 def head_dots(graph: Graph, grad_out: Tensor, x: Tensor, heads: int) -> Tensor:

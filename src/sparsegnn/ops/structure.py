@@ -36,9 +36,12 @@ def replace_self_loops(graph: Graph, row: Callable[[], Tensor]) -> Tuple[Tensor,
 
 def normalize(graph: Graph, mode: str) -> Graph:
     """``graph.normalize(mode)``: the values ``D^-1/2 A D^-1/2`` (``"sym"``) or ``D^-1 A``
-    (``"row"``), ``D`` the weighted in-degree; on the row kernels for fp32 (or no) values."""
+    (``"row"``), ``D`` the weighted in-degree; on the row kernels for fp32 (or no) values that
+    need no gradient (the kernels are not differentiable; the torch ops are)."""
     val = graph.edge_val
-    if (_on_kernels(graph.col) and (val is None or (val.dtype == torch.float32 and val.dim() == 1))
+    needs_grad = val is not None and val.requires_grad and torch.is_grad_enabled()
+    if (_on_kernels(graph.col) and not needs_grad
+            and (val is None or (val.dtype == torch.float32 and val.dim() == 1))
             and mode in ("sym", "row") and not (mode == "sym" and graph.is_bipartite)):
         from ..kernels import csr_structure
 

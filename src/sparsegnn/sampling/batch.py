@@ -121,7 +121,7 @@ def make_batch(
         ``torch_geometric.data.Data`` when PyG is importable, else :class:`MiniBatch`.
     """
     n_id, csr_eid = out.n_id, out.e_id
-    e_id = csr_eid if edge_order == "csr" else graph.edge_perm.index_select(0, csr_eid)
+    e_id = csr_eid if edge_order == "csr" else graph.edge_perm.index_select(0, csr_eid).long()   # int32 at scale
     edge_val = graph.edge_val.index_select(0, csr_eid) if graph.edge_val is not None else None
     # one step: no plans, no tuning; CSR order = edge_index order (identity edge_perm)
     sub = Graph(out.rowptr, out.src, edge_val, n_id.numel(), transient=True,
