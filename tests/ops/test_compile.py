@@ -223,6 +223,16 @@ def test_compiled_reduced_precision_matches_eager(name, monkeypatch):
         assert "spmm_precise" in code and explanation.graph_break_count == 0
 
 
+def _inductor_matches_eager(model, x, graph, rtol, atol):
+    """The model compiled whole (inductor) gives its eager output and parameter gradients."""
+    sgnn.prepare(model, x, graph)
+    out_eager, grads_eager = output_and_grads(model, x, graph)
+    out, grads = output_and_grads(model, x, graph, torch.compile(model, fullgraph=True))
+    torch.testing.assert_close(out, out_eager, rtol=rtol, atol=atol)
+    for key in grads_eager:
+        torch.testing.assert_close(grads[key], grads_eager[key], rtol=rtol, atol=atol, msg=key)
+
+
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="inductor on the CPU needs a C++ compiler")
 @pytest.mark.parametrize("name", ["GCNConv", "SAGEConv-max"])
 def test_inductor_on_cpu_matches_eager(name):
@@ -230,12 +240,7 @@ def test_inductor_on_cpu_matches_eager(name):
     torch.manual_seed(0)
     model = MODELS[name]()
     graph, x = compile_case()
-    sgnn.prepare(model, x, graph)
-    out_eager, grads_eager = output_and_grads(model, x, graph)
-    out, grads = output_and_grads(model, x, graph, torch.compile(model, fullgraph=True))
-    torch.testing.assert_close(out, out_eager, rtol=1e-5, atol=1e-6)
-    for key in grads_eager:
-        torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-5, atol=1e-6, msg=key)
+    _inductor_matches_eager(model, x, graph, rtol=1e-5, atol=1e-6)
 
 
 def test_no_graph_breaks_in_any_model():
@@ -467,9 +472,4 @@ def test_inductor_on_cuda_matches_eager(name):
     graph, x = compile_case(200)
     graph, x = graph.to("cuda"), x.cuda()
     model = MODELS[name]().cuda()
-    sgnn.prepare(model, x, graph)
-    out_eager, grads_eager = output_and_grads(model, x, graph)
-    out, grads = output_and_grads(model, x, graph, torch.compile(model, fullgraph=True))
-    torch.testing.assert_close(out, out_eager, rtol=1e-4, atol=1e-5)
-    for key in grads_eager:
-        torch.testing.assert_close(grads[key], grads_eager[key], rtol=1e-4, atol=1e-5, msg=key)
+    _inductor_matches_eager(model, x, graph, rtol=1e-4, atol=1e-5)

@@ -78,6 +78,11 @@ def _spmm_slots_kernel(
     tl.atomic_add(target, result, mask=mask & split[:, None], sem="relaxed")
 
 
+def _block_f(num_feats: int) -> int:
+    """The whole feature row in one block, 16 to 128 features (plain ints: this runs per call)."""
+    return min(max(1 << (max(num_feats, 1) - 1).bit_length(), 16), 128)
+
+
 def first_contact_config(num_rows: int, num_edges: int, num_feats: int) -> Dict[str, int]:
     """Piece length and block sizes from what is known without reading the graph: its sizes.
 
@@ -90,7 +95,7 @@ def first_contact_config(num_rows: int, num_edges: int, num_feats: int) -> Dict[
     chunk = 64
     while chunk < 8 * avg and chunk < 1024:
         chunk *= 2
-    block_f = min(max(1 << (max(num_feats, 1) - 1).bit_length(), 16), 128)   # plain ints: this runs per call
+    block_f = _block_f(num_feats)
     return {"chunk": chunk, "ROWS": 8, "GROUP_E": 4, "BLOCK_F": block_f, "num_warps": 4 if block_f >= 64 else 2}
 
 
@@ -188,7 +193,7 @@ def spmm_pieces_transposed(
     out = torch.zeros((num_src, num_feats), dtype=acc_dtype, device=g.device)
     if num_rows == 0 or num_feats == 0 or num_edges == 0:
         return out.to(g.dtype)
-    block_f = min(max(1 << (num_feats - 1).bit_length(), 16), 128)
+    block_f = _block_f(num_feats)
     block_e = max(8, 2048 // block_f)
     grid = (-(-num_edges // block_e), -(-num_feats // block_f))
     launch(_push_kernel, grid,
