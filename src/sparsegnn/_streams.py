@@ -17,7 +17,7 @@ import torch
 
 _SIDE: Dict[Tuple[int, int], "torch.cuda.Stream"] = {}
 _LOCK = threading.Lock()
-_WARMUP = threading.local()
+_WARMUP = [0]   # depth of nested ``capture_warmup`` blocks, process-wide
 
 
 def side_stream(device: Optional[int] = None) -> "torch.cuda.Stream":
@@ -36,18 +36,20 @@ def side_stream(device: Optional[int] = None) -> "torch.cuda.Stream":
 
 @contextlib.contextmanager
 def capture_warmup() -> Iterator[None]:
-    """Mark the calling thread's work as the warm-up of a CUDA-graph capture (a replay's
-    recording, a captured step): choices that suit a call made once (such as pushing a
-    backward instead of building a transpose) would be recorded and replayed for good, so
-    they are made as for a graph in steady use."""
-    depth = getattr(_WARMUP, "depth", 0)
-    _WARMUP.depth = depth + 1
+    """Mark the process's work as the warm-up of a CUDA-graph capture (a replay's recording, a
+    captured step): choices that suit a call made once (such as pushing a backward instead of
+    building a transpose) would be recorded and replayed for good, so they are made as for a
+    graph in steady use.  Process-wide, not per thread: the autograd engine runs a CUDA
+    backward on its own worker thread."""
+    with _LOCK:
+        _WARMUP[0] += 1
     try:
         yield
     finally:
-        _WARMUP.depth = depth
+        with _LOCK:
+            _WARMUP[0] -= 1
 
 
 def in_capture_warmup() -> bool:
-    """Whether the calling thread is inside ``capture_warmup``."""
-    return getattr(_WARMUP, "depth", 0) > 0
+    """Whether some thread of the process is inside ``capture_warmup``."""
+    return _WARMUP[0] > 0

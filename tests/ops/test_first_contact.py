@@ -335,6 +335,25 @@ def test_backward_pushes_with_strided_and_expanded_weights(monkeypatch):
         assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_capture_warmup_is_seen_by_other_threads():
+    """The autograd engine runs a CUDA backward on its own thread: the warm-up mark is
+    process-wide, so that thread sees it too."""
+    import threading
+
+    from sparsegnn._streams import capture_warmup, in_capture_warmup
+
+    seen = []
+    probe = lambda: seen.append(in_capture_warmup())   # noqa: E731
+    with capture_warmup():
+        worker = threading.Thread(target=probe)
+        worker.start()
+        worker.join()
+    worker = threading.Thread(target=probe)
+    worker.start()
+    worker.join()
+    assert seen == [True, False]
+
+
 def test_no_push_while_warming_up_for_a_capture(monkeypatch):
     """Inside a capture's warm-up (``_streams.capture_warmup``) the backward builds the
     transpose: what is recorded is replayed for good."""
