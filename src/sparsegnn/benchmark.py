@@ -9,16 +9,23 @@
   cache warmed beforehand, so it is the tuning itself) and the picked config is timed with the
   benchmark protocol.  The model's predicted rank of the exhaustive winner is reported too.
 
+* :func:`precision_report`: what a precision mode buys (``sparsegnn tune --precision``): for
+  every case (graph x F x precision) the tuner's pick among the exact call and the reduced
+  kernels (every candidate timed, as an eager call), its time, the best candidate's and the
+  exact call's, and the per-call time of ``spmm(..., precision=p)`` against the exact
+  ``spmm`` as a script calls them (eager, back to back).
+
 The benchmark suites (every op, graph suite and baseline) live in the repository's
 ``benchmarks/`` package, not here.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
@@ -137,6 +144,26 @@ def time_markdown(rows: List[Dict]) -> str:
 POLICIES = ("model", "shortlist", "exhaustive")
 
 
+@contextlib.contextmanager
+def _environ(**values: Optional[str]):
+    """The environment variables ``values`` set (None: unset) for the block, restored after it
+    and the decision stores reset (they read the tuning settings)."""
+    def put(settings: Dict[str, Optional[str]]) -> None:
+        for k, v in settings.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    saved = {k: os.environ.get(k) for k in values}
+    try:
+        put(values)
+        yield
+    finally:
+        put(saved)
+        reset_stores()
+
+
 def tuning_report(graphs: List[str], dims: List[int], dtypes: List[torch.dtype], real: bool = True,
                   data_dir=None) -> List[Dict]:
     """One row per case and policy: pick, its kernel ms, first-call (tuning) seconds."""
@@ -144,9 +171,7 @@ def tuning_report(graphs: List[str], dims: List[int], dtypes: List[torch.dtype],
     from .kernels.spmm_csr import spmm_planned
 
     rows = []
-    saved = {k: os.environ.get(k) for k in ("SPARSEGNN_TUNE", "SPARSEGNN_TUNE_CACHE")}
-    os.environ["SPARSEGNN_TUNE_CACHE"] = "off"
-    try:
+    with _environ(SPARSEGNN_TUNE_CACHE="off", SPARSEGNN_TUNE=os.environ.get("SPARSEGNN_TUNE")):
         for name in graphs:
             base = bench_graph(name, device="cuda", data_dir=data_dir, real=real)
             # the CSR tuner's report: without ptr (a small batch would take the batched kernels, untuned)
@@ -183,13 +208,6 @@ def tuning_report(graphs: List[str], dims: List[int], dtypes: List[torch.dtype],
                                      "candidates": len(cands),
                                      "model_rank_of_best": order.index(cands.index(best_cfg)) + 1})
             g = base = None  # noqa: F841 - free the graph before the next one
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        reset_stores()
     return rows
 
 
@@ -204,4 +222,78 @@ def tuning_markdown(rows: List[Dict]) -> str:
         lines.append(f"| {graph} | {f} | {dtype} | {m['ms']:.4f} ({m['vs_exhaustive']:.2f}) | {s['ms']:.4f} "
                      f"({s['vs_exhaustive']:.2f}) | {e['ms']:.4f} | {m['tune_s']:.3f} / {s['tune_s']:.3f} / "
                      f"{e['tune_s']:.3f} | {e['model_rank_of_best']} of {e['candidates']} |")
+    return "\n".join(lines)
+
+
+def eager_ms(fn, target_ms: float = 2.0, reps: int = 7, max_calls: int = 200) -> float:
+    """Median per-call wall ms of ``fn`` issued back to back (as a script calls it: host and
+    GPU overlapping), ``reps`` groups of enough calls to take about ``target_ms``, each group
+    synchronised at its end, after two warm-up calls."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    one = max(1e3 * (time.perf_counter() - t0), 1e-3)
+    calls = max(1, min(max_calls, int(target_ms / one) + 1))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        times.append(1e3 * (time.perf_counter() - t0) / calls)
+    return statistics.median(times)
+
+
+def precision_report(graphs: List[str], dims: List[int], precisions: Sequence[str] = ("tf32", "bf16"),
+                     real: bool = True, data_dir=None, dtype: torch.dtype = torch.float32) -> List[Dict]:
+    """One row per case (graph x F x precision): the ``"spmm_tc"`` pick (every candidate timed,
+    a fresh in-memory store), its ms, the best candidate's and the exact call's as the tuner
+    timed them, and ``spmm(g, x, precision=p)`` against ``spmm(g, x)`` called eagerly
+    (:func:`eager_ms`, interleaved); ``speedup`` = exact / precision call."""
+    from .ops.tiles import TC_FAMILY
+
+    rows = []
+    with _environ(SPARSEGNN_TUNE_CACHE="off", SPARSEGNN_TUNE="exhaustive", SPARSEGNN_INVEST="always"):
+        reset_stores()
+        for name in graphs:
+            g = bench_graph(name, device="cuda", data_dir=data_dir, real=real)
+            for num_feats in dims:
+                x = torch.randn(g.num_src, num_feats, device="cuda").to(dtype)
+                exact = lambda: spmm(g, x)  # noqa: E731
+                exact()
+                for precision in precisions:
+                    call = lambda: spmm(g, x, precision=precision)  # noqa: E731
+                    call()          # decides (every candidate timed)
+                    record = autotune.lookup(TC_FAMILY, g, precision, num_feats, dtype, "cuda") or {}
+                    times = {"exact": [], "call": []}
+                    for _ in range(3):
+                        times["exact"].append(eager_ms(exact))
+                        times["call"].append(eager_ms(call))
+                    exact_ms, call_ms = min(times["exact"]), min(times["call"])
+                    rows.append({"graph": name, "edges": g.num_edges, "F": num_feats, "precision": precision,
+                                 "dtype": str(dtype).replace("torch.", ""), "pick": record.get("config"),
+                                 "pick_ms": record.get("ms"), "best_ms": record.get("best_ms"),
+                                 "exact_timed_ms": record.get("first_ms"), "exact_call_ms": exact_ms,
+                                 "precision_call_ms": call_ms, "speedup": exact_ms / call_ms})
+            g = x = None  # noqa: F841 - free the graph before the next one
+    return rows
+
+
+_PATHS = {0: "exact", 1: "tiles", 2: "cuSPARSE", 3: "packed fp16", 4: "bf16 rows"}
+
+
+def precision_markdown(rows: List[Dict]) -> str:
+    lines = ["| graph | edges | F | precision | pick | pick ms | best ms | exact ms (timed) | call ms: exact / precision | x exact |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+    for r in rows:
+        pick = r["pick"] or {}
+        path = _PATHS.get(pick.get("path"), "-")
+        if pick.get("path") == 1:
+            path += f" bf{pick['bf']} w{pick['warps']} c{pick['chunk']}{' swap' if pick['swap'] else ''}"
+        lines.append(f"| {r['graph']} | {r['edges']:,} | {r['F']} | {r['precision']} | {path} | {fmt(r['pick_ms'])} | "
+                     f"{fmt(r['best_ms'])} | {fmt(r['exact_timed_ms'])} | {r['exact_call_ms']:.4f} / "
+                     f"{r['precision_call_ms']:.4f} | {r['speedup']:.2f} |")
     return "\n".join(lines)

@@ -42,6 +42,15 @@ _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
 
+def _precisions(text: str) -> str:
+    """An argparse type: comma-separated reduced precisions (``tf32``, ``bf16``)."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in ("tf32", "bf16")]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"expected tf32 and / or bf16, comma-separated, got {text!r}")
+    return ",".join(names)
+
+
 def _float_in(low: float, high: float = float("inf"), *, open_high: bool = False, open_low: bool = False):
     """An argparse type: a finite float in ``[low, high]`` (ends open as asked)."""
     def parse(text: str) -> float:
@@ -435,7 +444,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from .benchmark import tuning_markdown, tuning_report
+    from .benchmark import precision_markdown, precision_report, tuning_markdown, tuning_report
 
     problem = _path_problem(args, out_files=[("--out", "out")])
     if problem is not None:
@@ -445,12 +454,16 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         print("tune: needs a CUDA device (it times kernels)", file=sys.stderr)
         return 2
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
-    rows = tuning_report(args.graphs.split(","), [int(d) for d in args.dims.split(",")], dtypes,
-                         real=not args.stand_ins, data_dir=args.data_dir)
+    graphs, dims = args.graphs.split(","), [int(d) for d in args.dims.split(",")]
+    if args.precision:
+        rows = [row for dtype in dtypes for row in precision_report(
+            graphs, dims, args.precision.split(","), real=not args.stand_ins, data_dir=args.data_dir, dtype=dtype)]
+    else:
+        rows = tuning_report(graphs, dims, dtypes, real=not args.stand_ins, data_dir=args.data_dir)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
-    print(tuning_markdown(rows))
+    print(precision_markdown(rows) if args.precision else tuning_markdown(rows))
     return 0
 
 
@@ -534,6 +547,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--dtypes", default="float32")
     tune.add_argument("--stand-ins", action="store_true", help="graph names are synthetic stand-ins")
     tune.add_argument("--data-dir", default=None)
+    tune.add_argument("--precision", default=None, type=_precisions,
+                      help="comma-separated tf32,bf16: report what each precision mode buys (per case: the pick, "
+                           "its time, the best candidate's, the exact call's, and the eager call against the exact one)")
     tune.add_argument("--out", default=None, help="JSON rows")
     tune.set_defaults(func=_cmd_tune)
 

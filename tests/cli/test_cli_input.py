@@ -44,6 +44,8 @@ def _one_line_error(capsys, argv, code=2):
     (["maxk-sweep", "--epochs", "0"], "--epochs: expected an integer >= 1"),
     (["ops", "--budget-ms", "-5"], "--budget-ms: expected a number in (0, inf)"),
     (["train", "--model", "transformer"], "--model: invalid choice"),
+    (["tune", "--precision", "fp8"], "--precision: expected tf32 and / or bf16, comma-separated, got 'fp8'"),
+    (["tune", "--precision", "tf32,half"], "--precision: expected tf32 and / or bf16"),
 ])
 def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
     assert message in _one_line_error(capsys, argv)

@@ -1455,14 +1455,17 @@ def test_tile_sddmm_matches_per_edge_dot_products(graph_case, precision, tol, wi
 @pytest.mark.slow
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 @pytest.mark.parametrize("precision,tol", [("tf32", 5e-3), ("bf16", 1e-2)])
-def test_spmm_precision_runs_on_tiles_with_autograd(graph_case, reduce, precision, tol, monkeypatch):
+def test_spmm_precision_runs_on_tiles_with_autograd(graph_case, reduce, precision, tol, fresh_store, monkeypatch):
+    """A tuner that finds a tile config fastest: forward and backward run the reduced path."""
     import sparsegnn as sg
     from sparsegnn.ops import tiles as tile_ops
+    from sparsegnn.tune import set_timer
 
     from conftest import DEVICE
+    set_timer(lambda run, cfg: 0.5 if cfg.get("path") == 1 else 1.0)
     calls = []
-    real = tile_ops._precise_sum
-    monkeypatch.setattr(tile_ops, "_precise_sum", lambda *a: calls.append(a[3]) or real(*a))
+    real = tile_ops._run_sum
+    monkeypatch.setattr(tile_ops, "_run_sum", lambda *a: calls.append((a[3], a[4]["path"])) or real(*a))
     _, n, ei, w = graph_case
     g = Graph.from_edge_index(ei, w, num_nodes=n).to(DEVICE)
     x64 = torch.randn(n, 24, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
@@ -1477,9 +1480,8 @@ def test_spmm_precision_runs_on_tiles_with_autograd(graph_case, reduce, precisio
     (gx,) = torch.autograd.grad(out.sum(), x)
     want_gx = dense.sum(0)[:, None].expand(n, 24)
     assert float((gx.double().cpu() - want_gx).norm()) <= tol * max(float(want_gx.norm()), 1.0)
-    # forward and backward took the tuned reduced-precision path (rows / tiles / cuSPARSE: the
-    # pick of this structure may come from an earlier test; every candidate is tested below)
-    assert calls == [precision, precision]
+    # forward and backward took the tuned reduced-precision path (every candidate is tested below)
+    assert calls == [(precision, 1), (precision, 1)]
 
 
 def test_spmm_precision_elsewhere_is_exact_and_checked():
@@ -1496,27 +1498,36 @@ def test_spmm_precision_elsewhere_is_exact_and_checked():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("width,half", [(24, False), (64, False), (160, False), (24, True), (64, True), (160, True)])
-def test_every_precise_spmm_candidate_matches_float64(graph_case, width, half):
-    """Each config the ``spmm_tc`` tuner can pick (rows, both tile configs, cuSPARSE) on its own."""
+@pytest.mark.parametrize("width,dtype", [(24, torch.float32), (64, torch.float32), (160, torch.float32),
+                                         (24, torch.bfloat16), (64, torch.bfloat16), (160, torch.bfloat16),
+                                         (64, torch.float16)])
+def test_every_precise_spmm_candidate_matches_float64(graph_case, width, dtype):
+    """Each config the ``spmm_tc`` tuner can pick (the exact call, the tile configs, the row
+    kernel on packed or bf16-rounded features) on its own, at both precisions."""
     from sparsegnn.ops.tiles import TC_SPACE, _run_sum, tc_candidates
 
     from conftest import DEVICE
+    half = dtype != torch.float32
     _, n, ei, w = graph_case
     g = Graph.from_edge_index(ei, w, num_nodes=n).to(DEVICE)
     x64 = torch.randn(n, width, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
-    x = x64.to(torch.bfloat16 if half else torch.float32).to(DEVICE)
+    x = x64.to(dtype).to(DEVICE)
     want = dense_adjacency(ei, n, w) @ x.double().cpu()
-    cusparse = g.num_edges <= g.num_nodes * g.num_src     # cuSPARSE rejects E > N M (duplicate edges)
-    candidates = tc_candidates(width, half, cusparse)
-    assert {c["path"] for c in candidates} == {0, 1} | (set() if half else {3}) | ({2} if cusparse and not half else set())
-    for config in candidates:
+    candidates = tc_candidates(width, half)
+    assert candidates[0] == {"path": 0}                   # the exact call is the default
+    assert {c["path"] for c in candidates} == {0, 1} | (set() if half else {3})
+    cases = [(config, "bf16" if half else "tf32") for config in candidates]
+    if dtype != torch.bfloat16:                           # "bf16" on other features: rounded in the call
+        rounded = tc_candidates(width, True, rounded=True)
+        assert {c["path"] for c in rounded} == {0, 1, 4}
+        cases += [(config, "bf16") for config in rounded]
+    for config, precision in cases:
         assert all(v in TC_SPACE[k] for k, v in config.items())
         for weight in (g.edge_val, None):
-            out = _run_sum(g, x, weight, "bf16" if half else "tf32", config)
+            out = _run_sum(g, x, weight, precision, config)
             ref = want if weight is not None else dense_adjacency(ei, n) @ x.double().cpu()
-            tol = 1e-2 if half else 5e-3
-            assert out.shape == (n, width)
+            tol = 1e-2 if precision == "bf16" else 5e-3
+            assert out.shape == (n, width) and out.dtype == x.dtype
             assert float((out.double().cpu() - ref).norm()) <= tol * max(float(ref.norm()), 1.0), config
 
 

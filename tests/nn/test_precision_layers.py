@@ -64,7 +64,12 @@ _EXACT = {}
 @needs_triton
 @pytest.mark.parametrize("precision,tol", [("tf32", 5e-3), ("bf16", 2e-2)])
 @pytest.mark.parametrize("name", list(LAYERS))
-def test_layer_at_reduced_precision_matches_the_exact_layer(name, precision, tol, monkeypatch):
+def test_layer_at_reduced_precision_matches_the_exact_layer(name, precision, tol, fresh_store, monkeypatch):
+    from sparsegnn.tune import set_timer
+
+    # a tuner that finds the tiles fastest, so the reduced path runs (the exact call is the
+    # default pick of a precision: tests/ops/test_precision.py)
+    set_timer(lambda run, cfg: 0.5 if cfg.get("path") == 1 else 1.0)
     calls = []
     real = tile_ops._precise_sum
     monkeypatch.setattr(tile_ops, "_precise_sum", lambda *a: calls.append(a[3]) or real(*a))

@@ -127,7 +127,7 @@ def test_opcheck_triton_backend_in_interpreter():
 
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 def test_opcheck_spmm_precise_in_interpreter(reduce):
-    """The reduced-precision SpMM op (rows / tiles / cuSPARSE picked by the tuner), both directions."""
+    """The reduced-precision SpMM op (the exact call, tiles or reduced rows picked by the tuner), both directions."""
     if not torch.cuda.is_available() and not interpreting():
         pytest.skip("needs CUDA or TRITON_INTERPRET=1")
     device = "cuda" if torch.cuda.is_available() else "cpu"

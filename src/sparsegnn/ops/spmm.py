@@ -29,15 +29,22 @@ from ._library import compiling, not_traceable_graph
 REDUCES = ("sum", "mean", "max")
 
 
-def _tensor_core_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, precision: str) -> Tensor:
-    """Sum / mean at ``precision`` (``ops.tiles.spmm_precise``: rows, tiles or cuSPARSE, tuned);
-    mean as weights ``w / deg``."""
+def _precise_pick(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, precision: str) -> dict:
+    from .tiles import precise_pick
+
+    return precise_pick(graph, x, weight, reduce, precision)
+
+
+def _tensor_core_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, precision: str,
+                      config: Optional[dict] = None) -> Tensor:
+    """Sum / mean at ``precision`` (``ops.tiles.spmm_precise``: rows, tiles or cuSPARSE, tuned;
+    ``config``: the forward's pick, made already); mean as weights ``w / deg``."""
     from ._common import mean_scale, scaled
     from .tiles import spmm_precise
 
     if reduce == "mean":
         weight = scaled(weight, mean_scale(graph, torch.float32))
-    return spmm_precise(graph, x, weight, precision)
+    return spmm_precise(graph, x, weight, precision, config)
 
 
 class _SpMMLinear(torch.autograd.Function):
@@ -101,8 +108,10 @@ _OWN_DETAIL = {(reduce, with_values): f"{reduce}|val{int(with_values)}|h0" for r
 def _call_key(reduce: str, backend: str, precision: str, x: Tensor, weight: Optional[Tensor]):
     """The signature of a call whose checks depend on nothing else: reduce, backend, precision,
     the features' dtype / dims / rows / device, and an explicit weight's dtype, length and device
-    (None: the graph's own values)."""
+    (None: the graph's own values); at a reduced precision also the feature width."""
     w = None if weight is None else (weight.dtype, weight.shape[0], weight.device)
+    if precision != "ieee":     # a precision's pick is made per feature width
+        return (reduce, backend, precision, x.dtype, x.dim(), x.shape[0], x.device, w, x.shape[-1])
     return (reduce, backend, precision, x.dtype, x.dim(), x.shape[0], x.device, w)
 
 
@@ -215,15 +224,16 @@ def spmm(
             ``x`` of shape ``[N, H, C]`` (or ``[N, H * C]``) weights each head separately, all
             heads in one kernel launch (GAT).
         backend: ``"auto"`` (Triton on CUDA, reference elsewhere), ``"reference"``, ``"triton"``.
-        precision: ``"ieee"`` (default: exact fp32 arithmetic), ``"tf32"`` or ``"bf16"``: a sum or
-            mean with the Triton backend then runs on the fastest kernel at that precision
-            (``ops.tiles.spmm_precise``): tensor cores over the graph's condensed tiles, the
-            exact row kernel, cuSPARSE, or (``"tf32"``, fp32 features) the row kernel on
+        precision: ``"ieee"`` (default: exact fp32 arithmetic), ``"tf32"`` or ``"bf16"``: a
+            permission, never a penalty.  A sum or mean with the Triton backend on a graph
+            invested in (``tune.reuse``) runs on the fastest of the exact call and the kernels
+            at that precision (``ops.tiles.spmm_precise``), timed as eager calls make them:
+            tensor cores over the graph's condensed tiles, cuSPARSE, the row kernel on
             features packed to fp16 with a scale per row (11 significant bits, as tf32, for
             entries above 2^-29 of their row's largest magnitude; an error of at most 2^-40 of
-            it below: ``kernels/pack.py``).
-            ``"bf16"`` rounds the features to bfloat16 first, halving the bytes gathered.
-            Elsewhere (CPU, max, multi-head) the result is exact.
+            it below: ``kernels/pack.py``) or, ``"bf16"``, rounded to bfloat16 (half the bytes
+            gathered).  A reduced kernel must beat the exact call by 10 %.  Elsewhere (a graph
+            met too few times, CPU, max, multi-head) the result is exact.
 
     Returns:
         Aggregated features of ``x``'s dtype (fp32 accumulation for half types).
@@ -242,7 +252,14 @@ def spmm(
             given is None or (isinstance(given, Tensor) and given.dim() == 1)):
         memo = graph.cache.get("call", _call_key(reduce, backend, precision, x, given))
         if memo is not None and not compiling():
-            return _memoised_linear(graph, x, given, reduce, memo)
+            if memo.__class__ is str:
+                return _memoised_linear(graph, x, given, reduce, memo)
+            kind, value = memo
+            if kind == "precise":       # the tuner's reduced-precision pick
+                return _tensor_core_spmm(graph, x, graph.edge_val if given is None else given, reduce, precision,
+                                         value)
+            if not invested(graph):     # a precision's exact calls until the graph is invested in
+                return _memoised_linear(graph, x, given, reduce, value)
     if isinstance(x, CBSR):
         return _spmm_of_cbsr(graph, x, reduce, edge_weight, backend, precision)
     if isinstance(x, Tensor) and x.dim() == 3:  # multi-head: x [N, H, C] with edge_weight [E, H]
@@ -281,12 +298,23 @@ def spmm(
         return torch.ops.sparsegnn.spmm(x, edge_weight, graph.key, reduce, backend)
     check_same_device(fn, graph=graph.rowptr, x=x, edge_weight=edge_weight)
     chosen = choose_backend(fn, backend, x)
-    if reduced and chosen == "triton" and invested(graph):   # until then the exact call counts the graph's uses
-        return _tensor_core_spmm(graph, x, edge_weight, reduce, precision)
-    if chosen in ("cpu", "triton") and input_order is False and reduce != "max" and not reduced \
-            and not graph.transient and (given is None or given.dim() == 1):
-        # this call's checks hold for every call with the same signature: the next one skips them
-        graph.cache.put("call", chosen, _call_key(reduce, backend, precision, x, given))
+    # this call's checks hold for every call with the same signature: the next one skips them
+    memoised = chosen in ("cpu", "triton") and input_order is False and reduce != "max" \
+        and not graph.transient and (given is None or given.dim() == 1)
+    memo = chosen
+    if reduced and chosen == "triton":
+        # a precision is a permission: the exact call until the graph is invested in (it counts
+        # the graph's uses), then the tuner's pick among the exact call and the reduced kernels
+        if not invested(graph):
+            memo = ("exact until invested", chosen)
+        else:
+            config = _precise_pick(graph, x, edge_weight, reduce, precision)
+            if config["path"] != 0:
+                if memoised:
+                    graph.cache.put("call", ("precise", config), _call_key(reduce, backend, precision, x, given))
+                return _tensor_core_spmm(graph, x, edge_weight, reduce, precision, config)
+    if memoised:
+        graph.cache.put("call", memo, _call_key(reduce, backend, precision, x, given))
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad))
     if not needs_grad:  # no autograd node: less overhead per call (inference, small graphs)
         return aggregate(chosen, graph, x, edge_weight, reduce)

@@ -9,11 +9,14 @@ or, on graphs whose dense tiles would pass ``RUNS_MIN_BYTES``, are read per edge
 kernel (:func:`tile_encoding`).
 
 ``spmm(..., precision="tf32" | "bf16")`` goes through :func:`spmm_precise`: per graph structure,
-feature width and dtype the tuner (``tune.decide``, family ``TC_FAMILY``, persisted like every
-decision) picks the fastest of the CUDA-core row kernel, two tile launch configs, (``"tf32"``)
-the row kernel on fp16-packed features (:func:`_packed_sum`) and cuSPARSE (``torch.sparse.mm``),
-all timed once on first use; see :func:`tc_candidates` for the rule a
-transient graph or ``SPARSEGNN_TUNE=off`` gets without timing.
+feature width, dtype and precision the tuner (``tune.decide``, family ``TC_FAMILY``, persisted
+like every decision) picks the fastest of the exact call itself, tile launch configs and the
+row kernel on bf16-rounded (``"bf16"``) or fp16-packed (:func:`_packed_sum`) features, all
+timed once, once the graph is invested in.  A precision is a
+permission, never a penalty: the exact call is the first candidate (what a graph not invested
+in, ``SPARSEGNN_TUNE=off`` or a zero-shot decision gets), every candidate is timed as an
+eager call makes it (its conversions and launches, ``max(GPU, host)`` ms) and a reduced one
+must beat the exact call by ``REDUCED_MARGIN``.
 """
 from __future__ import annotations
 
@@ -29,9 +32,9 @@ from ..kernels import interpreting, triton_available
 from ..tune.reuse import count_investment
 from ._common import derived_values
 from ._dispatch import edge_values
-from ._triton import SPMM_FAMILY, csr_of
+from ._triton import SPMM_FAMILY
 
-__all__ = ["tile_encoding", "RUNS_MIN_BYTES", "spmm_tc", "spmm_precise", "TC_FAMILY", "PACKED_MIN_WORK", "precise_aggregate", "sddmm_precise", "SDDMM_TC_SPACE", "tiles_of_graph", "translate_graph", "tc_candidates", "TC_SPACE"]
+__all__ = ["tile_encoding", "RUNS_MIN_BYTES", "spmm_tc", "spmm_precise", "TC_FAMILY", "PACKED_MIN_WORK", "precise_aggregate", "sddmm_precise", "SDDMM_TC_SPACE", "tiles_of_graph", "translate_graph", "tc_candidates", "TC_SPACE", "REDUCED_MARGIN", "precise_pick"]
 
 
 def translate_graph(graph: Graph, window: int = 16, block_k: int = 16):
@@ -120,14 +123,20 @@ def spmm_tc(graph: Graph, x: Tensor, edge_weight: Optional[Tensor] = None, preci
 
 
 # ---------------------------------------------------------------------------------------------
-# precision="tf32" / "bf16": the tuner picks rows, tiles or cuSPARSE per graph, width and dtype
+# precision="tf32" / "bf16": the tuner picks the exact call, tiles or reduced rows per graph, width and dtype
 
-#: Search space of the ``"spmm_tc"`` decisions: ``path`` 0 = CUDA-core row kernel (exact),
-#: 1 = tiles (``swap``, ``bf`` features per program, ``warps``, ``chunk`` blocks per item),
-#: 2 = cuSPARSE on CSR, 3 = the row kernel on fp32 features packed to fp16 with a scale per
-#: row (``kernels/pack.py``: tf32's 11 significant bits for entries above 2^-29 of their row's
-#: largest magnitude, half the gathered bytes).
-TC_SPACE = {"path": (0, 1, 2, 3), "swap": (0, 1), "bf": (32, 64, 128, 256), "warps": (4, 8), "chunk": (4, 8, 16, 32)}
+#: Search space of the ``"spmm_tc"`` decisions: ``path`` 0 = the exact call on the caller's
+#: features (the CUDA-core row kernel or cuSPARSE, tuned as ``precision="ieee"`` is), 1 = tiles
+#: (``swap``, ``bf`` features per program, ``warps``, ``chunk`` blocks per item), 3 = the row kernel on fp32 features packed to fp16 with a scale per row
+#: (``kernels/pack.py``: tf32's 11 significant bits for entries above 2^-29 of their row's
+#: largest magnitude, half the gathered bytes), 4 = the row kernel on features rounded to
+#: bf16 (``"bf16"`` on fp32 / fp16 features: half the gathered bytes).
+TC_SPACE = {"path": (0, 1, 3, 4), "swap": (0, 1), "bf": (32, 64, 128, 256), "warps": (4, 8),
+            "chunk": (4, 8, 16, 32)}
+#: A reduced-precision candidate is picked only when faster than the exact call by more than
+#: this fraction: its call path has host work the timing leaves out (the precision dispatch,
+#: no memoised call), and a tie is no reason to lose bits.
+REDUCED_MARGIN = 0.1
 
 
 def _tile(swap: int, bf: int, warps: int, chunk: int) -> dict:
@@ -140,25 +149,28 @@ def _tile(swap: int, bf: int, warps: int, chunk: int) -> dict:
 #: a decision stored while it was slower is not kept once it changes (real
 #: PROTEINS_full F=256 tf32 kept a tile config at 0.0545 ms timed against an older row kernel,
 #: which now runs it in 0.0448 ms; a fresh decision picks the row kernel).
-TC_FAMILY = "spmm_tc@3+" + SPMM_FAMILY
+TC_FAMILY = "spmm_tc@4+" + SPMM_FAMILY
 #: Least ``E x F`` for which the packed path is timed: its pack pass and extra launch cost
 #: more than it saves below (H100, captured suites: it won from 21.9M up, real wikipedia F=64,
 #: tied at 10.9M, and lost below 8M; Cora's widths stay below).
 PACKED_MIN_WORK = 1 << 23
 
 
-def tc_candidates(num_feats: int, half: bool, cusparse: bool = True, packed: bool = True) -> list:
-    """Configs timed for one ``"spmm_tc"`` decision, the untimed default first.
+def tc_candidates(num_feats: int, half: bool, packed: bool = True, rounded: bool = False) -> list:
+    """Configs timed for one ``"spmm_tc"`` decision, the untimed default first: the exact call
+    (which itself runs cuSPARSE where that wins: ``ops._triton.VENDOR_FAMILY``; as a tf32
+    candidate of its own, cuSPARSE won small graphs by host time the timing missed and lost
+    them eagerly, H200: Cora F = 64 0.040 against 0.054 ms a call).
 
-    The rule (H100 sweep of ``scripts/time_tiles.py`` over the real suite and the paper
-    stand-ins, ``docs/design/tensor-cores.md``): tiles first; features per program 32 up to
-    ``F <= 32``, else 64 (fp32) or 128 (half); with half features and ``F >= 64`` the swapped
-    orientation (features on the MMA's M side).  Then the second-best tile config (and, above
-    64 features, short items of 4 blocks for small graphs), the exact
-    CUDA-core row kernel (it wins on large, low-reuse graphs with fp32 features), for fp32
-    features and ``packed`` the row kernel on features packed to fp16 (path 3: fewer gathered
-    bytes at tf32's precision, for graphs whose gathers dominate) and, for fp32 features and ``cusparse``
-    (False where duplicate edges make ``E > N M``, which cuSPARSE rejects), cuSPARSE.
+    Then the tile configs, by the rule of the H100 sweep of ``scripts/time_tiles.py`` over the
+    real suite and the paper stand-ins (``docs/design/tensor-cores.md``; ``half``: the tiles
+    read half features, the caller's or bf16-rounded ones): features per program 32 up to
+    ``F <= 32``, else 64 (fp32) or 128 (half); with half features and ``F >= 64`` the
+    swapped orientation (features on the MMA's M side); the second-best tile config (and,
+    above 64 features, short items of 4 blocks for small graphs).  Then ``rounded`` (``"bf16"``
+    on features that are not bf16) the row kernel on bf16-rounded features; for fp32 features
+    (``not half``) and ``packed`` the row kernel on features packed to fp16 (path 3: fewer
+    gathered bytes at tf32's precision, for graphs whose gathers dominate).
     """
     if num_feats <= 32:
         tiles = [_tile(0, 32, 4, 8), _tile(0, 64, 4, 4)]
@@ -169,10 +181,7 @@ def tc_candidates(num_feats: int, half: bool, cusparse: bool = True, packed: boo
         # and short items of 4 blocks, which win on small graphs (more programs; Cora F = 256,
         # captured: 13.6 vs 14.5 us tf32, 14.6 vs 15.0 us bf16; docs/design/tensor-cores.md)
         tiles.append(_tile(0, 64, 4, 4))
-    # cuSPARSE only for fp32 features: its bf16 CSR product rejects some structures
-    # (cusparseCreateCsr "invalid value" on small test graphs, H100) and never won in the sweep
-    return (tiles + [{"path": 0}] + ([{"path": 3}] if packed and not half else [])
-            + ([{"path": 2}] if cusparse and not half else []))
+    return [{"path": 0}] + tiles + ([{"path": 4}] if rounded else []) + ([{"path": 3}] if packed and not half else [])
 
 
 #: Dense tile values above this many bytes are not built: graphs with sorted rows take the runs
@@ -207,23 +216,22 @@ def _tile_vals(graph: Graph, tiles, weight: Optional[Tensor], dtype: torch.dtype
 
 
 def _run_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, config: dict) -> Tensor:
-    """``A x`` (weights ``weight`` in ``graph``'s CSR order, None = ones) with one config."""
+    """``A x`` (weights ``weight`` in ``graph``'s CSR order, None = ones) with one config, as
+    a call makes it: ``x`` is the caller's features, rounded to bf16 here where the config
+    reads them so (``"bf16"``), and the result is of ``x``'s dtype."""
     from ._dispatch import aggregate
 
     path = config["path"]
-    if path == 0:
+    if path == 0:                                  # the exact call
         return aggregate("triton", graph, x, weight, "sum")
     if path == 3 and x.dtype == torch.float32:     # (a stored pick for fp32 only)
         return _packed_sum(graph, x, weight)
-    if path == 3:
-        return aggregate("triton", graph, x, weight, "sum")
-    half = x.dtype in (torch.float16, torch.bfloat16)
-    if path == 2:
-        if half and not x.is_cuda:   # MKL has no half CSR product (the interpreter runs on the CPU)
-            return torch.sparse.mm(csr_of(graph, weight, torch.float32), x.float()).to(x.dtype)
-        return torch.sparse.mm(csr_of(graph, weight, x.dtype), x)
-    slot = ("tile_launch", x.dtype, x.shape[1], precision, tuple(sorted(config.items())))
-    return derived_values(graph, slot, weight, lambda: _tile_launch(graph, x, weight, precision, config))(x)
+    features = x.to(torch.bfloat16) if precision == "bf16" else x
+    if path in (3, 4):
+        return aggregate("triton", graph, features, weight, "sum").to(x.dtype)
+    slot = ("tile_launch", features.dtype, features.shape[1], precision, tuple(sorted(config.items())))
+    launch = derived_values(graph, slot, weight, lambda: _tile_launch(graph, features, weight, precision, config))
+    return launch(features).to(x.dtype)
 
 
 def _packed_sum(graph: Graph, x: Tensor, weight: Optional[Tensor]) -> Tensor:
@@ -252,16 +260,37 @@ def _tile_launch(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: s
                       chunk=config["chunk"], encoding=encoding)
 
 
-def _precise_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:
+def _precise_config(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> dict:
+    """The ``"spmm_tc"`` decision for ``A x`` at ``precision`` (module doc): stored, or timed
+    here over :func:`tc_candidates` with each candidate's eager cost."""
     from ..tune import decide
 
-    half = x.dtype in (torch.float16, torch.bfloat16)
-    candidates = lambda: tc_candidates(x.shape[1], half, graph.num_edges <= graph.num_nodes * graph.num_src,  # noqa: E731
-                                       graph.num_edges * x.shape[1] >= PACKED_MIN_WORK)
+    half = x.dtype in (torch.float16, torch.bfloat16) or precision == "bf16"
+    candidates = lambda: tc_candidates(  # noqa: E731
+        x.shape[1], half, graph.num_edges * x.shape[1] >= PACKED_MIN_WORK,
+        precision == "bf16" and x.dtype != torch.bfloat16)
     run = lambda cfg: _run_sum(graph, x, weight, precision, cfg)  # noqa: E731
-    config = decide(TC_FAMILY, graph, precision, x.shape[1], x.dtype, x.device, candidates, run,
-                    space=TC_SPACE, ranked=False)
-    return run(config)
+    return decide(TC_FAMILY, graph, precision, x.shape[1], x.dtype, x.device, candidates, run,
+                  space=TC_SPACE, ranked=False, eager=True, keep_first=REDUCED_MARGIN)
+
+
+def _precise_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:
+    return _run_sum(graph, x, weight, precision, _precise_config(graph, x, weight, precision))
+
+
+def _effective_weight(graph: Graph, weight: Optional[Tensor], reduce: str) -> Optional[Tensor]:
+    """``w'`` of ``A' = A`` (``"sum"``) or ``D^-1 A`` (``"mean"``), detached (None = ones)."""
+    from ._common import mean_scale, scaled
+
+    weight = None if weight is None else weight.detach()
+    return scaled(weight, mean_scale(graph, torch.float32)) if reduce == "mean" else weight
+
+
+def precise_pick(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, precision: str) -> dict:
+    """The config ``spmm(graph, x, reduce, weight, precision=precision)`` runs (decided here if
+    not yet: see the module doc); ``spmm`` takes the exact path itself where it is path 0, and
+    memoises the pick."""
+    return _precise_config(graph, x, _effective_weight(graph, weight, reduce), precision)
 
 
 def _transposed_weight(graph: Graph, weight: Optional[Tensor]) -> Optional[Tensor]:
@@ -277,22 +306,22 @@ def _transposed_weight(graph: Graph, weight: Optional[Tensor]) -> Optional[Tenso
 
 
 def precise_aggregate(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, precision: str,
-                      transposed: bool = False) -> Tensor:
+                      transposed: bool = False, config: Optional[dict] = None) -> Tensor:
     """No-grad ``A' x`` (``transposed``: ``A'^T x``) at ``precision``, ``A' = A`` (``"sum"``) or
     ``D^-1 A`` (``"mean"``), weights ``weight`` in ``graph``'s CSR order (None = ones): what the
-    custom op ``sparsegnn::spmm_precise`` runs under ``torch.compile``.
+    custom op ``sparsegnn::spmm_precise`` runs under ``torch.compile``.  ``config``: the pick of
+    ``A' x`` (not transposed), made already.
 
     Shapes:
         x: [M, F] ([N, F] transposed); weight: [E] or None -> [N, F] ([M, F] transposed).
     """
-    from ._common import mean_scale, scaled
-
     if reduce == "mean":
-        weight = scaled(None if weight is None else weight.detach(), mean_scale(graph, torch.float32))
+        weight = _effective_weight(graph, weight, reduce)
     if transposed:
         graph, weight = graph.t(), _transposed_weight(graph, weight)
-    features = x.to(torch.bfloat16) if precision == "bf16" else x
-    return _precise_sum(graph, features, weight, precision).to(x.dtype)
+    elif config is not None:
+        return _run_sum(graph, x, weight, precision, config)
+    return _precise_sum(graph, x, weight, precision)
 
 
 class _SpMMPrecise(torch.autograd.Function):
@@ -300,10 +329,11 @@ class _SpMMPrecise(torch.autograd.Function):
     ``dw_e = <dY_i, X_j>`` with the exact row-wise SDDMM."""
 
     @staticmethod
-    def forward(ctx, graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:
+    def forward(ctx, graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str,
+                config: Optional[dict]) -> Tensor:
         ctx.graph, ctx.precision = graph, precision
         ctx.save_for_backward(x, weight)
-        return precise_aggregate(graph, x, weight, "sum", precision)
+        return precise_aggregate(graph, x, weight, "sum", precision, config=config)
 
     @staticmethod
     @once_differentiable
@@ -316,22 +346,25 @@ class _SpMMPrecise(torch.autograd.Function):
             grad_x = precise_aggregate(graph, grad_out, weight, "sum", precision, transposed=True).to(x.dtype)
         if weight is not None and ctx.needs_input_grad[2]:
             grad_w = edge_values("triton", graph, grad_out.float(), x.float(), "dot").to(weight.dtype)
-        return None, grad_x, grad_w, None
+        return None, grad_x, grad_w, None, None
 
 
-def spmm_precise(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:
+def spmm_precise(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str,
+                 config: Optional[dict] = None) -> Tensor:
     """``out = A x`` with ``A``'s values ``weight`` (CSR order; None = ones) at ``precision``
     ``"tf32"`` (fp32 features, tf32 products where tensor cores run, or fp16-packed features on
     the row kernel) or ``"bf16"`` (features rounded to bf16, fp32 accumulation), on the fastest
-    of rows / tiles / packed rows / cuSPARSE (module doc).
+    of the exact call, tiles and packed or rounded rows (module doc).
     Result in ``x``'s dtype; differentiable in ``x`` and ``weight``.
+
+    ``config``: the forward's pick (``precise_pick``), made already.
 
     Shapes:
         x: [M, F] (CUDA); weight: [E] or None -> [N, F].
     """
     if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
-        return _SpMMPrecise.apply(graph, x, weight, precision)
-    return precise_aggregate(graph, x, weight, "sum", precision)     # no autograd node: less host work
+        return _SpMMPrecise.apply(graph, x, weight, precision, config)
+    return precise_aggregate(graph, x, weight, "sum", precision, config=config)  # no autograd node: less host work
 
 
 # ---------------------------------------------------------------------------------------------

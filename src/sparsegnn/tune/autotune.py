@@ -170,7 +170,8 @@ def _class_applies(shared: Dict, own_key: str) -> bool:
 
 def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, device,
            candidates, run: Callable[[Dict[str, int]], object],
-           space: Optional[Dict] = None, ranked: bool = True) -> Dict[str, int]:
+           space: Optional[Dict] = None, ranked: bool = True, eager: bool = False,
+           keep_first: float = 0.0) -> Dict[str, int]:
     """The config for ``run`` on ``graph``: stored, predicted or timed (see the module doc).
 
     Args:
@@ -183,6 +184,11 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
         space: the family's search space; a stored config outside it (older version) is ignored.
         ranked: whether the cost model ranks this family's configs (SpMM); without it every
             candidate is timed (short lists only).
+        eager: a candidate costs ``max(GPU ms, host ms)`` (``measure(host=True)``): what a
+            call issued eagerly takes, host-bound or GPU-bound, so that a config with more host
+            work (conversions, extra launches, lookups) loses where the host is the bottleneck.
+        keep_first: the first candidate (the default) is kept unless another is faster by
+            more than this fraction of its time (0: the fastest wins).
 
     A graph not invested in (``tune.reuse``: a transient graph, or one met too few times to
     repay tuning) gets the heuristic (the first candidate) at once: no signature, no lookup,
@@ -238,25 +244,29 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
             to_time = []
         missing = [i for i in to_time if i not in times]
         replayed_before = protocol.get("replayed", False)
-        times.update(zip(missing, _time_candidates(run, [candidates[i] for i in missing], device, protocol)))
+        times.update(zip(missing, _time_candidates(run, [candidates[i] for i in missing], device, protocol, eager)))
         if replayed_before and not protocol["replayed"]:   # one could not be captured: all eager
             stale = [i for i in times if i not in missing]
-            times.update(zip(stale, _time_candidates(run, [candidates[i] for i in stale], device, protocol)))
+            times.update(zip(stale, _time_candidates(run, [candidates[i] for i in stale], device, protocol, eager)))
         best = min(times, key=times.__getitem__) if times else None
+        if best is not None and keep_first > 0 and 0 in times and times[best] > (1 - keep_first) * times[0]:
+            best = 0
         if best is not None:
             config, ms = candidates[best], times[best]
             if len(to_time) == len(candidates):
                 source = "exhaustive"
             elif len(to_time) > 1:
                 source = "shortlist"
+    # what a report shows beside the pick: the default's (first candidate's) time and the best
+    timed = {"first_ms": times.get(0), "best_ms": min(times.values())} if len(times) > 1 else {}
     if usable(shared) and not provisional(shared) and shared.get("fp") != own_key:   # a new member of a timed class
-        store.put(own_key, config, ms=ms, source=source)
+        store.put(own_key, config, ms=ms, source=source, **timed)
         if source != "heuristic":
             meta = {k: v for k, v in shared.items() if k not in ("config", "ms", "source", "time")}
             store.put(key, shared["config"], ms=shared.get("ms"), source=shared.get("source", "tuned"),
                       **dict(meta, graphs=shared.get("graphs", 1) + 1))
     else:
-        store.put(key, config, ms=ms, source=source, fp=own_key, graphs=1)
+        store.put(key, config, ms=ms, source=source, fp=own_key, graphs=1, **timed)
     if source != "heuristic" or mode == "off":
         _HOT[own_key] = (store, config)
     return config
@@ -279,9 +289,9 @@ def _zero_shot(graph, num_feats: int, dtype: torch.dtype, candidates, ranked: bo
 
 
 def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None,
-                     protocol: Optional[Dict[str, bool]] = None) -> List[float]:
-    """GPU ms of each config (``measure``; a test's timer or, for the CPU backend's
-    candidates, ``perf_counter``)."""
+                     protocol: Optional[Dict[str, bool]] = None, eager: bool = False) -> List[float]:
+    """GPU ms of each config (``measure``; ``eager``: the larger of GPU and host ms; a test's
+    timer or, for the CPU backend's candidates, ``perf_counter``)."""
     if not configs:
         return []
     _COUNTS["timed"] += len(configs)
@@ -289,7 +299,7 @@ def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None,
         return [float(_TIMER(run, cfg)) for cfg in configs]
     if device is not None and torch.device(device).type == "cpu":   # the CPU backend's candidates
         return [_time_cpu(run, config) for config in configs]
-    return [gpu for gpu, _ in measure(run, configs, device, protocol)]
+    return [max(gpu, host) for gpu, host in measure(run, configs, device, protocol, host=eager)]
 
 
 def measure(run: Callable, configs: List[Dict[str, int]], device=None,

@@ -1,0 +1,116 @@
+"""``precision="tf32" | "bf16"`` is a permission, never a penalty (``ops/tiles.py``): the exact
+call is the default and a candidate of every decision, reduced candidates are timed with their
+conversions and must beat it by ``REDUCED_MARGIN``, and a call whose pick is exact runs (and
+memoises) the exact path."""
+import pytest
+import torch
+
+import sparsegnn as sg
+from sparsegnn import Graph
+import importlib
+
+from sparsegnn.ops import tiles
+from sparsegnn.tune import set_timer
+
+spmm_module = importlib.import_module("sparsegnn.ops.spmm")
+
+from conftest import DEVICE
+from sparsegnn.datasets import random_graph
+
+
+def _graph(seed: int = 0, n: int = 60, e: int = 400):
+    ei, w = random_graph(n, e, seed=seed, num_isolated=2, num_empty_rows=3, num_self_loops=4, num_duplicates=5)
+    return Graph.from_edge_index(ei, w, num_nodes=n).to(DEVICE), n
+
+
+def _timer(times: dict, seen: list):
+    """A fake timer: ``times[path]`` ms (1.0 for paths not named); records what was timed
+    (configs of other families, the row kernels', take 1.0 and are not recorded)."""
+    def timer(run, cfg):
+        if "path" not in cfg:
+            return 1.0
+        seen.append(dict(cfg))
+        return times.get(cfg["path"], 1.0)
+    return timer
+
+
+def test_a_graph_not_invested_in_gets_the_exact_call(monkeypatch, fresh_store):
+    """First contact: nothing decided or timed, the result bit-equal to the exact call's."""
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    seen = []
+    set_timer(_timer({1: 0.1}, seen))
+    g, n = _graph(1)
+    x = torch.randn(n, 32).to(DEVICE)
+    for precision in ("tf32", "bf16"):
+        out = sg.spmm(g, x, backend="triton", precision=precision)
+        assert torch.equal(out, sg.spmm(g, x, backend="triton"))
+    assert seen == []
+
+
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_a_reduced_kernel_within_the_margin_keeps_the_exact_call(precision, fresh_store):
+    seen = []
+    set_timer(_timer({0: 1.0, 1: 1.0 - tiles.REDUCED_MARGIN / 2}, seen))
+    g, n = _graph(2)
+    x = torch.randn(n, 32).to(DEVICE).requires_grad_()
+    out = sg.spmm(g, x, backend="triton", precision=precision)
+    assert {"path": 0} in seen and any(c["path"] == 1 for c in seen)      # both were timed
+    assert torch.equal(out, sg.spmm(g, x, backend="triton"))
+    # the pick is memoised as the exact call: the next call makes no decision and times nothing
+    timed = len(seen)
+    out.sum().backward()
+    again = sg.spmm(g, x.detach(), backend="triton", precision=precision)
+    assert isinstance(g.cache.get("call", spmm_module._call_key("sum", "triton", precision, x, None)), str)
+    assert len(seen) == timed and torch.equal(again, out.detach())
+
+
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_a_faster_reduced_kernel_is_picked(precision, fresh_store):
+    seen = []
+    set_timer(_timer({0: 1.0, 1: 0.5}, seen))
+    g, n = _graph(3)
+    x64 = torch.randn(n, 32, dtype=torch.float64)
+    out = sg.spmm(g, x64.float().to(DEVICE), backend="triton", precision=precision)
+    want = g.to_dense(torch.float64).cpu() @ x64
+    exact = sg.spmm(g, x64.float().to(DEVICE), backend="triton")
+    assert float((out.double().cpu() - want).norm()) <= 1e-2 * float(want.norm())
+    if precision == "bf16":     # the features were rounded: not the exact result
+        assert not torch.equal(out, exact)
+
+
+def test_bf16_on_fp32_features_is_timed_with_its_rounding(fresh_store):
+    """The timed call of a reduced candidate takes the caller's fp32 features and returns fp32:
+    the rounding (and the result's conversion) is part of what is timed."""
+    seen_inputs = []
+    real = tiles._run_sum
+
+    def timer(run, cfg):
+        if "path" not in cfg:     # the row kernels' own decisions
+            return 1.0
+        out = run(cfg)
+        seen_inputs.append((cfg["path"], out.dtype))
+        return 0.5 if cfg["path"] == 4 else 1.0
+    set_timer(timer)
+    g, n = _graph(4)
+    x = torch.randn(n, 48).to(DEVICE)
+    out = sg.spmm(g, x, backend="triton", precision="bf16")
+    assert {p for p, _ in seen_inputs} >= {0, 1, 4}
+    assert all(dtype == torch.float32 for _, dtype in seen_inputs)
+    # path 4 won: the row kernel on the bf16-rounded features, result in fp32
+    rounded = real(g, x, None, "bf16", {"path": 4})
+    want = sg.spmm(g, x.to(torch.bfloat16).float(), backend="triton")
+    assert out.dtype == torch.float32 and torch.allclose(rounded, want, rtol=1e-2, atol=1e-2)
+    assert torch.equal(out, rounded)
+
+
+def test_the_eager_cost_is_the_larger_of_gpu_and_host_time(monkeypatch):
+    """``decide(eager=True)`` ranks candidates by ``max(GPU, host)``: a kernel faster on the
+    GPU but slower to issue loses where the host is the bottleneck."""
+    from sparsegnn.tune import autotune
+
+    monkeypatch.setattr(autotune, "measure", lambda run, configs, device, protocol, host=False: [
+        (0.010, 0.030 if host else 0.0) if c["path"] == 1 else (0.015, 0.012 if host else 0.0) for c in configs])
+    configs = [{"path": 0}, {"path": 1}]
+    gpu_only = autotune._time_candidates(lambda c: None, configs, "cuda", {})
+    eager = autotune._time_candidates(lambda c: None, configs, "cuda", {}, eager=True)
+    assert gpu_only == [0.015, 0.010] and eager == [0.015, 0.030]
