@@ -103,14 +103,22 @@ def test_bf16_on_fp32_features_is_timed_with_its_rounding(fresh_store):
     assert torch.equal(out, rounded)
 
 
-def test_the_eager_cost_is_the_larger_of_gpu_and_host_time(monkeypatch):
-    """``decide(eager=True)`` ranks candidates by ``max(GPU, host)``: a kernel faster on the
-    GPU but slower to issue loses where the host is the bottleneck."""
+@pytest.mark.parametrize("measured, picked", [
+    # (GPU ms, host ms) of the exact call and of a tile config -> the pick's path
+    (((1.0, 0.03), (0.5, 0.04)), 1),        # the exact call is GPU-bound: the faster kernel wins
+    (((0.010, 0.030), (0.005, 0.020)), 0),  # host-bound: nothing issued behind it is faster
+    (((0.015, 0.012), (0.010, 0.030)), 0),  # faster on the GPU, but its host time makes it slower
+    (((1.0, 0.03), (0.95, 0.04)), 0),       # within the margin
+])
+def test_an_eager_decision_ranks_by_the_calls_cost(measured, picked, monkeypatch, fresh_store):
+    """``decide(eager=True)``: a candidate costs the largest of its GPU and host ms and the
+    first candidate's host ms; ``keep_first`` keeps the first unless beaten by the margin."""
     from sparsegnn.tune import autotune
 
-    monkeypatch.setattr(autotune, "measure", lambda run, configs, device, protocol, host=False: [
-        (0.010, 0.030 if host else 0.0) if c["path"] == 1 else (0.015, 0.012 if host else 0.0) for c in configs])
-    configs = [{"path": 0}, {"path": 1}]
-    gpu_only = autotune._time_candidates(lambda c: None, configs, "cuda", {})
-    eager = autotune._time_candidates(lambda c: None, configs, "cuda", {}, eager=True)
-    assert gpu_only == [0.015, 0.010] and eager == [0.015, 0.030]
+    by_path = {0: measured[0], 1: measured[1]}
+    monkeypatch.setattr(autotune, "autotune_enabled", lambda *a, **k: True)
+    monkeypatch.setattr(autotune, "_time_pairs", lambda run, configs, *a, **k: [by_path[c["path"]] for c in configs])
+    g, _ = _graph(5)
+    config = autotune.decide("eager_cost_test", g, "d", 32, torch.float32, "cpu", [{"path": 0}, {"path": 1}],
+                             lambda cfg: None, ranked=False, eager=True, keep_first=tiles.REDUCED_MARGIN)
+    assert config == {"path": picked}

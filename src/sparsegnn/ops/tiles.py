@@ -15,7 +15,8 @@ row kernel on bf16-rounded (``"bf16"``) or fp16-packed (:func:`_packed_sum`) fea
 timed once, once the graph is invested in.  A precision is a
 permission, never a penalty: the exact call is the first candidate (what a graph not invested
 in, ``SPARSEGNN_TUNE=off`` or a zero-shot decision gets), every candidate is timed as an
-eager call makes it (its conversions and launches, ``max(GPU, host)`` ms) and a reduced one
+eager call makes it (its conversions and launches, ``max(GPU, host)`` ms, the exact call's host
+ms a floor: ``tune.decide``'s ``eager``) and a reduced one
 must beat the exact call by ``REDUCED_MARGIN``.
 """
 from __future__ import annotations

@@ -184,9 +184,12 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
         space: the family's search space; a stored config outside it (older version) is ignored.
         ranked: whether the cost model ranks this family's configs (SpMM); without it every
             candidate is timed (short lists only).
-        eager: a candidate costs ``max(GPU ms, host ms)`` (``measure(host=True)``): what a
-            call issued eagerly takes, host-bound or GPU-bound, so that a config with more host
-            work (conversions, extra launches, lookups) loses where the host is the bottleneck.
+        eager: a candidate costs ``max(GPU ms, host ms, the first candidate's host ms)``
+            (``measure(host=True)``): what a call issued eagerly takes, host-bound or GPU-bound,
+            so that a config with more host work (conversions, extra launches, lookups) loses
+            where the host is the bottleneck.  The first candidate's host time is a floor for
+            every candidate: the alternatives are that call's work done another way, behind at
+            least its dispatch, so where the first is host-bound none can be faster.
         keep_first: the first candidate (the default) is kept unless another is faster by
             more than this fraction of its time (0: the fastest wins).
 
@@ -230,24 +233,26 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
     if model is not None and len(candidates) > 1:
         order = model.rank(graph_stats_cached(graph), num_feats, dtype.itemsize, candidates)
         config, source = candidates[order[0]], "model"
-    times: Dict[int, float] = {}  # candidate index -> measured ms
-    protocol: Dict[str, bool] = {}  # one timing protocol for every candidate (_time_candidates)
+    times: Dict[int, float] = {}  # candidate index -> its cost (ms)
+    pairs: Dict[int, Tuple[float, float]] = {}  # candidate index -> measured (GPU ms, host ms)
+    protocol: Dict[str, bool] = {}  # one timing protocol for every candidate (_time_pairs)
     if mode != "off" and len(candidates) > 1 and autotune_enabled(device, op):
         if mode == "exhaustive" or model is None:
             to_time = order
         elif mode == "shortlist":
             to_time = order[:SHORTLIST]
         elif mode == "auto":  # the model's pick first; alternatives only if it is not tiny
-            times[order[0]] = _time_candidates(run, [config], device, protocol)[0]
-            to_time = order[:SHORTLIST] if times[order[0]] >= TINY_MS else []
+            pairs.update(zip([order[0]], _time_pairs(run, [config], device, protocol, eager)))
+            to_time = order[:SHORTLIST] if max(pairs[order[0]]) >= TINY_MS else []
         else:  # "model": nothing timed
             to_time = []
-        missing = [i for i in to_time if i not in times]
+        missing = [i for i in to_time if i not in pairs]
         replayed_before = protocol.get("replayed", False)
-        times.update(zip(missing, _time_candidates(run, [candidates[i] for i in missing], device, protocol, eager)))
+        pairs.update(zip(missing, _time_pairs(run, [candidates[i] for i in missing], device, protocol, eager)))
         if replayed_before and not protocol["replayed"]:   # one could not be captured: all eager
-            stale = [i for i in times if i not in missing]
-            times.update(zip(stale, _time_candidates(run, [candidates[i] for i in stale], device, protocol, eager)))
+            stale = [i for i in pairs if i not in missing]
+            pairs.update(zip(stale, _time_pairs(run, [candidates[i] for i in stale], device, protocol, eager)))
+        times = _costs(pairs, eager)
         best = min(times, key=times.__getitem__) if times else None
         if best is not None and keep_first > 0 and 0 in times and times[best] > (1 - keep_first) * times[0]:
             best = 0
@@ -288,18 +293,33 @@ def _zero_shot(graph, num_feats: int, dtype: torch.dtype, candidates, ranked: bo
     return candidates[model.rank(graph_stats_cached(graph), num_feats, dtype.itemsize, candidates)[0]]
 
 
-def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None,
-                     protocol: Optional[Dict[str, bool]] = None, eager: bool = False) -> List[float]:
-    """GPU ms of each config (``measure``; ``eager``: the larger of GPU and host ms; a test's
-    timer or, for the CPU backend's candidates, ``perf_counter``)."""
+def _time_pairs(run: Callable, configs: List[Dict[str, int]], device=None,
+                protocol: Optional[Dict[str, bool]] = None, host: bool = False) -> List[Tuple[float, float]]:
+    """(GPU ms, host ms) of each config (``measure``; host 0 unless ``host``; a test's timer or,
+    for the CPU backend's candidates, ``perf_counter``, give the first, host 0)."""
     if not configs:
         return []
     _COUNTS["timed"] += len(configs)
     if _TIMER is not None:
-        return [float(_TIMER(run, cfg)) for cfg in configs]
+        return [(float(_TIMER(run, cfg)), 0.0) for cfg in configs]
     if device is not None and torch.device(device).type == "cpu":   # the CPU backend's candidates
-        return [_time_cpu(run, config) for config in configs]
-    return [max(gpu, host) for gpu, host in measure(run, configs, device, protocol, host=eager)]
+        return [(_time_cpu(run, config), 0.0) for config in configs]
+    return measure(run, configs, device, protocol, host=host)
+
+
+def _costs(pairs: Dict[int, Tuple[float, float]], eager: bool) -> Dict[int, float]:
+    """Each timed candidate's cost: its GPU ms, or ``eager`` the largest of its GPU and host ms
+    and the first candidate's host ms (``decide``'s ``eager``)."""
+    if not eager:
+        return {i: gpu for i, (gpu, _) in pairs.items()}
+    floor = pairs[0][1] if 0 in pairs else 0.0
+    return {i: max(gpu, host, floor) for i, (gpu, host) in pairs.items()}
+
+
+def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None,
+                     protocol: Optional[Dict[str, bool]] = None) -> List[float]:
+    """GPU ms of each config (:func:`_time_pairs`)."""
+    return [gpu for gpu, _ in _time_pairs(run, configs, device, protocol)]
 
 
 def measure(run: Callable, configs: List[Dict[str, int]], device=None,
