@@ -60,7 +60,7 @@ def test_a_reduced_kernel_within_the_margin_keeps_the_exact_call(precision, fres
     timed = len(seen)
     out.sum().backward()
     again = sg.spmm(g, x.detach(), backend="triton", precision=precision)
-    assert isinstance(g.cache.get("call", spmm_module._call_key("sum", "triton", precision, x, None)), str)
+    assert g.cache.get("call", spmm_module._call_key("sum", "triton", precision, x, None))[0] == "exact"
     assert len(seen) == timed and torch.equal(again, out.detach())
 
 
@@ -122,3 +122,82 @@ def test_an_eager_decision_ranks_by_the_calls_cost(measured, picked, monkeypatch
     config = autotune.decide("eager_cost_test", g, "d", 32, torch.float32, "cpu", [{"path": 0}, {"path": 1}],
                              lambda cfg: None, ranked=False, eager=True, keep_first=tiles.REDUCED_MARGIN)
     assert config == {"path": picked}
+
+
+def test_the_exact_candidate_is_timed_as_the_exact_call_runs(monkeypatch, fresh_store):
+    """Path 0's timed run is ``spmm``'s exact call: the caller's own weights (the graph's values,
+    so its bound launch) and reduce, not a detached or scaled copy."""
+    from sparsegnn.ops import _dispatch
+
+    seen = []
+    real = _dispatch.aggregate
+    monkeypatch.setattr(_dispatch, "aggregate", lambda backend, graph, x, weight, reduce, *a: seen.append(
+        (weight, reduce)) or real(backend, graph, x, weight, reduce, *a))
+
+    def timer(run, cfg):
+        if cfg.get("path") == 0:
+            seen.clear()
+            run(cfg)
+            timed.extend(seen)
+        return 1.0
+    timed = []
+    set_timer(timer)
+    g, n = _graph(6)
+    sg.spmm(g, torch.randn(n, 32).to(DEVICE), "mean", backend="triton", precision="tf32")
+    assert timed and all(w is g.edge_val and reduce == "mean" for w, reduce in timed)
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_mean_on_a_reduced_pick_builds_its_tile_launch_once(given, monkeypatch, fresh_store):
+    """The mean's weights ``w / deg`` are the same tensor call after call, so the tile launch
+    (and its tile values) built from them is reused."""
+    built = []
+    real = tiles._tile_launch
+    monkeypatch.setattr(tiles, "_tile_launch", lambda *a: built.append(1) or real(*a))
+    set_timer(lambda run, cfg: 0.5 if cfg.get("path") == 1 else 1.0)
+    g, n = _graph(7)
+    x = torch.randn(n, 32).to(DEVICE)
+    w = (torch.rand(g.num_edges) + 0.5).to(DEVICE) if given else None
+    outs = [sg.spmm(g, x, "mean", edge_weight=w, backend="triton", precision="tf32") for _ in range(4)]
+    assert len(built) == 1
+    assert all(torch.equal(o, outs[0]) for o in outs)
+
+
+def test_a_precision_pick_is_made_again_after_the_stores_reset(fresh_store, tmp_path, monkeypatch):
+    """The memoised pick carries the decision stores' generation: after ``reset_stores`` (here
+    onto an empty cache) the next call decides again, and the exact call then wins."""
+    from sparsegnn.tune.store import reset_stores
+
+    seen = []
+    set_timer(_timer({0: 1.0, 1: 0.5}, seen))
+    g, n = _graph(8)
+    x = torch.randn(n, 32).to(DEVICE)
+    key = spmm_module._call_key("sum", "triton", "tf32", x, None)
+    sg.spmm(g, x, backend="triton", precision="tf32")
+    assert g.cache.get("call", key)[0] == "precise"
+    monkeypatch.setenv("SPARSEGNN_TUNE_CACHE", str(tmp_path / "other"))
+    reset_stores()
+    set_timer(_timer({0: 1.0, 1: 2.0}, seen))
+    out = sg.spmm(g, x, backend="triton", precision="tf32")
+    assert g.cache.get("call", key)[0] == "exact" and torch.equal(out, sg.spmm(g, x, backend="triton"))
+
+
+def test_keep_first_times_the_first_candidate_even_off_the_shortlist(monkeypatch, fresh_store):
+    """A ranked family whose model leaves the first candidate off its shortlist still times it
+    when ``keep_first`` asks to compare against it."""
+    from sparsegnn.tune import autotune
+
+    class Backwards:
+        def rank(self, stats, num_feats, elem, candidates):
+            return list(range(len(candidates)))[::-1]
+
+    timed = []
+    monkeypatch.setattr(autotune, "load_model", lambda: Backwards())
+    monkeypatch.setattr(autotune, "autotune_enabled", lambda *a, **k: True)
+    monkeypatch.setattr(autotune, "_time_pairs", lambda run, configs, *a, **k: [
+        timed.append(c["i"]) or ((1.0, 0.0) if c["i"] == 0 else (0.95, 0.0)) for c in configs])
+    monkeypatch.setenv("SPARSEGNN_TUNE", "shortlist")
+    g, _ = _graph(9)
+    config = autotune.decide("keep_first_test", g, "d", 32, torch.float32, "cpu", [{"i": i} for i in range(6)],
+                             lambda cfg: None, keep_first=0.1)
+    assert 0 in timed and config == {"i": 0}

@@ -37,6 +37,19 @@ def derived_values(graph: Graph, slot: tuple, values: Optional[Tensor], build):
     return graph.cache.get("edge_values", slot, build, values=values)
 
 
+def mean_weights(graph: Graph, weight: Optional[Tensor]) -> Tensor:
+    """``w_e / deg(row(e))`` (fp32 scale; ``1 / deg`` for None): the graph's cached scale for
+    no weights, per call for weights that need a gradient (autograd sees the product), else
+    built once per weight tensor and version (``derived_values``), so a call that gets the same
+    weights gets the same tensor, and what is derived from it (tile values) is kept."""
+    scale = mean_scale(graph, torch.float32)
+    if weight is None:
+        return scale
+    if weight.requires_grad:
+        return scaled(weight, scale)
+    return derived_values(graph, ("mean_weights",), weight, lambda: scaled(weight, scale))
+
+
 def permuted_own_values(graph: Graph, values: Tensor, perm: Tensor) -> Tensor:
     """``values[perm]`` for values the graph owns (its ``edge_val``, its cached ``1/deg``),
     permuted once per tensor and version (``derived_values``, one slot per owned tensor)."""

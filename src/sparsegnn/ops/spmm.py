@@ -22,6 +22,7 @@ from .._checks import check, check_edge_values, check_node_features, check_preci
 from ..formats.cbsr import CBSR
 from ..graph import Graph, as_graph
 from ..tune.reuse import invested
+from ..tune.store import stores_generation
 from . import _cpu
 from ._dispatch import BACKENDS, aggregate, aggregate_transposed, choose_backend, spmm_max_backward, spmm_weight_grad
 from ._library import compiling, not_traceable_graph
@@ -39,11 +40,11 @@ def _tensor_core_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce:
                       config: Optional[dict] = None) -> Tensor:
     """Sum / mean at ``precision`` (``ops.tiles.spmm_precise``: rows, tiles or cuSPARSE, tuned;
     ``config``: the forward's pick, made already); mean as weights ``w / deg``."""
-    from ._common import mean_scale, scaled
+    from ._common import mean_weights
     from .tiles import spmm_precise
 
     if reduce == "mean":
-        weight = scaled(weight, mean_scale(graph, torch.float32))
+        weight = mean_weights(graph, weight)
     return spmm_precise(graph, x, weight, precision, config)
 
 
@@ -254,11 +255,14 @@ def spmm(
         if memo is not None and not compiling():
             if memo.__class__ is str:
                 return _memoised_linear(graph, x, given, reduce, memo)
-            kind, value = memo
-            if kind == "precise":       # the tuner's reduced-precision pick
-                return _tensor_core_spmm(graph, x, graph.edge_val if given is None else given, reduce, precision,
-                                         value)
-            if not invested(graph):     # a precision's exact calls until the graph is invested in
+            kind, value, generation = memo      # a precision's pick (else: decided again below)
+            if kind == "until invested":
+                if not invested(graph):
+                    return _memoised_linear(graph, x, given, reduce, value)
+            elif generation == stores_generation():
+                if kind == "precise":
+                    return _tensor_core_spmm(graph, x, graph.edge_val if given is None else given, reduce,
+                                             precision, value)
                 return _memoised_linear(graph, x, given, reduce, value)
     if isinstance(x, CBSR):
         return _spmm_of_cbsr(graph, x, reduce, edge_weight, backend, precision)
@@ -304,15 +308,20 @@ def spmm(
     memo = chosen
     if reduced and chosen == "triton":
         # a precision is a permission: the exact call until the graph is invested in (it counts
-        # the graph's uses), then the tuner's pick among the exact call and the reduced kernels
+        # the graph's uses), then the tuner's pick among the exact call and the reduced kernels,
+        # memoised with the decision stores' generation (a reset decides again); a pick made
+        # during a CUDA-graph capture is provisional (nothing is timed there): not memoised
         if not invested(graph):
-            memo = ("exact until invested", chosen)
+            memo = ("until invested", chosen, None)
         else:
+            memoised = memoised and not (x.is_cuda and torch.cuda.is_current_stream_capturing())
             config = _precise_pick(graph, x, edge_weight, reduce, precision)
             if config["path"] != 0:
                 if memoised:
-                    graph.cache.put("call", ("precise", config), _call_key(reduce, backend, precision, x, given))
+                    graph.cache.put("call", ("precise", config, stores_generation()),
+                                    _call_key(reduce, backend, precision, x, given))
                 return _tensor_core_spmm(graph, x, edge_weight, reduce, precision, config)
+            memo = ("exact", chosen, stores_generation())
     if memoised:
         graph.cache.put("call", memo, _call_key(reduce, backend, precision, x, given))
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or (edge_weight is not None and edge_weight.requires_grad))

@@ -261,16 +261,19 @@ def _tile_launch(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: s
                       chunk=config["chunk"], encoding=encoding)
 
 
-def _precise_config(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> dict:
+def _precise_config(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, exact=None) -> dict:
     """The ``"spmm_tc"`` decision for ``A x`` at ``precision`` (module doc): stored, or timed
-    here over :func:`tc_candidates` with each candidate's eager cost."""
+    here over :func:`tc_candidates` with each candidate's eager cost.  ``exact``: the exact
+    call as the caller makes it (its own weights and reduce, so its bound launch), timed for
+    path 0; by default the exact sum with ``weight``."""
     from ..tune import decide
 
     half = x.dtype in (torch.float16, torch.bfloat16) or precision == "bf16"
     candidates = lambda: tc_candidates(  # noqa: E731
         x.shape[1], half, graph.num_edges * x.shape[1] >= PACKED_MIN_WORK,
         precision == "bf16" and x.dtype != torch.bfloat16)
-    run = lambda cfg: _run_sum(graph, x, weight, precision, cfg)  # noqa: E731
+    run = lambda cfg: exact() if exact is not None and cfg["path"] == 0 else _run_sum(  # noqa: E731
+        graph, x, weight, precision, cfg)
     return decide(TC_FAMILY, graph, precision, x.shape[1], x.dtype, x.device, candidates, run,
                   space=TC_SPACE, ranked=False, eager=True, keep_first=REDUCED_MARGIN)
 
@@ -280,18 +283,22 @@ def _precise_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: s
 
 
 def _effective_weight(graph: Graph, weight: Optional[Tensor], reduce: str) -> Optional[Tensor]:
-    """``w'`` of ``A' = A`` (``"sum"``) or ``D^-1 A`` (``"mean"``), detached (None = ones)."""
-    from ._common import mean_scale, scaled
+    """``w'`` of ``A' = A`` (``"sum"``: ``weight`` itself) or ``D^-1 A`` (``"mean"``:
+    ``_common.mean_weights``), None = ones: the same tensors the call itself passes on."""
+    from ._common import mean_weights
 
-    weight = None if weight is None else weight.detach()
-    return scaled(weight, mean_scale(graph, torch.float32)) if reduce == "mean" else weight
+    return mean_weights(graph, weight) if reduce == "mean" else weight
 
 
 def precise_pick(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, precision: str) -> dict:
     """The config ``spmm(graph, x, reduce, weight, precision=precision)`` runs (decided here if
     not yet: see the module doc); ``spmm`` takes the exact path itself where it is path 0, and
-    memoises the pick."""
-    return _precise_config(graph, x, _effective_weight(graph, weight, reduce), precision)
+    memoises the pick.  Path 0 is timed as ``spmm``'s exact call makes it (``weight``,
+    ``reduce``); the others with the effective weights their call passes on."""
+    from ._dispatch import aggregate
+
+    exact = lambda: aggregate("triton", graph, x, weight, reduce)  # noqa: E731
+    return _precise_config(graph, x, _effective_weight(graph, weight, reduce), precision, exact)
 
 
 def _transposed_weight(graph: Graph, weight: Optional[Tensor]) -> Optional[Tensor]:

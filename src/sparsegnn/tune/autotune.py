@@ -246,6 +246,8 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
             to_time = order[:SHORTLIST] if max(pairs[order[0]]) >= TINY_MS else []
         else:  # "model": nothing timed
             to_time = []
+        if keep_first > 0 and to_time and 0 not in to_time:   # the default is what others must beat
+            to_time = [0] + list(to_time)
         missing = [i for i in to_time if i not in pairs]
         replayed_before = protocol.get("replayed", False)
         pairs.update(zip(missing, _time_pairs(run, [candidates[i] for i in missing], device, protocol, eager)))
