@@ -38,8 +38,8 @@ def _precise_pick(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str
 
 def _tensor_core_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, precision: str,
                       config: Optional[dict] = None) -> Tensor:
-    """Sum / mean at ``precision`` (``ops.tiles.spmm_precise``: rows, tiles or cuSPARSE, tuned;
-    ``config``: the forward's pick, made already); mean as weights ``w / deg``."""
+    """Sum / mean at ``precision`` (``ops.tiles.spmm_precise``: the tuner's reduced pick;
+    ``config``: the forward's, made already); mean as weights ``w / deg``."""
     from ._common import mean_weights
     from .tiles import spmm_precise
 
@@ -229,11 +229,10 @@ def spmm(
             permission, never a penalty.  A sum or mean with the Triton backend on a graph
             invested in (``tune.reuse``) runs on the fastest of the exact call and the kernels
             at that precision (``ops.tiles.spmm_precise``), timed as eager calls make them:
-            tensor cores over the graph's condensed tiles, cuSPARSE, the row kernel on
-            features packed to fp16 with a scale per row (11 significant bits, as tf32, for
-            entries above 2^-29 of their row's largest magnitude; an error of at most 2^-40 of
-            it below: ``kernels/pack.py``) or, ``"bf16"``, rounded to bfloat16 (half the bytes
-            gathered).  A reduced kernel must beat the exact call by 10 %.  Elsewhere (a graph
+            tensor cores over the graph's condensed tiles, the row kernel on features packed to
+            fp16 with a scale per row (11 significant bits, as tf32, for entries above 2^-29 of
+            their row's largest magnitude; an error of at most 2^-40 of it below:
+            ``kernels/pack.py``) or, ``"bf16"``, rounded to bfloat16 (half the bytes gathered).  A reduced kernel must beat the exact call by 10 %.  Elsewhere (a graph
             met too few times, CPU, max, multi-head) the result is exact.
 
     Returns:

@@ -12,12 +12,11 @@ kernel (:func:`tile_encoding`).
 feature width, dtype and precision the tuner (``tune.decide``, family ``TC_FAMILY``, persisted
 like every decision) picks the fastest of the exact call itself, tile launch configs and the
 row kernel on bf16-rounded (``"bf16"``) or fp16-packed (:func:`_packed_sum`) features, all
-timed once, once the graph is invested in.  A precision is a
-permission, never a penalty: the exact call is the first candidate (what a graph not invested
-in, ``SPARSEGNN_TUNE=off`` or a zero-shot decision gets), every candidate is timed as an
-eager call makes it (its conversions and launches, ``max(GPU, host)`` ms, the exact call's host
-ms a floor: ``tune.decide``'s ``eager``) and a reduced one
-must beat the exact call by ``REDUCED_MARGIN``.
+timed once, once the graph is invested in.  A precision is a permission, never a penalty: the
+exact call is the first candidate (what a graph not invested in, ``SPARSEGNN_TUNE=off`` or a
+zero-shot decision gets), every candidate is timed as an eager call makes it (its conversions
+and launches, ``max(GPU, host)`` ms, the exact call's host ms a floor: ``tune.decide``'s
+``eager``) and a reduced one must beat the exact call by ``REDUCED_MARGIN``.
 """
 from __future__ import annotations
 
@@ -128,10 +127,11 @@ def spmm_tc(graph: Graph, x: Tensor, edge_weight: Optional[Tensor] = None, preci
 
 #: Search space of the ``"spmm_tc"`` decisions: ``path`` 0 = the exact call on the caller's
 #: features (the CUDA-core row kernel or cuSPARSE, tuned as ``precision="ieee"`` is), 1 = tiles
-#: (``swap``, ``bf`` features per program, ``warps``, ``chunk`` blocks per item), 3 = the row kernel on fp32 features packed to fp16 with a scale per row
-#: (``kernels/pack.py``: tf32's 11 significant bits for entries above 2^-29 of their row's
-#: largest magnitude, half the gathered bytes), 4 = the row kernel on features rounded to
-#: bf16 (``"bf16"`` on fp32 / fp16 features: half the gathered bytes).
+#: (``swap``, ``bf`` features per program, ``warps``, ``chunk`` blocks per item), 3 = the row
+#: kernel on fp32 features packed to fp16 with a scale per row (``kernels/pack.py``: tf32's 11
+#: significant bits for entries above 2^-29 of their row's largest magnitude, half the gathered
+#: bytes), 4 = the row kernel on features rounded to bf16 (``"bf16"`` on fp32 / fp16 features:
+#: half the gathered bytes).
 TC_SPACE = {"path": (0, 1, 3, 4), "swap": (0, 1), "bf": (32, 64, 128, 256), "warps": (4, 8),
             "chunk": (4, 8, 16, 32)}
 #: A reduced-precision candidate is picked only when faster than the exact call by more than
@@ -182,7 +182,8 @@ def tc_candidates(num_feats: int, half: bool, packed: bool = True, rounded: bool
         # and short items of 4 blocks, which win on small graphs (more programs; Cora F = 256,
         # captured: 13.6 vs 14.5 us tf32, 14.6 vs 15.0 us bf16; docs/design/tensor-cores.md)
         tiles.append(_tile(0, 64, 4, 4))
-    return [{"path": 0}] + tiles + ([{"path": 4}] if rounded else []) + ([{"path": 3}] if packed and not half else [])
+    return ([{"path": 0}] + tiles + ([{"path": 4}] if rounded else [])
+            + ([{"path": 3}] if packed and not half else []))
 
 
 #: Dense tile values above this many bytes are not built: graphs with sorted rows take the runs
