@@ -256,6 +256,29 @@ def test_grouped_launch_with_pieces_heavy_and_light_rows(config):
     assert _rel_err(run(x.to(DEVICE)), _dense_reduce(ei, 40, x.double(), w, "mean")) < 1e-5
 
 
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_grouped_schedule_combines_long_rows_in_its_one_launch(reduce):
+    """A grouped config on a graph with long rows (pieces) is one launch, and its arrival
+    counters are back at 0 after a call: repeated calls with other features stay exact, and
+    the same features give the same bits (the pieces combine in piece order)."""
+    from sparsegnn.kernels.spmm_csr import _recorded
+
+    ei, w = _mixed_graph()
+    g = Graph.from_edge_index(ei, w, num_nodes=40).to(DEVICE)
+    plan = build_row_plan(g.rowptr, g.col, 64)
+    config = _GROUPED[0]
+    assert plan.long_rows.numel() >= 3 and plan.num_pieces > plan.long_rows.numel()
+    xs = [torch.randn(40, 19, generator=torch.Generator().manual_seed(s)).to(DEVICE) for s in (31, 32)]
+    calls = _recorded(lambda: spmm_planned(g.rowptr, plan, g.edge_val, xs[0], reduce, config=config))
+    assert len(calls) == 1
+    first = spmm_planned(g.rowptr, plan, g.edge_val, xs[0], reduce, config=config)
+    for x in (xs[1], xs[0]):
+        out = spmm_planned(g.rowptr, plan, g.edge_val, x, reduce, config=config)
+        assert _rel_err(out, _dense_reduce(ei, 40, x.double().cpu(), w, reduce)) < 1e-5
+    assert torch.equal(out, first)
+    assert int(plan.long_counters(-(-19 // config["BLOCK_F"])).abs().sum()) == 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config", _all_candidates(), ids=lambda c: "-".join(f"{k}{v}" for k, v in sorted(c.items())))
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max"])

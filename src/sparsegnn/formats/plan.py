@@ -31,6 +31,7 @@ class RowPlan:
         piece_start, piece_end: [P] int64 edge range of each piece.
         long_piece_ptr: [L + 1] int64: pieces of long row ``l`` are ``long_piece_ptr[l]:[l+1]``.
         long_inv_deg: [L] float32 ``1 / deg`` of each long row (for ``mean``).
+        piece_long: [P] int32 index into ``long_rows`` of each piece's row.
         col32: [E] int32 column indices (half the index bytes of int64).
         seg_row, seg_start, seg_end: [S + P] every short row and every piece as one list of
             independent ``(row, first edge, end edge)`` segments (for per-edge outputs: SDDMM).
@@ -46,6 +47,7 @@ class RowPlan:
     piece_end: Tensor
     long_piece_ptr: Tensor
     long_inv_deg: Tensor
+    piece_long: Tensor
     col32: Tensor
     seg_row: Tensor
     seg_start: Tensor
@@ -58,6 +60,7 @@ class RowPlan:
     _row32: Tensor = field(default=None, repr=False)
     _by_degree: Tensor = field(default=None, repr=False)
     _short_desc: Tensor = field(default=None, repr=False)
+    _long_counters: dict = field(default_factory=dict, repr=False)
 
     @property
     def short_desc(self) -> Tensor:
@@ -92,7 +95,7 @@ class RowPlan:
         cached heavy-row lists and split pieces are rebuilt there on use."""
         moved = {}
         for f in fields(self):
-            if f.name not in ("_heavy", "_split"):
+            if f.name not in ("_heavy", "_split", "_long_counters"):
                 value = getattr(self, f.name)
                 moved[f.name] = value.to(device) if isinstance(value, Tensor) else value
         return RowPlan(**moved)
@@ -127,6 +130,15 @@ class RowPlan:
     @property
     def num_pieces(self) -> int:
         return int(self.piece_start.numel())
+
+    def long_counters(self, feature_blocks: int) -> Tensor:
+        """Zeroed int32 arrival counters ``[L * feature_blocks]``, one per long row and feature
+        block (kept: the kernel that combines a long row's pieces in the launch that computes
+        them resets each counter to 0 after use, so a buffer serves every call on one stream)."""
+        if feature_blocks not in self._long_counters:
+            self._long_counters[feature_blocks] = torch.zeros(
+                max(self.long_rows.numel() * feature_blocks, 1), dtype=torch.int32, device=self.col32.device)
+        return self._long_counters[feature_blocks]
 
     def split_pieces(self, degree: int, piece_edges: int) -> "SplitPieces":
         """Rows heavier than ``degree`` edges (as :meth:`heavy_rows`) cut into pieces of
@@ -240,7 +252,7 @@ def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
     seg_start = torch.cat([rowptr[short64], piece_start])
     seg_end = torch.cat([rowptr[short64 + 1], piece_end])
     plan = RowPlan(chunk, short_rows, long_rows, piece_start, piece_end, long_piece_ptr, long_inv_deg,
-                   col.to(torch.int32), seg_row, seg_start, seg_end, bucket_ptr,
+                   owner.to(torch.int32), col.to(torch.int32), seg_row, seg_start, seg_end, bucket_ptr,
                    int(deg.max()) if deg.numel() else 0, rowptr)
     _ = plan.short_desc  # built with the plan: never first under a CUDA-graph capture
     return plan

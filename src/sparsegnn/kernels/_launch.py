@@ -5,6 +5,12 @@ arguments, computing the specialisation and cache key, launch metadata): more th
 time of an SpMM on a graph of 10k edges.  ``launch`` keeps the compiled kernel of every
 *specialisation* it has seen and calls its launcher directly on a hit.
 
+A hit passes every tensor as its address (an int): Triton's launcher takes an int pointer as
+it is, where for a tensor it calls ``data_ptr()`` and checks the address with the driver
+(``cuPointerGetAttribute``), per tensor and per launch.  The tensors reaching a launch here
+were checked by the op that launches (device, dtype, shape), and the caller holds them for
+the launch, so the check only costs host time.
+
 The specialisation key is at least as fine as Triton's own: every constexpr and launch
 option, and for each runtime argument its dtype and 16-byte pointer alignment (tensors) or
 whether it is 1, a multiple of 16 and within 32 bits (ints).  A miss (a new key, the Triton
@@ -21,7 +27,7 @@ import triton
 
 from . import _prewarm, interpreting
 
-_COMPILED: Dict[tuple, object] = {}
+_COMPILED: Dict[tuple, tuple] = {}     # key -> (launcher, function handle, packed metadata)
 _PARAMS: Dict[int, Tuple[Tuple[str, ...], tuple]] = {}   # id(kernel) -> (names after args, defaults)
 _HOOKS = getattr(getattr(triton, "knobs", None), "runtime", None)
 
@@ -54,6 +60,29 @@ def _spec(value) -> tuple:
     return (value == 1, value & 15 == 0, -(1 << 31) <= value < (1 << 31))
 
 
+def _passed(args) -> Tuple[tuple, list]:
+    """``(specialisation, values to pass)`` of runtime ``args``: a tensor is passed as its
+    address (see the module doc), specialised on its dtype and 16-byte alignment."""
+    spec, passed = [], []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            ptr = a.data_ptr()
+            spec.append((a.dtype, ptr & 15 == 0))
+            passed.append(ptr)
+        else:
+            spec.append(_spec(a))
+            passed.append(a)
+    return tuple(spec), passed
+
+
+def _entry(compiled) -> Optional[tuple]:
+    """``(launcher, function handle, packed metadata)`` of a kernel Triton compiled and
+    launched (its handles loaded), or None for a Triton whose compiled kernels lack them."""
+    if not all(hasattr(compiled, f) for f in ("run", "function", "packed_metadata")):
+        return None
+    return compiled.run, compiled.function, compiled.packed_metadata
+
+
 def _tail(kernel, num_args: int, constexprs: Dict[str, object]) -> tuple:
     """Values of the parameters after the positional ``args``: the given constexprs, else defaults."""
     cached = _PARAMS.get(id(kernel))
@@ -83,68 +112,81 @@ def launch(kernel, grid: Tuple[int, ...], args: tuple, constexprs: Dict[str, obj
         kernel[grid](*args, **constexprs, **options)
         return
     device = torch.cuda.current_device()
-    key = (id(kernel), device, num_warps, num_stages, tuple(constexprs.items()), tuple(_spec(a) for a in args))
-    compiled = _COMPILED.get(key)
-    if compiled is None:
+    spec, passed = _passed(args)
+    key = (id(kernel), device, num_warps, num_stages, tuple(constexprs.items()), spec)
+    entry = _COMPILED.get(key)
+    if entry is None:
         _prewarm.wait()                       # Triton's key, if still being hashed in the background
-        compiled = kernel[grid](*args, **constexprs, **options)
-        if all(hasattr(compiled, f) for f in ("run", "function", "packed_metadata")):
-            _COMPILED[key] = compiled
+        entry = _entry(kernel[grid](*args, **constexprs, **options))
+        if entry is not None:
+            _COMPILED[key] = entry
         return
-    stream = _current_stream(device)
-    compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
-                 compiled.function, compiled.packed_metadata, None, None, None,
-                 *args, *_tail(kernel, len(args), constexprs))
+    run, function, metadata = entry
+    run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, _current_stream(device),
+        function, metadata, None, None, None, *passed, *_tail(kernel, len(args), constexprs))
 
 
 class Bound:
     """``launch(kernel, grid, args, constexprs, ...)`` with the arguments that do not change from
     call to call (a graph's index and value tensors) bound once: a call computes the
-    specialisation of the changing ones (``varying`` positions: features, output, widths,
-    strides) only.  Same compiled kernels and same fallbacks as ``launch``: the key of a hit is
-    ``launch``'s key with the bound arguments' part precomputed.
+    specialisation of the changing ones (``varying`` positions: features, output, temporaries)
+    only, and passes the bound tensors as the addresses taken at binding (the Bound keeps the
+    tensors alive).  Same compiled kernels and same fallbacks as ``launch``: the key of a hit
+    is ``launch``'s key with the bound arguments' part precomputed.
 
     Args:
         kernel, constexprs, num_warps, num_stages: as for ``launch``.
         args: every runtime argument, in order; the values at ``varying`` positions are
             placeholders replaced at each call.
-        varying: positions of the arguments given at each call, in the order they are given.
+        varying: positions of the arguments given at each call, in the order they are given;
+            each call gives tensors there, all on one device.
     """
 
     __slots__ = ("kernel", "args", "varying", "constexprs", "num_warps", "num_stages", "fixed_spec", "cons_key",
-                 "tail", "hits")
+                 "tail", "hits", "passed")
 
     def __init__(self, kernel, args: tuple, constexprs: Dict[str, object], num_warps: int,
                  num_stages: Optional[int] = None, varying: Tuple[int, ...] = ()) -> None:
         self.kernel, self.args, self.varying = kernel, tuple(args), tuple(varying)
         self.constexprs, self.num_warps, self.num_stages = dict(constexprs), num_warps, num_stages
         self.fixed_spec = tuple(None if i in self.varying else _spec(a) for i, a in enumerate(self.args))
+        self.passed = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in self.args]
         self.cons_key = tuple(self.constexprs.items())
         self.tail = None                          # the compiled path's trailing values, on its first hit
-        self.hits: Dict[tuple, object] = {}      # (device, specs of the varying values) -> compiled
+        self.hits: Dict[tuple, tuple] = {}       # (device, specs of the varying values) -> _COMPILED's entry
 
     def __call__(self, grid: Tuple[int, ...], values: tuple) -> None:
-        args = list(self.args)
-        for i, v in zip(self.varying, values):
-            args[i] = v
-        if interpreting() or _hooked():
+        # CPU tensors (the interpreter) or a profiler's hooks: Triton's own path, through launch
+        # (CUDA tensors under TRITON_INTERPRET=1 may take a compiled kernel: the same result)
+        if not (values and values[0].is_cuda) or _hooked():
+            args = list(self.args)
+            for i, v in zip(self.varying, values):
+                args[i] = v
             launch(self.kernel, grid, tuple(args), self.constexprs, self.num_warps, self.num_stages)
             return
+        passed = list(self.passed)
+        vspec = []
+        for i, v in zip(self.varying, values):
+            ptr = v.data_ptr()
+            passed[i] = ptr
+            vspec.append((v.dtype, ptr & 15 == 0))
         device = torch.cuda.current_device()
-        vspec = tuple(_spec(v) for v in values)
-        compiled = self.hits.get((device, vspec))
-        if compiled is None:
+        entry = self.hits.get((device, *vspec))
+        if entry is None:
             spec = list(self.fixed_spec)
             for i, sp in zip(self.varying, vspec):
                 spec[i] = sp
             key = (id(self.kernel), device, self.num_warps, self.num_stages, self.cons_key, tuple(spec))
-            compiled = _COMPILED.get(key)
-            if compiled is None:                  # compile (or take Triton's path) through launch
+            entry = _COMPILED.get(key)
+            if entry is None:                     # compile (or take Triton's path) through launch
+                args = list(self.args)
+                for i, v in zip(self.varying, values):
+                    args[i] = v
                 launch(self.kernel, grid, tuple(args), self.constexprs, self.num_warps, self.num_stages)
                 return
-            self.hits[(device, vspec)] = compiled
+            self.hits[(device, *vspec)] = entry
             if self.tail is None:
                 self.tail = _tail(self.kernel, len(self.args), self.constexprs)
-        compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                     _current_stream(device), compiled.function, compiled.packed_metadata, None, None, None,
-                     *args, *self.tail)
+        run, function, metadata = entry
+        run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, _current_stream(device),
+            function, metadata, None, None, None, *passed, *self.tail)

@@ -170,6 +170,34 @@ def _segment_reduce_kernel(
 
 
 @triton.jit
+def _last_piece_combines(
+    partial_ptr, count_ptr, group, first, last, is_piece, feat, feat_mask, num_feats,
+    REDUCE: tl.constexpr, BLOCK_F: tl.constexpr,
+):
+    """For a program that stored its piece's partial (``is_piece``): count it in
+    ``count[group, feature block]`` (acq_rel atomic after a CTA barrier) and, in the piece that
+    arrives last, combine the group's partials ``first .. last`` *in piece order* (sum, or max
+    for ``REDUCE == 2``; deterministic whatever the arrival order) and reset the counter to 0
+    for the next call.  Returns ``(combined fp32 [BLOCK_F], whether this piece arrived last)``."""
+    counter = count_ptr + group * tl.num_programs(1) + tl.program_id(1)
+    tl.debug_barrier()  # every thread's partial is stored before the acq_rel atomic below
+    arrived = tl.atomic_add(counter, 1, mask=is_piece, sem="acq_rel")
+    is_last = is_piece & (arrived == last - first - 1)
+    if REDUCE == 2:
+        acc = tl.full([BLOCK_F], float("-inf"), dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_F], dtype=tl.float32)
+    for q in range(first, tl.where(is_last, last, first)):
+        other = tl.load(partial_ptr + q * num_feats + feat, mask=feat_mask, other=0.0, cache_modifier=".cg")
+        if REDUCE == 2:
+            acc = tl.maximum(acc, other, propagate_nan=tl.PropagateNan.ALL)
+        else:
+            acc += other
+    tl.store(counter, 0, mask=is_last)
+    return acc, is_last
+
+
+@triton.jit
 def _spmm_split_kernel(
     rowptr_ptr, col_ptr, val_ptr, scale_ptr, x_ptr, out_ptr,
     piece_heavy_ptr, piece_start_ptr, heavy_rows_ptr, heavy_first_ptr, partial_ptr, count_ptr,
@@ -218,25 +246,12 @@ def _spmm_split_kernel(
     if INLINE:
         first = tl.load(heavy_first_ptr + heavy, mask=is_piece, other=0)
         last = tl.load(heavy_first_ptr + heavy + 1, mask=is_piece, other=0)
-        counter = count_ptr + heavy * tl.num_programs(1) + fblock
-        tl.debug_barrier()  # every thread's partial is stored before the acq_rel atomic below
-        arrived = tl.atomic_add(counter, 1, mask=is_piece, sem="acq_rel")
-        is_last = is_piece & (arrived == last - first - 1)
-        if REDUCE == 2:
-            acc = tl.full([BLOCK_F], float("-inf"), dtype=tl.float32)
-        else:
-            acc = tl.zeros([BLOCK_F], dtype=tl.float32)
-        for q in range(first, tl.where(is_last, last, first)):
-            other = tl.load(partial_ptr + q * num_feats + feat, mask=feat_mask, other=0.0, cache_modifier=".cg")
-            if REDUCE == 2:
-                acc = tl.maximum(acc, other, propagate_nan=tl.PropagateNan.ALL)
-            else:
-                acc += other
+        acc, is_last = _last_piece_combines(partial_ptr, count_ptr, heavy, first, last, is_piece, feat, feat_mask,
+                                            num_feats, REDUCE, BLOCK_F)
         if REDUCE == 1:
             acc = acc / tl.maximum(heavy_end - heavy_start, 1).to(tl.float32)
         tl.store(out_ptr + heavy_row * stride_out + feat, acc.to(out_ptr.dtype.element_ty),
                  mask=feat_mask & (is_last.to(tl.int32) + zeros > 0))
-        tl.store(counter, 0, mask=is_last)
 
 
 @triton.jit
@@ -286,14 +301,20 @@ def _rows_side_by_side(
 @triton.jit
 def _grouped_kernel(
     rows_ptr, rowptr_ptr, piece_start_ptr, piece_end_ptr, col_ptr, val_ptr, scale_ptr, x_ptr, out_ptr, partial_ptr,
+    piece_long_ptr, long_rows_ptr, long_first_ptr, count_ptr,
     num_pieces, num_heavy, num_listed, num_feats, stride_x, stride_out,
     REDUCE: tl.constexpr, HAS_VAL: tl.constexpr, ROWS: tl.constexpr, GROUP_E: tl.constexpr,
-    BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, SRC_SCALE: tl.constexpr = False,
+    BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, SRC_SCALE: tl.constexpr = False, INLINE: tl.constexpr = False,
 ):
     """Every short row and long-row piece in one launch, the longest work first:
 
     - programs ``[0, num_pieces)``: piece ``p`` (edges ``piece_start[p] .. piece_end[p]``) into
-      row ``p`` of the fp32 ``partial`` buffer (sums, or maxima for max), ``BLOCK_E`` edges per step;
+      row ``p`` of the fp32 ``partial`` buffer (sums, or maxima for max), ``BLOCK_E`` edges per
+      step; with ``INLINE`` (set when there are pieces) the piece then counts itself in
+      ``count[long row, feature block]`` (acq_rel atomic after a CTA barrier) and the piece
+      that arrives last combines its row's partials *in piece order* (deterministic whatever
+      the arrival order: sum, mean or max), writes the row and resets the counter to 0 for the
+      next call (``long_first``: the row's pieces; ``piece_long``: each piece's row);
     - the next ``num_heavy``: listed row ``p - num_pieces`` alone, ``BLOCK_E`` edges per step;
     - the rest: ``ROWS`` listed rows each, side by side (``_rows_side_by_side``, ``GROUP_E``
       edges of each per step), until ``num_listed``.
@@ -319,6 +340,19 @@ def _grouped_kernel(
     alone = _reduce_range(start, end, col_ptr, val_ptr, x_ptr, stride_x, feat, feat_mask,
                           2 if REDUCE == 2 else 0, HAS_VAL, False, BLOCK_E, BLOCK_F, 0, 1, SRC_SCALE, scale_ptr)
     tl.store(partial_ptr + piece * num_feats + feat, alone, mask=feat_mask & (is_piece.to(tl.int32) + zeros > 0))
+    if INLINE:   # the last piece of a long row to arrive combines the row
+        owner = tl.load(piece_long_ptr + piece, mask=is_piece, other=0).to(tl.int64)
+        first = tl.load(long_first_ptr + owner, mask=is_piece, other=0)
+        last = tl.load(long_first_ptr + owner + 1, mask=is_piece, other=0)
+        acc, is_last = _last_piece_combines(partial_ptr, count_ptr, owner, first, last, is_piece, feat, feat_mask,
+                                            num_feats, REDUCE, BLOCK_F)
+        long_row = tl.load(long_rows_ptr + owner, mask=is_piece, other=0).to(tl.int64)
+        if REDUCE == 1:
+            row_start = tl.load(rowptr_ptr + long_row, mask=is_piece, other=0)
+            row_end = tl.load(rowptr_ptr + long_row + 1, mask=is_piece, other=0)
+            acc = acc / tl.maximum(row_end - row_start, 1).to(tl.float32)
+        tl.store(out_ptr + long_row * stride_out + feat, acc.to(out_ptr.dtype.element_ty),
+                 mask=feat_mask & (is_last.to(tl.int32) + zeros > 0))
     if REDUCE == 1:
         alone = alone / tl.maximum(end - start, 1).to(tl.float32)
     tl.store(out_ptr + row * stride_out + feat, alone.to(out_ptr.dtype.element_ty),
@@ -406,13 +440,27 @@ def _bind_recorded(rowptr: Tensor, plan, edge_val: Optional[Tensor], reduce: str
         shapes[slot] = (shape, dtype)
     probes.clear()
 
+    # each launch's per-call values as positions in [x, out, temporaries...]
+    picks = [(bound, grid, tuple(0 if s == "x" else 1 if s == "out" else 2 + s for s in sources))
+             for bound, grid, sources in launches]
+    if not shapes and len(picks) == 1 and picks[0][2] == (0, 1):   # the common case: one launch of x -> out
+        (bound, grid, _), = picks
+
+        def run_one(x: Tensor) -> Tensor:
+            x = x.contiguous()
+            out = torch.empty((num_rows, num_feats), dtype=x.dtype, device=x.device)
+            bound(grid, (x, out))
+            return out
+
+        return run_one
+
     def run(x: Tensor) -> Tensor:
         x = x.contiguous()
-        out = torch.empty((num_rows, num_feats), dtype=x.dtype, device=x.device)
-        scratch = [torch.empty(shape, dtype=dtype, device=x.device) for shape, dtype in shapes]
-        for bound, grid, sources in launches:
-            bound(grid, tuple(x if s == "x" else out if s == "out" else scratch[s] for s in sources))
-        return out
+        slots = [x, torch.empty((num_rows, num_feats), dtype=x.dtype, device=x.device)]
+        slots += [torch.empty(shape, dtype=dtype, device=x.device) for shape, dtype in shapes]
+        for bound, grid, pick in picks:
+            bound(grid, tuple(map(slots.__getitem__, pick)))
+        return slots[1]
 
     return run
 
@@ -590,19 +638,20 @@ def spmm_planned(
     else:
         num_light = plan.num_short_below(cfg.get("LIGHT_STEPS", 4) * group_e)
     num_heavy, num_pieces = num_short - num_light, plan.num_pieces
-    partial = torch.empty((max(num_pieces, 1), num_feats), dtype=torch.float32, device=x.device)
-    grid = (num_pieces + num_heavy + triton.cdiv(num_light, group), triton.cdiv(num_feats, cfg["BLOCK_F"]))
+    # no pieces: nothing is written to the partials (``out`` stands in, no allocation per call)
+    partial = torch.empty((num_pieces, num_feats), dtype=torch.float32, device=x.device) if num_pieces else out
+    fblocks = triton.cdiv(num_feats, cfg["BLOCK_F"])
+    grid = (num_pieces + num_heavy + triton.cdiv(num_light, group), fblocks)
+    # long rows' pieces combined in the same launch (INLINE): one launch whatever the graph
+    # (a second one cost ~30 us of host time per call on the H200's host)
+    counts = plan.long_counters(fblocks) if num_long else rowptr
     _emit(_grouped_kernel, grid,
            (plan.short_desc, rowptr, plan.piece_start, plan.piece_end, plan.col32, val, scale, x, out, partial,
+            plan.piece_long, plan.long_rows, plan.long_piece_ptr, counts,
             num_pieces, num_heavy, num_short, num_feats, x.stride(0), out.stride(0)),
            dict(REDUCE=code, HAS_VAL=edge_val is not None, ROWS=group, GROUP_E=group_e, BLOCK_E=cfg["BLOCK_E"],
-                BLOCK_F=cfg["BLOCK_F"], SRC_SCALE=src_scale is not None),
+                BLOCK_F=cfg["BLOCK_F"], SRC_SCALE=src_scale is not None, INLINE=num_long > 0),
            cfg["num_warps"], cfg.get("num_stages"))
-    if num_long:   # each long row's partials in piece order (deterministic)
-        piece_code = REDUCE_CODES["max"] if reduce == "max" else REDUCE_CODES["sum"]
-        _launch(None, plan.long_piece_ptr, plan.long_piece_ptr[1:], None, None, partial, out, plan.long_rows,
-                plan.long_inv_deg if reduce == "mean" else None, num_long, piece_code, True,
-                dict(cfg, ROWS=1, num_warps=cfg.get("SEG_WARPS", cfg["num_warps"])))
     return out
 
 
@@ -614,7 +663,9 @@ def _spmm_split(rowptr, plan, val, has_val, x, out, code, cfg, head_dim, num_hea
     split = plan.split_pieces(cfg.get("LIGHT_STEPS", 8) * cfg["BLOCK_E"], piece_e)
     fblocks = triton.cdiv(num_feats, block_f)
     inline = bool(cfg.get("INLINE", 1))
-    partial = torch.empty((max(split.num_pieces, 1), num_feats), dtype=torch.float32, device=x.device)
+    # no pieces: nothing is written to the partials (``out`` stands in, no allocation per call)
+    partial = (torch.empty((split.num_pieces, num_feats), dtype=torch.float32, device=x.device)
+               if split.num_pieces else out)
     counts = split.counters(fblocks) if inline else split.piece_heavy
     piece_code = REDUCE_CODES["max"] if code == REDUCE_CODES["max"] else REDUCE_CODES["sum"]
     _emit(_spmm_split_kernel, (split.num_pieces + num_rows, fblocks),

@@ -106,8 +106,9 @@ def csr_of(graph: Graph, weight: Optional[Tensor], dtype: torch.dtype) -> Tensor
 VENDOR_MIN_WORK = 1 << 21
 #: The row kernels' decision family; the version moves when a config's meaning (and speed)
 #: changes, so decisions stored by an older version are made again.  @2: the
-#: grouped configs run heavier rows at their own ``num_warps`` in one launch.
-SPMM_FAMILY = "spmm@2"
+#: grouped configs run heavier rows at their own ``num_warps`` in one launch; @3: they
+#: combine long rows' pieces in that launch too (no second launch).
+SPMM_FAMILY = "spmm@3"
 #: Search space of the cuSPARSE-or-ours decision (``VENDOR_FAMILY``): 0 = our bound kernel, 1 = cuSPARSE.
 VENDOR_SPACE = {"path": (0, 1)}
 #: Its store name: it times the row kernel, so it carries the row kernels' version and is made
@@ -154,33 +155,36 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
         return k.batched.spmm_batched(graph.ptr, graph.rowptr, graph.col, weight, x, cfg, reduce, tiles=tiles)
     if not use(graph, x.shape[1], x.element_size()):   # first contact: no plan, no tuning (tune.reuse)
         return first_contact_spmm(graph, x, weight, reduce)
-    detail = spmm_detail(weight, reduce)
-
-    plan = plan_of(graph)
-    config = lambda: _planned_config(graph, plan, x, weight, reduce)  # noqa: E731
-
-    def bound():
-        """The tuner's config for this call, bound to the graph (``spmm_csr.bind_planned``): a
-        repeat call skips ``decide`` and, for the one-launch configs, the specialisation of the
-        graph's tensors (host time is most of a call on a small graph); or cuSPARSE where it
-        times faster (``_with_vendor``)."""
-        ours = k.spmm.bind_planned(graph.rowptr, plan, weight, reduce, config(), x)
-        return _with_vendor(graph, x, weight, detail, ours) if vendor_applies(graph, x, weight, reduce) else ours
-
-    capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
-    if (weight is not None and weight is not graph.edge_val and not owned) or capturing:
+    if (weight is not None and weight is not graph.edge_val and not owned) or (
+            x.is_cuda and torch.cuda.is_current_stream_capturing()):
         # values that may be new every call (attention weights), or a decision taken inside a
         # CUDA-graph capture (provisional: decide re-decides after it): not bound, as before
-        return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce, config=config())
+        plan = plan_of(graph)
+        return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce,
+                                   config=_planned_config(graph, plan, x, weight, reduce))
     # one entry per variant, width, dtype and device ("derived": not copied by with_values);
     # rebuilt for an in-place update of the graph's values or a new generation of decision
     # stores (tune.reset_stores), in place: no entry per generation
     # (an owned weight other than edge_val, such as the values permuted for a backward, has its
     # own entry: a caller alternating it with edge_val does not rebind on every call)
     # (deterministic mode in the key: it decides whether cuSPARSE may run, see vendor_applies)
-    key = (detail, x.shape[1], x.dtype, x.device.index, torch.are_deterministic_algorithms_enabled(),
-           owned and weight is not graph.edge_val)
-    return graph.cache.get("spmm_run", key, bound, values=weight, stamp=stores_generation())(x)
+    key = (reduce, weight is not None, weight.shape[1] if multi_head else 0, x.shape[1], x.dtype, x.get_device(),
+           torch.are_deterministic_algorithms_enabled(), owned and weight is not graph.edge_val)
+    return graph.cache.get("spmm_run", key, lambda: _bound_spmm(graph, x, weight, reduce), values=weight,
+                           stamp=stores_generation())(x)
+
+
+def _bound_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str):
+    """The tuner's config for ``A x`` (``weight``: the graph's own or owned values), bound to the
+    graph (``spmm_csr.bind_planned``): a repeat call skips ``decide`` and the specialisation
+    of the graph's tensors (host time is most of a call on a small graph); or cuSPARSE where
+    it times faster (``_with_vendor``)."""
+    plan = plan_of(graph)
+    ours = _kernels().spmm.bind_planned(graph.rowptr, plan, weight, reduce,
+                                        _planned_config(graph, plan, x, weight, reduce), x)
+    if vendor_applies(graph, x, weight, reduce):
+        return _with_vendor(graph, x, weight, spmm_detail(weight, reduce), ours)
+    return ours
 
 
 def _first_contact_applies(graph: Graph, weight: Optional[Tensor], reduce: str) -> bool:
