@@ -25,6 +25,7 @@ from ..tune.reuse import invested
 from ..tune.store import stores_generation
 from . import _cpu
 from ._dispatch import BACKENDS, aggregate, aggregate_transposed, choose_backend, spmm_max_backward, spmm_weight_grad
+from ._triton import aggregate as _triton_aggregate
 from ._library import compiling, not_traceable_graph
 
 REDUCES = ("sum", "mean", "max")
@@ -117,6 +118,8 @@ def _call_key(reduce: str, backend: str, precision: str, x: Tensor, weight: Opti
 
 
 def _aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
+    if backend == "triton":     # the hot path: ``_dispatch.aggregate`` without its module lookup
+        return _triton_aggregate(graph, x, weight, reduce)
     if backend == "cpu":
         return _cpu.aggregate_variant(graph, x, weight, reduce, _OWN_DETAIL[reduce, weight is not None])
     return aggregate(backend, graph, x, weight, reduce)

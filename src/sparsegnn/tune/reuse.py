@@ -97,8 +97,11 @@ def use(graph, num_feats: int, elem_size: int) -> bool:
     if graph.transient:
         _COUNTS["first_contact_calls"] += 1
         return False
-    account = _account(graph)
+    account = graph.cache.get("reuse") or _account(graph)
     account.calls += 1
+    if account.invested:                           # the per-call path of a graph in use
+        _COUNTS["invested_calls"] += 1
+        return True
     if not account.invested:
         mode = policy()
         if mode == "always" or "plan" in graph.cache:
