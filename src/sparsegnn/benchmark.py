@@ -246,12 +246,19 @@ def eager_ms(fn, target_ms: float = 2.0, reps: int = 7, max_calls: int = 200) ->
     return statistics.median(times)
 
 
+#: Interleaved rounds of ``precision_report``'s two eager timings (the least of each kept): the
+#: H200's host switches between a fast and a slow mode for milliseconds at a time (one call
+#: timed 24 or 41 us a group), and three rounds left one side without a fast round at times.
+PRECISION_ROUNDS = 7
+
+
 def precision_report(graphs: List[str], dims: List[int], precisions: Sequence[str] = ("tf32", "bf16"),
                      real: bool = True, data_dir=None, dtype: torch.dtype = torch.float32) -> List[Dict]:
     """One row per case (graph x F x precision): the ``"spmm_tc"`` pick (every candidate timed,
     a fresh in-memory store), its ms, the best candidate's and the exact call's as the tuner
     timed them, and ``spmm(g, x, precision=p)`` against ``spmm(g, x)`` called eagerly
-    (:func:`eager_ms`, interleaved); ``speedup`` = exact / precision call."""
+    (:func:`eager_ms`, ``PRECISION_ROUNDS`` interleaved rounds, the least of each side);
+    ``speedup`` = exact / precision call."""
     from .ops.tiles import TC_FAMILY
 
     rows = []
@@ -268,7 +275,7 @@ def precision_report(graphs: List[str], dims: List[int], precisions: Sequence[st
                     call()          # decides (every candidate timed)
                     record = autotune.lookup(TC_FAMILY, g, precision, num_feats, dtype, "cuda") or {}
                     times = {"exact": [], "call": []}
-                    for _ in range(3):
+                    for _ in range(PRECISION_ROUNDS):
                         times["exact"].append(eager_ms(exact))
                         times["call"].append(eager_ms(call))
                     exact_ms, call_ms = min(times["exact"]), min(times["call"])

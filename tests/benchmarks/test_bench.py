@@ -57,17 +57,18 @@ def test_markdown_names_the_cases_that_ran_cusparse():
 
 def test_choices_renders_the_sections_of_its_runs(tmp_path):
     """``benchmarks.choices --from-json``: the summary's figures come from the rows (geomeans,
-    worst case, the >= 1M-edge subset), each section with its own run."""
+    the reduced picks' worst case, the exact picks' spread, the >= 1M-edge subset), each
+    section with its own run."""
     import json
 
     from benchmarks.choices import main as choices_main
 
     run = {"device": "GPU-A", "torch": "2.x", "date": "2026-01-01"}
-    rows = [{"graph": g, "edges": e, "F": 64, "precision": p, "dtype": "float32", "pick": {"path": 0},
+    rows = [{"graph": g, "edges": e, "F": 64, "precision": p, "dtype": "float32", "pick": {"path": path},
              "pick_ms": 1.0, "best_ms": 1.0, "exact_timed_ms": 1.0, "exact_call_ms": 1.0,
              "precision_call_ms": 1.0 / s, "speedup": s}
-            for g, e, p, s in [("small", 10_000, "tf32", 0.5), ("big", 2_000_000, "tf32", 2.0),
-                               ("big", 2_000_000, "bf16", 4.0)]]
+            for g, e, p, s, path in [("small", 10_000, "tf32", 0.5, 0), ("big", 2_000_000, "tf32", 2.0, 3),
+                                     ("big", 2_000_000, "bf16", 4.0, 4)]]
     exact = [{"graph": "big", "edges": 2_000_000, "F": 128, "fp32_ours_ms": 1.0, "fp32_cusparse_ms": 3.0,
               "fp32_speedup": 3.0, "fp32_err": 1e-7, "bf16_ours_ms": 1.0, "bf16_cusparse_ms": 2.0,
               "bf16_speedup": 2.0, "bf16_err": 2e-3}]
@@ -77,8 +78,10 @@ def test_choices_renders_the_sections_of_its_runs(tmp_path):
                          str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "choices.md").read_text()
     assert "precision: GPU-A" in text and "exact: GPU-B" in text
-    assert "`tf32`: 2 cases, geomean 1.00x the exact call, worst 0.50x (small F=64); graphs of >= 1M edges: " \
-           "geomean 2.00x over 1 cases" in text
+    # an exact pick's ratio (the same call timed twice) is reported apart from the reduced picks'
+    assert "`tf32`: 2 cases, geomean 1.00x the exact call; graphs of >= 1M edges: geomean 2.00x over 1 cases; " \
+           "1 reduced picks (geomean 2.00x, worst 2.00x, big F=64); 1 exact picks (the same call timed twice: " \
+           "0.50x-0.50x)" in text
     assert "`bf16`: 1 cases, geomean 4.00x" in text
     assert "fp32, F >= 128: geomean 3.00x cuSPARSE" in text and "bf16: geomean 2.00x cuSPARSE bf16" in text
     saved = json.loads((tmp_path / "out" / "choices.json").read_text())
