@@ -22,6 +22,9 @@ from ._host import small_on_gpu
 LEAN_MIN_EDGES = 1 << 25
 #: Edges per target range of the ranged sort: its temporaries (~70 bytes an edge) stay ~0.3 GB.
 LEAN_RANGE_EDGES = 1 << 22
+#: Edges up to which a CPU build runs in NumPy (``_coo_to_csr_numpy``).  Above it torch's
+#: parallel sort wins (65k random keys: 0.67 ms against NumPy's merge sort's 5.5 ms).
+NUMPY_SORT_MAX_EDGES = 1 << 15
 
 
 def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int,
@@ -53,6 +56,10 @@ def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int,
             and not (target.is_cuda and (torch.cuda.is_current_stream_capturing()
                                          or torch.cuda.get_sync_debug_mode() != 0))):
         return _coo_to_csr_in_ranges(target, source, num_nodes, span)
+    if target.device.type == "cpu" and 0 < target.numel() <= NUMPY_SORT_MAX_EDGES:
+        built = _coo_to_csr_numpy(target, source, num_nodes, span)
+        if built is not None:
+            return built
     # 32-bit keys where they fit: the radix sort then makes half the passes
     key_dtype = torch.int32 if max(num_nodes, 1) * span < (1 << 31) else torch.int64
     key = target.to(key_dtype) * span + source.to(key_dtype)
@@ -66,6 +73,35 @@ def coo_to_csr(target: Tensor, source: Tensor, num_nodes: int,
         targets = targets.to(torch.int64)
     rowptr = torch.searchsorted(targets, torch.arange(num_nodes + 1, dtype=targets.dtype, device=target.device))
     return rowptr, col, perm
+
+
+def _coo_to_csr_numpy(target: Tensor, source: Tensor, num_nodes: int, span: int
+                      ) -> Optional[Tuple[Tensor, Tensor, Tensor]]:
+    """``coo_to_csr`` of a small graph on the host in NumPy (``NUMPY_SORT_MAX_EDGES``): the same
+    stable sort by ``(target, source)``, and the row offsets from the row counts.  The sort: keys
+    nearly in order already (at most one descent in 64: a PyG PROTEINS batch of 18.8k edges)
+    take NumPy's merge sort, which takes the runs as they come (15 us; torch's argsort 198 us);
+    any other order, with ids below 2^16, two passes of its radix sort (10.6k random edges:
+    123 us against 601 merging, 576 in torch).  torch's CPU gathers and searchsorted also
+    cost more per call at this size.  None for a target outside ``[0, num_nodes)`` (the
+    general path)."""
+    import numpy as np
+
+    t, s = target.numpy(), source.numpy()
+    if t.min() < 0 or t.max() >= num_nodes:
+        return None
+    key_dtype = np.int32 if max(num_nodes, 1) * span < (1 << 31) else np.int64
+    key = t.astype(key_dtype) * key_dtype(span) + s.astype(key_dtype)
+    if span <= (1 << 16) and num_nodes <= (1 << 16) and np.count_nonzero(key[1:] < key[:-1]) * 64 > key.size:
+        # two stable passes of NumPy's radix sort (16-bit keys): by source, then by target
+        perm = s.astype(np.uint16).argsort(kind="stable")
+        perm = perm[t[perm].astype(np.uint16).argsort(kind="stable")]
+    else:   # nearly in order already (or wide ids): the merge sort takes the runs as they come
+        perm = key.argsort(kind="stable")
+    rowptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(t, minlength=num_nodes), out=rowptr[1:])
+    return (torch.from_numpy(rowptr), torch.from_numpy(s[perm].astype(np.int64)),
+            torch.from_numpy(perm.astype(np.int64, copy=False)))
 
 
 def _coo_to_csr_in_ranges(target: Tensor, source: Tensor, num_nodes: int, span: int
