@@ -260,7 +260,8 @@ def test_grouped_launch_with_pieces_heavy_and_light_rows(config):
 def test_grouped_schedule_combines_long_rows_in_its_one_launch(reduce):
     """A grouped config on a graph with long rows (pieces) is one launch, and its arrival
     counters are back at 0 after a call: repeated calls with other features stay exact, and
-    the same features give the same bits (the pieces combine in piece order)."""
+    the same features give the same bits (the pieces combine in piece order: on a GPU, where
+    pieces arrive in any order; the interpreter runs programs one at a time)."""
     from sparsegnn.kernels.spmm_csr import _recorded
 
     ei, w = _mixed_graph()
@@ -276,7 +277,22 @@ def test_grouped_schedule_combines_long_rows_in_its_one_launch(reduce):
         out = spmm_planned(g.rowptr, plan, g.edge_val, x, reduce, config=config)
         assert _rel_err(out, _dense_reduce(ei, 40, x.double().cpu(), w, reduce)) < 1e-5
     assert torch.equal(out, first)
-    assert int(plan.long_counters(-(-19 // config["BLOCK_F"])).abs().sum()) == 0
+    stream = sg.kernels.current_stream_key(out.device)
+    assert int(plan.long_counters(-(-19 // config["BLOCK_F"]), stream).abs().sum()) == 0
+
+
+def test_arrival_counters_are_kept_per_stream():
+    """Calls on two streams may overlap: each stream gets its own (zeroed) arrival counters,
+    one stream's calls share theirs."""
+    ei, w = _mixed_graph()
+    g = Graph.from_edge_index(ei, w, num_nodes=40)
+    plan = build_row_plan(g.rowptr, g.col, 64)
+    a, b = plan.long_counters(2, stream=11), plan.long_counters(2, stream=12)
+    assert a.data_ptr() != b.data_ptr() and plan.long_counters(2, stream=11) is a
+    assert a.numel() == 2 * plan.long_rows.numel() and int(a.abs().sum()) == 0
+    split = plan.split_pieces(8, 16)
+    assert split.counters(2, stream=11) is not split.counters(2, stream=12)
+    assert split.counters(2, stream=11) is split.counters(2, stream=11)
 
 
 @pytest.mark.slow

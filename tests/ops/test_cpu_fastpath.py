@@ -264,6 +264,28 @@ def test_bound_spmm_keeps_one_entry_per_signature_across_store_resets():
     assert sum(1 for k in g.cache if k[0] == "spmm_run") == 1
 
 
+def test_bound_spmm_follows_values_swapped_through_data(monkeypatch):
+    """``w.data = ...`` keeps the values tensor and its version but moves its storage: the
+    bound launch holds the old address, so it is bound again, and the result follows."""
+    from sparsegnn.ops import _triton
+
+    g, n = _mixed()
+    g = g.with_values((torch.rand(g.num_edges, generator=torch.Generator().manual_seed(3)) + 0.5).to(DEVICE))
+    x = torch.randn(n, 8, generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    sg.spmm(g, x, backend="triton")
+    binds = []
+    bind = _triton._bound_spmm
+    monkeypatch.setattr(_triton, "_bound_spmm", lambda *a: binds.append(1) or bind(*a))
+    sg.spmm(g, x, backend="triton")
+    assert binds == []                               # a repeat call: the bound launch
+    version = g.edge_val._version
+    g.edge_val.data = g.edge_val.data * 2
+    assert g.edge_val._version == version
+    out = sg.spmm(g, x, backend="triton")
+    assert binds == [1]
+    assert _rel(out.cpu(), _dense(g.to("cpu"), g.edge_val.cpu()) @ x.cpu().double()) < 1e-5
+
+
 def test_backward_spmm_binds_the_permuted_values_once():
     """The backward's ``A^T dY`` reads the graph's values permuted once per version: its launch
     is bound like the forward's (one entry on the transpose, reused every step), stays exact,

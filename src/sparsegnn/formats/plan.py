@@ -131,14 +131,17 @@ class RowPlan:
     def num_pieces(self) -> int:
         return int(self.piece_start.numel())
 
-    def long_counters(self, feature_blocks: int) -> Tensor:
+    def long_counters(self, feature_blocks: int, stream: int = 0) -> Tensor:
         """Zeroed int32 arrival counters ``[L * feature_blocks]``, one per long row and feature
-        block (kept: the kernel that combines a long row's pieces in the launch that computes
-        them resets each counter to 0 after use, so a buffer serves every call on one stream)."""
-        if feature_blocks not in self._long_counters:
-            self._long_counters[feature_blocks] = torch.zeros(
+        block, for the calls issued on ``stream`` (a raw stream handle; kept: the kernel that
+        combines a long row's pieces in the launch that computes them resets each counter to 0
+        after use, so a buffer serves every call of one stream, whose calls run one after the
+        other; calls on two streams may overlap, so each stream has its own)."""
+        key = (feature_blocks, stream)
+        if key not in self._long_counters:
+            self._long_counters[key] = torch.zeros(
                 max(self.long_rows.numel() * feature_blocks, 1), dtype=torch.int32, device=self.col32.device)
-        return self._long_counters[feature_blocks]
+        return self._long_counters[key]
 
     def split_pieces(self, degree: int, piece_edges: int) -> "SplitPieces":
         """Rows heavier than ``degree`` edges (as :meth:`heavy_rows`) cut into pieces of
@@ -180,13 +183,15 @@ class SplitPieces:
     def num_pieces(self) -> int:
         return int(self.piece_start.numel())
 
-    def counters(self, feature_blocks: int) -> Tensor:
-        """Zeroed int32 arrival counters ``[H * feature_blocks]`` (kept: the kernel resets each
-        counter to 0 after use, so a buffer serves every call on one stream)."""
-        if feature_blocks not in self._counters:
-            self._counters[feature_blocks] = torch.zeros(max(self.num_heavy * feature_blocks, 1), dtype=torch.int32,
-                                                         device=self.heavy_rows.device)
-        return self._counters[feature_blocks]
+    def counters(self, feature_blocks: int, stream: int = 0) -> Tensor:
+        """Zeroed int32 arrival counters ``[H * feature_blocks]`` for the calls issued on
+        ``stream`` (kept: the kernel resets each counter to 0 after use, so a buffer serves
+        every call of one stream; each stream has its own, as ``RowPlan.long_counters``)."""
+        key = (feature_blocks, stream)
+        if key not in self._counters:
+            self._counters[key] = torch.zeros(max(self.num_heavy * feature_blocks, 1), dtype=torch.int32,
+                                              device=self.heavy_rows.device)
+        return self._counters[key]
 
 
 def _cut_rows(rowptr: Tensor, rows: Tensor, piece_edges: int) -> Tuple[Tensor, Tensor, Tensor]:

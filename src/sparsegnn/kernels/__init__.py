@@ -18,6 +18,28 @@ def triton_available() -> bool:
     return _TRITON_FOUND
 
 
+_RAW_STREAM = None
+
+
+def current_stream_key(device) -> int:
+    """The raw handle of the current CUDA stream of ``device`` (a ``torch.device`` or index;
+    0 for a CPU device): what per-stream state (the SpMM kernels' arrival counters) is kept
+    under."""
+    global _RAW_STREAM
+    index = device if isinstance(device, int) else (device.index if device.type == "cuda" else -1)
+    if index is None:
+        import torch
+
+        index = torch.cuda.current_device()
+    if index < 0:
+        return 0
+    if _RAW_STREAM is None:
+        import torch
+
+        _RAW_STREAM = torch._C._cuda_getCurrentRawStream
+    return _RAW_STREAM(index)
+
+
 def interpreting() -> bool:
     """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

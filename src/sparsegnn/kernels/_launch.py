@@ -60,12 +60,15 @@ def _spec(value) -> tuple:
     return (value == 1, value & 15 == 0, -(1 << 31) <= value < (1 << 31))
 
 
-def _passed(args) -> Tuple[tuple, list]:
+def _passed(args) -> Tuple[tuple, Optional[list]]:
     """``(specialisation, values to pass)`` of runtime ``args``: a tensor is passed as its
-    address (see the module doc), specialised on its dtype and 16-byte alignment."""
+    address (see the module doc), specialised on its dtype and 16-byte alignment; values None
+    when a tensor is not on a CUDA device (Triton's own path then raises its error)."""
     spec, passed = [], []
     for a in args:
         if isinstance(a, torch.Tensor):
+            if not a.is_cuda:
+                return (), None
             ptr = a.data_ptr()
             spec.append((a.dtype, ptr & 15 == 0))
             passed.append(ptr)
@@ -111,8 +114,11 @@ def launch(kernel, grid: Tuple[int, ...], args: tuple, constexprs: Dict[str, obj
     if interpreting() or _hooked():
         kernel[grid](*args, **constexprs, **options)
         return
-    device = torch.cuda.current_device()
     spec, passed = _passed(args)
+    if passed is None:
+        kernel[grid](*args, **constexprs, **options)
+        return
+    device = torch.cuda.current_device()
     key = (id(kernel), device, num_warps, num_stages, tuple(constexprs.items()), spec)
     entry = _COMPILED.get(key)
     if entry is None:

@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from . import current_stream_key
 from ._launch import Bound, launch
 from .configs import spmm_csr_default, spmm_plan_config
 
@@ -644,7 +645,7 @@ def spmm_planned(
     grid = (num_pieces + num_heavy + triton.cdiv(num_light, group), fblocks)
     # long rows' pieces combined in the same launch (INLINE): one launch whatever the graph
     # (a second one cost ~30 us of host time per call on the H200's host)
-    counts = plan.long_counters(fblocks) if num_long else rowptr
+    counts = plan.long_counters(fblocks, current_stream_key(x.device)) if num_long else rowptr
     _emit(_grouped_kernel, grid,
            (plan.short_desc, rowptr, plan.piece_start, plan.piece_end, plan.col32, val, scale, x, out, partial,
             plan.piece_long, plan.long_rows, plan.long_piece_ptr, counts,
@@ -666,7 +667,7 @@ def _spmm_split(rowptr, plan, val, has_val, x, out, code, cfg, head_dim, num_hea
     # no pieces: nothing is written to the partials (``out`` stands in, no allocation per call)
     partial = (torch.empty((split.num_pieces, num_feats), dtype=torch.float32, device=x.device)
                if split.num_pieces else out)
-    counts = split.counters(fblocks) if inline else split.piece_heavy
+    counts = split.counters(fblocks, current_stream_key(x.device)) if inline else split.piece_heavy
     piece_code = REDUCE_CODES["max"] if code == REDUCE_CODES["max"] else REDUCE_CODES["sum"]
     _emit(_spmm_split_kernel, (split.num_pieces + num_rows, fblocks),
            (rowptr, plan.col32, val, scale, x, out,

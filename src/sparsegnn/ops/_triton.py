@@ -23,6 +23,7 @@ from torch import Tensor
 
 from .._streams import in_capture_warmup
 from ..graph import Graph
+from ..kernels import current_stream_key
 from ..tune.reuse import calls as reuse_calls, count_investment, invested, use
 from ..tune.store import stores_generation
 from . import _torch
@@ -168,10 +169,15 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     # (an owned weight other than edge_val, such as the values permuted for a backward, has its
     # own entry: a caller alternating it with edge_val does not rebind on every call)
     # (deterministic mode in the key: it decides whether cuSPARSE may run, see vendor_applies)
+    # (the stream in the key: a launch with pieces binds its stream's arrival counters; the
+    # values' address in the stamp: the launch is bound to it, and ``w.data = ...`` changes it
+    # without a new version)
     key = (reduce, weight is not None, weight.shape[1] if multi_head else 0, x.shape[1], x.dtype, x.get_device(),
-           torch.are_deterministic_algorithms_enabled(), owned and weight is not graph.edge_val)
+           current_stream_key(x.device) if x.is_cuda else 0, torch.are_deterministic_algorithms_enabled(),
+           owned and weight is not graph.edge_val)
+    stamp = (stores_generation(), 0 if weight is None else weight.data_ptr())
     return graph.cache.get("spmm_run", key, lambda: _bound_spmm(graph, x, weight, reduce), values=weight,
-                           stamp=stores_generation())(x)
+                           stamp=stamp)(x)
 
 
 def _bound_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str):
