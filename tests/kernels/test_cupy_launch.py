@@ -51,7 +51,7 @@ def fake_cupy(monkeypatch):
     fake.cuda = types.SimpleNamespace(driver=driver, Device=Device)
     monkeypatch.setitem(sys.modules, "cupy", fake)
     monkeypatch.setattr(_cupy, "_FUNCTIONS", {})
-    monkeypatch.setattr(_cupy, "_raw_stream", lambda device: 4321)
+    monkeypatch.setattr(_cupy, "current_stream_key", lambda device: 4321)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     return launches, context
 

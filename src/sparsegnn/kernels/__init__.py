@@ -18,26 +18,24 @@ def triton_available() -> bool:
     return _TRITON_FOUND
 
 
-_RAW_STREAM = None
+_RAW_STREAM = []
 
 
 def current_stream_key(device) -> int:
     """The raw handle of the current CUDA stream of ``device`` (a ``torch.device`` or index;
-    0 for a CPU device): what per-stream state (the SpMM kernels' arrival counters) is kept
-    under."""
-    global _RAW_STREAM
+    0 for a CPU device): what launches outside Triton run on (``_cupy``) and what per-stream
+    state (the SpMM kernels' arrival counters) is kept under."""
     index = device if isinstance(device, int) else (device.index if device.type == "cuda" else -1)
-    if index is None:
-        import torch
-
-        index = torch.cuda.current_device()
-    if index < 0:
+    if index is not None and index < 0:
         return 0
-    if _RAW_STREAM is None:
-        import torch
+    import torch
 
-        _RAW_STREAM = torch._C._cuda_getCurrentRawStream
-    return _RAW_STREAM(index)
+    if index is None:
+        index = torch.cuda.current_device()
+    if not _RAW_STREAM:     # torch's own lookup, else the public one (a torch without it)
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _RAW_STREAM.append(raw or (lambda i: torch.cuda.current_stream(i).cuda_stream))
+    return _RAW_STREAM[0](index)
 
 
 def interpreting() -> bool:

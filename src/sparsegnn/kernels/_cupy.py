@@ -8,6 +8,8 @@ import warnings
 
 import torch
 
+from . import current_stream_key
+
 
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
@@ -57,11 +59,6 @@ def _ctypes_of(value):
     return _CTYPES[type(value)](value)
 
 
-def _raw_stream(device: torch.device) -> int:
-    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return get(device.index) if get is not None else torch.cuda.current_stream(device).cuda_stream
-
-
 def _direct(kernel, grid: int, threads: int, args: tuple, device: torch.device, shared_mem: int) -> bool:
     """``cuLaunchKernel`` with the arguments packed by ctypes, skipping CuPy's call (its device
     and stream context managers, the attribute query, the argument conversion): 20-45 us
@@ -96,7 +93,7 @@ def _direct(kernel, grid: int, threads: int, args: tuple, device: torch.device, 
     except KeyError:
         return False
     params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-    driver.launchKernel(entry[0], max(1, grid), 1, 1, threads, 1, 1, shared_mem, _raw_stream(device),
+    driver.launchKernel(entry[0], max(1, grid), 1, 1, threads, 1, 1, shared_mem, current_stream_key(device),
                         ctypes.addressof(params), 0)
     return True
 

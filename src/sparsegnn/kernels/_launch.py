@@ -165,10 +165,7 @@ class Bound:
         # CPU tensors (the interpreter) or a profiler's hooks: Triton's own path, through launch
         # (CUDA tensors under TRITON_INTERPRET=1 may take a compiled kernel: the same result)
         if not (values and values[0].is_cuda) or _hooked():
-            args = list(self.args)
-            for i, v in zip(self.varying, values):
-                args[i] = v
-            launch(self.kernel, grid, tuple(args), self.constexprs, self.num_warps, self.num_stages)
+            self._launch(grid, values)
             return
         passed = list(self.passed)
         vspec = []
@@ -185,10 +182,7 @@ class Bound:
             key = (id(self.kernel), device, self.num_warps, self.num_stages, self.cons_key, tuple(spec))
             entry = _COMPILED.get(key)
             if entry is None:                     # compile (or take Triton's path) through launch
-                args = list(self.args)
-                for i, v in zip(self.varying, values):
-                    args[i] = v
-                launch(self.kernel, grid, tuple(args), self.constexprs, self.num_warps, self.num_stages)
+                self._launch(grid, values)
                 return
             self.hits[(device, *vspec)] = entry
             if self.tail is None:
@@ -196,3 +190,10 @@ class Bound:
         run, function, metadata = entry
         run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, _current_stream(device),
             function, metadata, None, None, None, *passed, *self.tail)
+
+    def _launch(self, grid: Tuple[int, ...], values: tuple) -> None:
+        """``launch`` with the bound arguments and this call's ``values`` (the tensors themselves)."""
+        args = list(self.args)
+        for i, v in zip(self.varying, values):
+            args[i] = v
+        launch(self.kernel, grid, tuple(args), self.constexprs, self.num_warps, self.num_stages)
