@@ -30,7 +30,6 @@ class RowPlan:
         long_rows: [L] int64 ids of rows with ``deg > chunk``.
         piece_start, piece_end: [P] int64 edge range of each piece.
         long_piece_ptr: [L + 1] int64: pieces of long row ``l`` are ``long_piece_ptr[l]:[l+1]``.
-        long_inv_deg: [L] float32 ``1 / deg`` of each long row (for ``mean``).
         piece_long: [P] int32 index into ``long_rows`` of each piece's row.
         col32: [E] int32 column indices (half the index bytes of int64).
         seg_row, seg_start, seg_end: [S + P] every short row and every piece as one list of
@@ -46,7 +45,6 @@ class RowPlan:
     piece_start: Tensor
     piece_end: Tensor
     long_piece_ptr: Tensor
-    long_inv_deg: Tensor
     piece_long: Tensor
     col32: Tensor
     seg_row: Tensor
@@ -137,11 +135,7 @@ class RowPlan:
         combines a long row's pieces in the launch that computes them resets each counter to 0
         after use, so a buffer serves every call of one stream, whose calls run one after the
         other; calls on two streams may overlap, so each stream has its own)."""
-        key = (feature_blocks, stream)
-        if key not in self._long_counters:
-            self._long_counters[key] = torch.zeros(
-                max(self.long_rows.numel() * feature_blocks, 1), dtype=torch.int32, device=self.col32.device)
-        return self._long_counters[key]
+        return _zeroed_counters(self._long_counters, feature_blocks, stream, self.long_rows.numel(), self.col32.device)
 
     def split_pieces(self, degree: int, piece_edges: int) -> "SplitPieces":
         """Rows heavier than ``degree`` edges (as :meth:`heavy_rows`) cut into pieces of
@@ -187,11 +181,16 @@ class SplitPieces:
         """Zeroed int32 arrival counters ``[H * feature_blocks]`` for the calls issued on
         ``stream`` (kept: the kernel resets each counter to 0 after use, so a buffer serves
         every call of one stream; each stream has its own, as ``RowPlan.long_counters``)."""
-        key = (feature_blocks, stream)
-        if key not in self._counters:
-            self._counters[key] = torch.zeros(max(self.num_heavy * feature_blocks, 1), dtype=torch.int32,
-                                              device=self.heavy_rows.device)
-        return self._counters[key]
+        return _zeroed_counters(self._counters, feature_blocks, stream, self.num_heavy, self.heavy_rows.device)
+
+
+def _zeroed_counters(kept: dict, feature_blocks: int, stream: int, rows: int, device) -> Tensor:
+    """The int32 counters ``[rows * feature_blocks]`` kept in ``kept`` for ``(feature_blocks,
+    stream)``, zeroed when first made (at least one entry: a kernel needs a valid pointer)."""
+    key = (feature_blocks, stream)
+    if key not in kept:
+        kept[key] = torch.zeros(max(rows * feature_blocks, 1), dtype=torch.int32, device=device)
+    return kept[key]
 
 
 def _cut_rows(rowptr: Tensor, rows: Tensor, piece_edges: int) -> Tuple[Tensor, Tensor, Tensor]:
@@ -251,12 +250,11 @@ def build_row_plan(rowptr: Tensor, col: Tensor, chunk: int) -> RowPlan:
     long_piece_ptr, owner, piece_start = _cut_rows(rowptr, long_rows, chunk)
     piece_row = long_rows[owner]
     piece_end = torch.minimum(piece_start + chunk, rowptr[piece_row + 1])
-    long_inv_deg = deg[long_rows].to(torch.float32).reciprocal()
     short64 = short_rows.to(torch.int64)
     seg_row = torch.cat([short64, piece_row]).to(torch.int32)
     seg_start = torch.cat([rowptr[short64], piece_start])
     seg_end = torch.cat([rowptr[short64 + 1], piece_end])
-    plan = RowPlan(chunk, short_rows, long_rows, piece_start, piece_end, long_piece_ptr, long_inv_deg,
+    plan = RowPlan(chunk, short_rows, long_rows, piece_start, piece_end, long_piece_ptr,
                    owner.to(torch.int32), col.to(torch.int32), seg_row, seg_start, seg_end, bucket_ptr,
                    int(deg.max()) if deg.numel() else 0, rowptr)
     _ = plan.short_desc  # built with the plan: never first under a CUDA-graph capture
