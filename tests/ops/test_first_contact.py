@@ -110,6 +110,23 @@ def test_one_graph_reused_is_invested_in_when_the_rent_repays_it(monkeypatch, fr
     assert reuse.reuse_counts()["plans"] == 1
 
 
+def test_no_investment_inside_a_capture(monkeypatch, fresh_store):
+    """A call whose rent reaches the investment while a CUDA graph is captured stays on the
+    first-contact path (investing reads sizes back to the host); the next eager call invests."""
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    monkeypatch.setattr(reuse, "INVEST_BASE_MS", 10.0)
+    monkeypatch.setattr(reuse, "HOST_SAVED_MS", 0.0)
+    monkeypatch.setattr(reuse, "GATHER_BYTES_PER_MS", 1e3)
+    g = sg.Graph.from_edge_index(_hub_graph()[0], num_nodes=30)
+    due = -int(-reuse.investment_ms(g.num_edges) // reuse.rent_ms(g.num_edges, 4, 4))
+    for _ in range(due - 1):
+        assert not reuse.use(g, 4, 4)
+    monkeypatch.setattr(reuse, "_capturing", lambda: True)
+    assert not reuse.use(g, 4, 4) and not reuse.use(g, 4, 4) and not reuse.invested(g)
+    monkeypatch.setattr(reuse, "_capturing", lambda: False)
+    assert reuse.use(g, 4, 4) and reuse.invested(g)
+
+
 def test_graphs_in_rotation_and_new_graphs_invest_nothing(monkeypatch, fresh_store):
     """100 graphs in rotation, and a new graph every call, at sizes that never repay: no plan,
     no decision, no timing, whatever the number of calls."""

@@ -19,7 +19,9 @@ of calls that follow, the time lost to this rule is then at most the investment'
 
 So a graph of 100M edges at F = 256 is invested in after about 15 calls (four epochs of a
 two-layer model), a 1M-edge graph at F = 64 after about 350 calls, a 50k-edge graph after
-about 900, and a molecule batch (used for one step) never.  ``SPARSEGNN_INVEST`` overrides the rule: ``always`` (every graph planned and tuned on
+about 900, and a molecule batch (used for one step) never.  A call inside a CUDA-graph capture
+(a replayed model's recording) pays rent but never invests: investing reads sizes back to the
+host, which a capture forbids, so the next eager call does it.  ``SPARSEGNN_INVEST`` overrides the rule: ``always`` (every graph planned and tuned on
 its first call) or ``never``.
 
 The use counts live on the graph's structure (the ``"reuse"`` slot of ``Graph.cache``, shared by graphs made
@@ -68,6 +70,13 @@ class _Use:
         self.calls, self.rent_ms, self.invested = 0, 0.0, False
 
 
+def _capturing() -> bool:
+    """Whether the current CUDA stream is capturing a CUDA graph."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def _account(graph) -> _Use:
     account = graph.cache.get("reuse")
     if account is None:
@@ -108,7 +117,9 @@ def use(graph, num_feats: int, elem_size: int) -> bool:
             account.invested = True
         elif mode == "auto":
             account.rent_ms += rent_ms(graph.num_edges, num_feats, elem_size)
-            account.invested = account.rent_ms >= investment_ms(graph.num_edges)
+            # never inside a CUDA-graph capture (a replayed model's recording): the plan and the
+            # statistics read sizes back to the host, which a capture forbids; a later eager call invests
+            account.invested = account.rent_ms >= investment_ms(graph.num_edges) and not _capturing()
         if account.invested:
             _COUNTS["invested"] += 1
     _COUNTS["invested_calls" if account.invested else "first_contact_calls"] += 1
