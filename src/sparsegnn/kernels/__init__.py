@@ -41,3 +41,27 @@ def current_stream_key(device) -> int:
 def interpreting() -> bool:
     """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+
+_PROPERTIES: dict = {}
+
+
+def device_properties(device):
+    """``torch.cuda.get_device_properties`` of CUDA ``device`` (a ``torch.device`` or index),
+    looked up once per device: the lookup costs ~5-20 us of host a call, which grid sizing in a
+    launcher would pay on every launch."""
+    import torch
+
+    index = device if isinstance(device, int) else device.index
+    if index is None:
+        index = torch.cuda.current_device()
+    props = _PROPERTIES.get(index)
+    if props is None:
+        props = _PROPERTIES[index] = torch.cuda.get_device_properties(index)
+    return props
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of CUDA ``device`` (:func:`device_properties`)."""
+    return device_properties(device).multi_processor_count

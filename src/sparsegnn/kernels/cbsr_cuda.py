@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from . import _cupy
+from . import device_properties, sm_count
 
 _SOURCE = r"""
 // CH: entries per lane (k <= 32 CH); UNROLL = 16 / CH edges per batch, so each lane keeps 16
@@ -426,7 +427,7 @@ def _run(kernel, num_rows: int, like: Tensor, rowptr: Tensor, order: Tensor, col
     ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
     w = weight.contiguous() if weight is not None else like
     scale = row_scale.contiguous() if row_scale is not None else like
-    sms = torch.cuda.get_device_properties(like.device).multi_processor_count
+    sms = sm_count(like.device)
     blocks = min((num_rows + WARPS - 1) // WARPS, sms * BLOCKS_PER_SM)
     args = ((ptr(rowptr), ptr(order), ptr(col32), ptr(w), ptr(scale)) + tuple(ptr(t) for t in tensors)
             + (cupy.int32(num_rows),) + tuple(cupy.int32(v) for v in ints)
@@ -487,7 +488,7 @@ _ROOT_WARPS = 16
 def _root_blocks(rows: int, fi: int, fo: int, like: Tensor) -> int:
     """Blocks of a root kernel: per column tile, as many as fit the multiprocessors (each holds a
     ``[fi, ROOT_TILE]`` tile of ``W^T``), at most one per 4 x 16 rows."""
-    props = torch.cuda.get_device_properties(like.device)
+    props = device_properties(like.device)
     per_sm = max(1, min(4, (props.shared_memory_per_multiprocessor - 1024) // (fi * ROOT_TILE * 4 + 1024)))
     tiles = (fo + ROOT_TILE - 1) // ROOT_TILE
     return tiles * max(1, min(props.multi_processor_count * per_sm // tiles, (rows + 4 * _ROOT_WARPS - 1)
@@ -575,7 +576,7 @@ def densify_cuda(values: Tensor, index: Tensor, num_cols: int) -> Tensor:
         return out
     values, index = values.contiguous(), index.contiguous()
     ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
-    sms = torch.cuda.get_device_properties(values.device).multi_processor_count
+    sms = sm_count(values.device)
     blocks = min((n + WARPS - 1) // WARPS, sms * 8)
     _cupy.launch(_densify_kernel(), blocks, 32 * WARPS,
                  (ptr(values), ptr(index), ptr(out), cupy.int32(n), cupy.int32(num_cols), cupy.int32(k)),

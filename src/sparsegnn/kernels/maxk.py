@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from . import sm_count
 from ._launch import launch
 
 #: Widest rows the kernel holds in registers.
@@ -289,7 +290,7 @@ def layer_norm_maxk_backward(grad_values: Tensor, index: Tensor, x: Tensor, weig
     x = x.contiguous()
     dx = torch.empty_like(x)
     if programs is None:
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
+        sms = sm_count(x.device) if x.is_cuda else 4
         programs = 16 * sms
     programs = max(1, min(programs, num_rows))
     dw = torch.empty((programs, num_feats), dtype=torch.float32, device=x.device)

@@ -57,7 +57,9 @@ def _rows_balanced(graph: Graph) -> bool:
     """Whether no row outweighs the rest for a warp-per-row kernel (H100, F = 256, k = 32:
     wikipedia, max degree 3,546 = 88x a warp's share: SpGEMM 0.415 vs dense 0.123 ms; deezer,
     7.8x: 0.040 vs 0.169 ms; the Reddit stand-in ~2x: 6.1 vs 15.0 ms)."""
-    warps = torch.cuda.get_device_properties(graph.rowptr.device).multi_processor_count * 64
+    from ..kernels import sm_count
+
+    warps = sm_count(graph.rowptr.device) * 64
     return plan_of(graph).max_degree <= _HUB_RATIO * max(graph.num_edges / warps, 16.0)
 
 
