@@ -22,6 +22,13 @@ MODELS = {
     "gin": lambda f, c, **kw: sg.nn.GIN(f, c, hidden=32, num_layers=2, dropout=0.0, **kw),
     "gat": lambda f, c, **kw: sg.nn.GAT(f, c, hidden=4, heads=2, dropout=0.0, **kw),
     "agnn": lambda f, c, **kw: sg.nn.AGNN(f, c, hidden=16, num_layers=3, dropout=0.0, **kw),
+    # MaxK's CBSR path (selection, LayerNorm fused into the next selection, CBSR aggregation and
+    # root term) and the ReLU twin of the same structure
+    "maxk-sage": lambda f, c, **kw: sg.nn.MaxKGNN(f, c, conv="sage", hidden=32, num_layers=2, k=8, dropout=0.0, **kw),
+    "maxk-gcn": lambda f, c, **kw: sg.nn.MaxKGNN(f, c, conv="gcn", hidden=32, num_layers=2, k=8, dropout=0.0, **kw),
+    "maxk-gin": lambda f, c, **kw: sg.nn.MaxKGNN(f, c, conv="gin", hidden=32, num_layers=2, k=4, dropout=0.0, **kw),
+    "maxk-relu": lambda f, c, **kw: sg.nn.MaxKGNN(f, c, conv="sage", hidden=32, num_layers=2, dropout=0.0,
+                                                  nonlinearity="relu", **kw),
 }
 
 
@@ -105,6 +112,25 @@ def test_replay_matches_eager_through_training_steps(name):
 
 
 @cuda
+@pytest.mark.parametrize("name", ["sage", "maxk-gin"])
+def test_a_graph_that_falls_due_for_investment_during_the_recording_records(monkeypatch, name):
+    """The amortisation rule says "invest now" on a call inside the recording: the recording
+    still succeeds (investing reads sizes back to the host, so it waits for an eager call)."""
+    from sparsegnn.tune import reuse
+
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    monkeypatch.setattr(reuse, "investment_ms",
+                        lambda edges: 0.0 if torch.cuda.is_current_stream_capturing() else float("inf"))
+    model, ref = _pair(name, "cuda")
+    g, x, w = _graph("cuda"), torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda")
+    for _ in range(4):
+        out, want = _step(model, x, g, w), _step(ref, x, g, w)
+        assert torch.allclose(out, want, rtol=1e-4, atol=1e-5)
+    assert model._replay.recorded, model._replay.failed
+    assert not reuse.invested(g)
+
+
+@cuda
 def test_gradients_accumulate_across_replays():
     """No zero_grad between two steps: the gradients add up (a replay returns fresh tensors,
     not the graph's buffers that the next replay overwrites)."""
@@ -175,10 +201,13 @@ def test_a_call_on_a_side_stream_runs_eagerly():
 
 
 @cuda
-def test_dropout_draws_new_masks_on_every_replay():
+@pytest.mark.parametrize("name", ["gcn", "maxk-sage"])
+def test_dropout_draws_new_masks_on_every_replay(name):
+    """Dense dropout (GCN) and MaxK's dropout on the kept values."""
     g = _graph("cuda")
     torch.manual_seed(0)
-    model = sg.nn.GCN(12, 5, dropout=0.5).cuda()
+    model = (sg.nn.GCN(12, 5, dropout=0.5) if name == "gcn"
+             else sg.nn.MaxKGNN(12, 5, conv="sage", hidden=32, num_layers=2, k=8, dropout=0.5)).cuda()
     x = torch.randn(60, 12, device="cuda")
     outs = [_step(model, x, g, torch.ones(60, 5, device="cuda")) for _ in range(5)]
     assert model._replay.recorded
@@ -657,3 +686,4 @@ def test_inputs_that_never_repeat_make_auto_mode_give_up():
     model.replay = None
     _steps([model], x, graphs[-1], w, 4)
     assert model._replay.recorded
+

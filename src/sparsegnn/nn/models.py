@@ -11,7 +11,7 @@
 ``precision`` (GCN, AGNN, GraphSAGE, GIN): ``"ieee"`` (default, exact), ``"tf32"`` or ``"bf16"``
 for every layer's sum / mean aggregation (see :func:`sparsegnn.spmm`).
 
-``replay`` (GCN, AGNN, GraphSAGE, GIN, GAT): training steps on a CUDA graph that call the model
+``replay`` (GCN, AGNN, GraphSAGE, GIN, GAT, MaxKGNN): training steps on a CUDA graph that call the model
 with the same ``x`` and :class:`~sparsegnn.Graph` replay its forward and backward from CUDA
 graphs after two eager calls (None: when the forward keeps at most 512 MiB alive; True: always;
 False: never).  See :mod:`sparsegnn.nn.replay`.
@@ -187,7 +187,7 @@ def _fusable(norm: nn.Module) -> bool:
             and not (norm._forward_hooks or norm._forward_pre_hooks))
 
 
-class MaxKGNN(nn.Module):
+class MaxKGNN(Replayable):
     r"""MaxK-GNN's model: ``lin_in``, ``num_layers`` hidden layers each followed by LayerNorm, ``lin_out``.
 
     :math:`\sigma` below is MaxK (``nonlinearity="maxk"``: the ``k`` largest entries per row,
@@ -240,6 +240,10 @@ class MaxKGNN(nn.Module):
         nonlinearity: ``"maxk"`` or ``"relu"``.
         backend: sparse backend of the aggregations.
         linear_first: GCN / GIN as the authors' models (above); not with SAGE (a ``ValueError``).
+        replay: replay the forward and backward from CUDA graphs (module doc; None: auto). A
+            step on a graph of up to a few million edges is host-bound in eager mode (MaxK's
+            more so: its selection, CBSR aggregations and root terms are more ops than a ReLU),
+            so the replay is what lets MaxK's smaller GPU work show in the step time.
 
     Shapes:
         x: [N, in_channels]; graph: anything the convs take -> [N, out_channels].
@@ -247,8 +251,9 @@ class MaxKGNN(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, conv: str = "sage", hidden: int = 256,
                  num_layers: int = 3, k: int = 32, dropout: float = 0.5, norm: bool = True,
-                 nonlinearity: str = "maxk", backend: str = "auto", linear_first: bool = False) -> None:
-        super().__init__()
+                 nonlinearity: str = "maxk", backend: str = "auto", linear_first: bool = False,
+                 replay: Optional[bool] = None) -> None:
+        super().__init__(replay)
         fn = "MaxKGNN"
         check(conv in MAXK_CONVS, fn, f"conv must be one of {MAXK_CONVS}, got {conv!r}")
         check(nonlinearity in NONLINEARITIES, fn, f"nonlinearity must be one of {NONLINEARITIES}, got {nonlinearity!r}")
@@ -295,7 +300,7 @@ class MaxKGNN(nn.Module):
             return GCNConv(hidden, hidden, backend=backend)
         return GINConv(nn.Linear(hidden, hidden), backend=backend)
 
-    def forward(self, x: Tensor, graph) -> Tensor:
+    def _forward(self, x: Tensor, graph) -> Tensor:
         x = self.lin_in(x)
         if self.linear_first:       # the convs begin with a linear map: the authors' input ReLU
             x = F.relu(x)
