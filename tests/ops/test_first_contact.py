@@ -111,8 +111,9 @@ def test_one_graph_reused_is_invested_in_when_the_rent_repays_it(monkeypatch, fr
 
 
 def test_no_investment_inside_a_capture(monkeypatch, fresh_store):
-    """A call whose rent reaches the investment while a CUDA graph is captured stays on the
-    first-contact path (investing reads sizes back to the host); the next eager call invests."""
+    """A call whose rent reaches the investment while host syncs are forbidden (a CUDA graph
+    captured or warmed up for) stays on the first-contact path (investing reads sizes back to
+    the host); the next eager call invests."""
     monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
     monkeypatch.setattr(reuse, "INVEST_BASE_MS", 10.0)
     monkeypatch.setattr(reuse, "HOST_SAVED_MS", 0.0)
@@ -121,10 +122,40 @@ def test_no_investment_inside_a_capture(monkeypatch, fresh_store):
     due = -int(-reuse.investment_ms(g.num_edges) // reuse.rent_ms(g.num_edges, 4, 4))
     for _ in range(due - 1):
         assert not reuse.use(g, 4, 4)
-    monkeypatch.setattr(reuse, "_capturing", lambda: True)
+    monkeypatch.setattr(reuse, "_syncs_forbidden", lambda: True)
     assert not reuse.use(g, 4, 4) and not reuse.use(g, 4, 4) and not reuse.invested(g)
-    monkeypatch.setattr(reuse, "_capturing", lambda: False)
+    monkeypatch.setattr(reuse, "_syncs_forbidden", lambda: False)
     assert reuse.use(g, 4, 4) and reuse.invested(g)
+
+
+def test_no_investment_where_syncs_are_forbidden_even_under_always(monkeypatch):
+    """``always`` and a graph with a plan invest on their first eager call, not inside a capture
+    or its warm-up."""
+    monkeypatch.setenv("SPARSEGNN_INVEST", "always")
+    g = sg.Graph.from_edge_index(_hub_graph()[0], num_nodes=30)
+    monkeypatch.setattr(reuse, "_syncs_forbidden", lambda: True)
+    assert not reuse.use(g, 4, 4)
+    monkeypatch.setattr(reuse, "_syncs_forbidden", lambda: False)
+    assert reuse.use(g, 4, 4)
+
+
+def test_syncs_are_forbidden_while_capturing_or_in_error_mode(monkeypatch):
+    """A captured step's eager warm-up (``capture_warmup``, syncs allowed) may invest; a capture
+    and the sync debug mode ``"error"`` (a replay's warm-up) may not."""
+    from sparsegnn import _streams
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
+    with _streams.capture_warmup():
+        assert not reuse._syncs_forbidden()
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 1)     # "warn": syncs still run
+    assert not reuse._syncs_forbidden()
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 2)
+    assert reuse._syncs_forbidden()
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert reuse._syncs_forbidden()
 
 
 def test_graphs_in_rotation_and_new_graphs_invest_nothing(monkeypatch, fresh_store):

@@ -19,9 +19,10 @@ of calls that follow, the time lost to this rule is then at most the investment'
 
 So a graph of 100M edges at F = 256 is invested in after about 15 calls (four epochs of a
 two-layer model), a 1M-edge graph at F = 64 after about 350 calls, a 50k-edge graph after
-about 900, and a molecule batch (used for one step) never.  A call inside a CUDA-graph capture
-(a replayed model's recording) pays rent but never invests: investing reads sizes back to the
-host, which a capture forbids, so the next eager call does it.  ``SPARSEGNN_INVEST`` overrides the rule: ``always`` (every graph planned and tuned on
+about 900, and a molecule batch (used for one step) never.  A call where host syncs are
+forbidden (inside a CUDA-graph capture, such as a replayed model's recording, or the warm-up
+before it, run under ``set_sync_debug_mode("error")``) pays rent but never invests, not even under ``always`` or for a graph with a plan:
+investing reads sizes back to the host, so the next eager call does it.  ``SPARSEGNN_INVEST`` overrides the rule: ``always`` (every graph planned and tuned on
 its first call) or ``never``.
 
 The use counts live on the graph's structure (the ``"reuse"`` slot of ``Graph.cache``, shared by graphs made
@@ -70,11 +71,15 @@ class _Use:
         self.calls, self.rent_ms, self.invested = 0, 0.0, False
 
 
-def _capturing() -> bool:
-    """Whether the current CUDA stream is capturing a CUDA graph."""
+def _syncs_forbidden() -> bool:
+    """Whether a host sync would fail here: the current CUDA stream is capturing a CUDA graph,
+    or the sync debug mode is ``"error"`` (as in a replay's warm-up before its recording; a
+    captured step's eager warm-up steps allow syncs, and invest there)."""
     import torch
 
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    if not torch.cuda.is_available():
+        return False
+    return torch.cuda.is_current_stream_capturing() or torch.cuda.get_sync_debug_mode() == 2
 
 
 def _account(graph) -> _Use:
@@ -113,13 +118,14 @@ def use(graph, num_feats: int, elem_size: int) -> bool:
         return True
     if not account.invested:
         mode = policy()
-        if mode == "always" or "plan" in graph.cache:
-            account.invested = True
-        elif mode == "auto":
+        if mode == "auto":
             account.rent_ms += rent_ms(graph.num_edges, num_feats, elem_size)
-            # never inside a CUDA-graph capture (a replayed model's recording): the plan and the
-            # statistics read sizes back to the host, which a capture forbids; a later eager call invests
-            account.invested = account.rent_ms >= investment_ms(graph.num_edges) and not _capturing()
+        due = mode == "always" or "plan" in graph.cache or (
+            mode == "auto" and account.rent_ms >= investment_ms(graph.num_edges))
+        # never where host syncs are forbidden (a replayed model's recording and the warm-up
+        # before it): the plan, the statistics and the tuner's timings read back to the host;
+        # a later eager call invests
+        account.invested = due and not _syncs_forbidden()
         if account.invested:
             _COUNTS["invested"] += 1
     _COUNTS["invested_calls" if account.invested else "first_contact_calls"] += 1
