@@ -3,7 +3,9 @@
 One full-graph training epoch (forward, cross-entropy on the training nodes, backward, Adam) on
 the Reddit stand-in (or ``--graph``) for
 
-* ``ours_maxk_k{K}``: ``sparsegnn.nn.MaxKGNN(conv="sage", k=K)`` for every ``--ks``, eager
+* ``ours_maxk_k{K}``: ``sparsegnn.nn.MaxKGNN(conv="sage", k=K)`` for every ``--ks``, as built
+  (replayed from CUDA graphs where its activations fit the replay budget, eager otherwise: the
+  Reddit stand-in is over it)
   (MaxK-GNN's structure: ``lin_in -> 3 x [maxk -> dropout -> SAGEConv -> LayerNorm] -> lin_out``,
   hidden 256: CBSR aggregations, SpGEMM forward, SSpMM backward);
 * ``ours_maxk_k32_capture``: the same at k = 32, the whole step as one CUDA graph replay;

@@ -38,10 +38,12 @@ import torch
 from benchmarks import layers
 from benchmarks import train as bt
 from sparsegnn import nn as sgnn
+from sparsegnn.nn.replay import replay_state
 from sparsegnn.training import make_optimizer, make_train_step
 
-#: Real-suite graphs and stand-ins timed by default (Reddit: the 115M-edge MaxK-GNN figure, SAGE).
-DEFAULT_GRAPHS = ("cora", "citeseer", "deezer", "lastfm", "twitch", "wikipedia", "roadnet-pa-excerpt",
+#: Real-suite graphs and stand-ins timed by default (the Reddit stand-in first: the 115M-edge
+#: MaxK-GNN figure).
+DEFAULT_GRAPHS = ("reddit", "cora", "citeseer", "deezer", "lastfm", "twitch", "wikipedia", "roadnet-pa-excerpt",
                   "reddit-threads-10k", "PROTEINS_full", "ENZYMES", "pubmed", "ppi", "flickr", "artist", "yelp")
 MODES = ("default", "eager")
 
@@ -53,14 +55,19 @@ def configs(ks: Sequence[int]) -> List[Optional[int]]:
 
 def _steps_of(graph, inputs: Dict[str, object], conv: str, k: Optional[int], mode: str, hidden: int, seed: int,
               device: torch.device) -> Callable[[], torch.Tensor]:
-    """The training step of MaxK (``k``) or its twin (``k`` None) on ``graph``, as ``mode`` runs it."""
+    """The training step of MaxK (``k``) or its twin (``k`` None), as ``mode`` runs it, on a new
+    Graph of ``graph``'s structure: each model meets the graph as a script of its own would
+    (its own use counts, plan and decisions), not after another config has invested in it.
+    The model is the step's ``model`` attribute."""
     torch.manual_seed(seed)
     x = inputs["x"]
     kw = {"nonlinearity": "relu"} if k is None else {"k": k}
     net = sgnn.MaxKGNN(x.shape[1], inputs["classes"], conv=conv, hidden=hidden,
                        replay=None if mode == "default" else False, **kw).to(device).train()
-    return make_train_step(net, make_optimizer(net, "none", lr=0.01, weight_decay=5e-4), x, graph,
+    step = make_train_step(net, make_optimizer(net, "none", lr=0.01, weight_decay=5e-4), x, layers.bare(graph),
                            inputs["train_idx"], inputs["y_train"])
+    step.model = net
+    return step
 
 
 def _timed(step: Callable[[], torch.Tensor], device: torch.device, steps: int) -> List[float]:
@@ -87,7 +94,9 @@ def interleaved(steps_by_config: Dict[object, Callable[[], torch.Tensor]], devic
     ``rounds`` rounds in which every step runs ``steps`` times, in an order rotated each round
     (a drift of the host's speed, which moves a host-bound step by 1.5x here, falls on all of
     them alike); rounds stop once ``budget_ms`` of timed steps is spent (at least one round).
-    Per config: ``ms`` (median of every timed step), ``ms_min``, ``first_ms``, ``rounds``, ``error``."""
+    Per config: ``ms`` (median of every timed step), ``ms_min``, ``first_ms``, ``rounds``, ``error``
+    and ``replay`` (``nn.replay.replay_state`` of the step's ``model`` where it has one: recorded,
+    over budget, failed, off)."""
     out: Dict[object, Dict[str, object]] = {}
     live = {}
     for config, step in steps_by_config.items():
@@ -111,9 +120,17 @@ def interleaved(steps_by_config: Dict[object, Callable[[], torch.Tensor]], devic
         if not order or (r and spent >= budget_ms):
             break
         for config in order[r % len(order):] + order[:r % len(order)]:
-            times = _timed(live[config], device, steps)
+            try:
+                times = _timed(live[config], device, steps)
+            except Exception as exc:  # noqa: BLE001 - a failure in a later round fails that config only
+                out[config].update(times=[], error="oom" if bt.is_oom(exc) else f"{type(exc).__name__}: {str(exc)[:200]}")
+                order.remove(config)
+                continue
             out[config]["times"] += times
             spent += sum(times)
+    for config, result in out.items():
+        model = getattr(steps_by_config[config], "model", None)
+        result["replay"] = replay_state(model) if model is not None else None
     for result in out.values():
         times = result.pop("times")
         result.update(ms=statistics.median(times) if times else None, ms_min=min(times) if times else None,
@@ -123,7 +140,7 @@ def interleaved(steps_by_config: Dict[object, Callable[[], torch.Tensor]], devic
 
 def run(graphs: Sequence[str], convs: Sequence[str], ks: Sequence[int], device: torch.device,
         data_dir: Optional[str], warmup: int = 3, steps: int = 10, hidden: int = 256, seed: int = 0,
-        modes: Sequence[str] = MODES, rounds: int = 5, budget_ms: float = 3000.0,
+        modes: Sequence[str] = MODES, rounds: int = 5, budget_ms: float = 2000.0,
         log: Callable[[str], None] = print) -> List[Dict[str, object]]:
     """One row per graph x conv x config x mode (module doc): ``ms``, ``ms_min``, ``first_ms``,
     ``rounds``, ``error``; the twin and every ``k`` of one conv and mode timed side by side
@@ -137,12 +154,13 @@ def run(graphs: Sequence[str], convs: Sequence[str], ks: Sequence[int], device: 
                 cfgs = [k for k in configs(ks) if k is None or k <= hidden]
                 steps_by_config = {k: _steps_of(graph, inputs, conv, k, mode, hidden, seed, device) for k in cfgs}
                 timed = interleaved(steps_by_config, device, warmup, steps, rounds, budget_ms)
-                steps_by_config.clear()
+                steps_by_config.clear()             # the models, their recordings and optimiser state
                 for k in cfgs:
                     row = dict(graph=name, kind=kind, nodes=graph.num_nodes, edges=graph.num_edges, conv=conv,
                                k=k, mode=mode, features=inputs["x"].shape[1], hidden=hidden, **timed[k])
                     rows.append(row)
-                    log(json.dumps({key: row[key] for key in ("graph", "conv", "k", "mode", "ms", "rounds", "error")}))
+                    log(json.dumps({key: row[key] for key in ("graph", "conv", "k", "mode", "ms", "rounds", "replay",
+                                                              "error")}))
                 gc.collect()
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
@@ -153,6 +171,7 @@ def run(graphs: Sequence[str], convs: Sequence[str], ks: Sequence[int], device: 
 def ratios(rows: List[dict], mode: str = "default") -> List[dict]:
     """Per graph x conv x k of ``mode``: the twin's ms over MaxK's (``x_relu``; None where either failed)."""
     twin = {(r["graph"], r["conv"]): r.get("ms") for r in rows if r["k"] is None and r["mode"] == mode}
+    twin_replay = {(r["graph"], r["conv"]): r.get("replay") for r in rows if r["k"] is None and r["mode"] == mode}
     out = []
     for r in rows:
         if r["k"] is None or r["mode"] != mode:
@@ -160,7 +179,8 @@ def ratios(rows: List[dict], mode: str = "default") -> List[dict]:
         base = twin.get((r["graph"], r["conv"]))
         x = base / r["ms"] if base and r.get("ms") else None
         out.append(dict(graph=r["graph"], edges=r["edges"], conv=r["conv"], k=r["k"], relu_ms=base,
-                        maxk_ms=r.get("ms"), x_relu=x))
+                        maxk_ms=r.get("ms"), x_relu=x, relu_replay=twin_replay.get((r["graph"], r["conv"])),
+                        maxk_replay=r.get("replay")))
     return out
 
 
@@ -197,16 +217,17 @@ def markdown(rows: List[dict], meta: Dict[str, object]) -> str:
         lines.append(f"- **{mode}**: {s['cases']} cases, geomean {s['geomean']:.2f}x ReLU, worst "
                      f"{s['worst']['x_relu']:.2f}x ({_case(s['worst'])}); below 1.0x: {len(s['below'])} ({below})"
                      + (f"; {s['failed']} failed" if s["failed"] else ""))
-    lines += ["", "| graph | edges | conv | k | ReLU ms | MaxK ms | x ReLU | ReLU eager ms | MaxK eager ms | x ReLU eager |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| graph | edges | conv | k | ReLU ms | MaxK ms | x ReLU | replayed (ReLU / MaxK) | ReLU eager ms | "
+              "MaxK eager ms | x ReLU eager |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    short = lambda state: "-" if not state else state.split(",")[0].split(":")[0]  # noqa: E731
     by_mode = {mode: {(r["graph"], r["conv"], r["k"]): r for r in ratios(rows, mode)} for mode in MODES}
     fmt = lambda v: format(v, ".2f") if v is not None else "-"  # noqa: E731
     cases = dict.fromkeys((r["graph"], r["conv"], r["k"], r["edges"]) for r in rows if r["k"] is not None)
     for graph, conv, k, edges in cases:
         d, e = by_mode["default"].get((graph, conv, k), {}), by_mode["eager"].get((graph, conv, k), {})
         lines.append(f"| {graph} | {edges:,} | {conv} | {k} | {fmt(d.get('relu_ms'))} | {fmt(d.get('maxk_ms'))} | "
-                     f"{fmt(d.get('x_relu'))} | {fmt(e.get('relu_ms'))} | {fmt(e.get('maxk_ms'))} | "
-                     f"{fmt(e.get('x_relu'))} |")
+                     f"{fmt(d.get('x_relu'))} | {short(d.get('relu_replay'))} / {short(d.get('maxk_replay'))} | "
+                     f"{fmt(e.get('relu_ms'))} | {fmt(e.get('maxk_ms'))} | {fmt(e.get('x_relu'))} |")
     errors = [r for r in rows if r.get("error")]
     if errors:
         lines += ["", "Errors:"] + [f"- {_case(r)} {r['mode']}: {r['error']}" for r in errors]
@@ -266,7 +287,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per config and round")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (fewer once --budget-ms is spent)")
-    parser.add_argument("--budget-ms", type=float, default=3000.0,
+    parser.add_argument("--budget-ms", type=float, default=2000.0,
                         help="timed step ms per conv and mode after which no further round starts")
     parser.add_argument("--data", default=None, help="the real suite's folder (default: the shared datasets)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -78,3 +78,22 @@ def test_interleaved_rotates_the_order_stops_on_budget_and_keeps_failures():
     calls.clear()
     out = interleaved({"a": step("a")}, torch.device("cpu"), warmup=0, steps=1, rounds=5, budget_ms=0.0)
     assert out["a"]["rounds"] == 1 and calls == ["a", "a"]      # the budget spent after one round
+
+
+def test_a_failure_in_a_timed_round_fails_that_config_only():
+    import torch
+
+    from benchmarks.maxk_twins import interleaved
+
+    calls = {"flaky": 0}
+
+    def flaky():
+        calls["flaky"] += 1
+        if calls["flaky"] > 2:                      # the first call and the warm-up pass
+            raise RuntimeError("lost the device")
+        return torch.tensor(1.0)
+
+    out = interleaved({"flaky": flaky, "ok": lambda: torch.tensor(1.0)}, torch.device("cpu"), warmup=1, steps=2,
+                      rounds=3, budget_ms=1e9)
+    assert out["flaky"]["ms"] is None and out["flaky"]["error"] == "RuntimeError: lost the device"
+    assert out["ok"]["rounds"] == 3 and out["ok"]["error"] is None and out["ok"]["replay"] is None
