@@ -7,6 +7,8 @@ fitted on are in git history: ``git tag archive/lab-notebook-2026-11-29``, ``ben
         --out src/sparsegnn/tune/data/cost_model_spmm.json --report notes/cost-model-eval.md
     python -m scripts.fit_cost_model sweep.jsonl --seed 5 \
         --out /tmp/cost_model_spmm.json --report /tmp/cost-model-eval.md
+    python -m scripts.fit_cost_model families.jsonl --leave-family-out --shipped \
+        --label "H200 families sweep" --report /tmp/families-eval.md
 
 Inputs per (case, config): ``tune.model.build_inputs`` (graph sizes, degree quantiles, what
 the config implies on the graph: programs, serial steps, launches, occupancy, ..., and each
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import hashlib
 import json
 import math
@@ -48,7 +51,7 @@ import torch
 
 from sparsegnn.datasets.families import FAMILIES, leave_out_folds
 from sparsegnn.tune.features import GraphStats
-from sparsegnn.tune.model import INPUT_NAMES, INPUTS_VERSION, CostModel, build_inputs
+from sparsegnn.tune.model import INPUT_NAMES, INPUTS_VERSION, CostModel, build_inputs, load_model
 
 ELEM = {"float32": 4, "bfloat16": 2, "float16": 2}
 SHORTLIST = 3
@@ -57,13 +60,20 @@ SHORTLIST = 3
 NOISE_FILES = ("real_spmm_fp32.json", "real_spmm_bf16.json", "paper_spmm_fp32.json", "paper_bf16.json")
 
 
+def _lines(path):
+    """The lines of a sweep file, gunzipped where it is named ``.gz``."""
+    with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as f:
+        yield from f
+
+
 def load_cases(paths):
-    """The cases (graph x F x dtype) of the sweep files ``paths``; ``graph`` is ``(group, name)``,
+    """The cases (graph x F x dtype) of the sweep files ``paths`` (JSONL, gzipped where named
+    ``.gz``); ``graph`` is ``(group, name)``,
     ``source`` the graph a copy was made from (the row's ``source``), else ``graph``; ``family``
     the row's structure family (the sweep's ``families`` group), else its group."""
     cases = collections.defaultdict(list)
     for path in paths:
-        for line in open(path):
+        for line in _lines(path):
             r = json.loads(line)
             cases[(r["group"], r["graph"], r["F"], r["dtype"])].append(r)
     out = []
@@ -178,7 +188,7 @@ def remeasured(data_paths, bench_dir):
     """(case key, config, sweep ms, autotuner ms) for every config re-timed in NOISE_FILES."""
     index = {}
     for path in data_paths:
-        for line in open(path):
+        for line in _lines(path):
             r = json.loads(line)
             config = json.dumps(r["config"], sort_keys=True)
             index[(r["graph"], r["stats"]["num_edges"], r["F"], r["dtype"], config)] = (
@@ -198,24 +208,29 @@ def remeasured(data_paths, bench_dir):
     return list(pairs.values())
 
 
-def per_family_lines(cases, held, family_held):
+def per_family_lines(cases, held, family_held, shipped=None):
     """The report's per-family table: cases whose zero-shot pick is within 10% of the best, with
-    the case's graph held out, and (``family_held``) with its whole family held out."""
+    the case's graph held out, (``family_held``) with its whole family held out, and
+    (``shipped``: rows of the shipped model, nothing refitted) by the model the package ships."""
     family_of = {c["key"]: c["family"] for c in cases}
     by_family = collections.defaultdict(list)
     for r in held:
         by_family[family_of[r["key"]]].append(r)
+    shipped_by = collections.defaultdict(list)
+    for r in shipped or ():
+        shipped_by[family_of[r["key"]]].append(r)
+    share = lambda rows: (f" {sum(r['pick'] <= 1.1 for r in rows)} "  # noqa: E731
+                          f"({100 * sum(r['pick'] <= 1.1 for r in rows) / len(rows):.0f}%) |" if rows else " |")
     head = "| family | cases | graph held out: pick within 10% |"
-    lines = ["## Per family", "", head + (" family held out: pick within 10% |" if family_held else ""),
-             "|---|---|---|" + ("---|" if family_held else "")]
+    lines = ["## Per family", "", head + (" family held out: pick within 10% |" if family_held else "")
+             + (" shipped model: pick within 10% |" if shipped else ""),
+             "|---|---|---|" + ("---|" if family_held else "") + ("---|" if shipped else "")]
     for family in sorted(by_family):
-        rows = by_family[family]
-        ok = sum(r["pick"] <= 1.1 for r in rows)
-        line = f"| {family} | {len(rows)} | {ok} ({100 * ok / len(rows):.0f}%) |"
+        line = f"| {family} | {len(by_family[family])} |" + share(by_family[family])
         if family_held:
-            out = family_held.get(family)
-            line += (f" {sum(r['pick'] <= 1.1 for r in out)} ({100 * sum(r['pick'] <= 1.1 for r in out) / len(out):.0f}%) |"
-                     if out else " |")
+            line += share(family_held.get(family))
+        if shipped:
+            line += share(shipped_by.get(family))
         lines.append(line)
     return lines + [""]
 
@@ -251,6 +266,9 @@ def main() -> int:
     parser.add_argument("--noise-from", default=None, help="benchmark folder with NOISE_FILES (default: the data's)")
     parser.add_argument("--leave-family-out", action="store_true",
                         help="also hold out each structure family whole (the sweep's families group)")
+    parser.add_argument("--shipped", action="store_true",
+                        help="also score the model the package ships on every case (nothing refitted)")
+    parser.add_argument("--label", default="sweep data", help="what the report's title says the data is")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     hyper = dict(members=args.members, hidden=args.hidden, epochs=args.epochs, tau=args.tau, seed=args.seed)
@@ -308,7 +326,7 @@ def main() -> int:
     within_us = sum(r["pick"] <= 1.10 or r["pick_ms"] - r["best_ms"] <= 0.002 for r in held)
     tiny = [r for r in held if r["best_ms"] < 0.02]
     big = [r for r in held if r["best_ms"] >= 0.02]
-    lines = ["# Cost model, leave-graph-out (H100 sweep data)", "",
+    lines = [f"# Cost model, leave-graph-out ({args.label})", "",
              f"{len(cases)} cases (graph x F x dtype) on {len(graphs)} graphs, {sum(len(c['ms']) for c in cases)} timed configs.",
              "Each graph's cases are predicted by a model trained on the other graphs only.",
              *([f"Training also uses {len(extra)} cases on {len({c['graph'] for c in extra})} extra graphs "
@@ -331,7 +349,18 @@ def main() -> int:
              f"max {np.max(per_case):.3f} ms ({geo([r['n'] for r in held]):.0f} candidates, geomean). "
              f"Fit + leave-graph-out: {fit_s:.0f} s on {args.threads} CPU thread(s).", ""]
 
-    lines += per_family_lines(cases, held, family_held)
+    shipped_rows = None
+    if args.shipped:
+        model = load_model()
+        if model is None:
+            parser.error("--shipped: the package ships no cost model")
+        shipped_rows = evaluate(model, cases)
+        ok = sum(r["pick"] <= 1.1 for r in shipped_rows)
+        lines += [f"The shipped model (`tune/data/cost_model_spmm.json`, fitted on other graphs), nothing refitted: "
+                  f"zero-shot pick within 10% on {ok}/{len(shipped_rows)} ({100 * ok / len(shipped_rows):.0f}%), "
+                  f"geomean time / best {geo([r['pick'] for r in shipped_rows]):.3f}, worst "
+                  f"{max(r['pick'] for r in shipped_rows):.2f}.", ""]
+    lines += per_family_lines(cases, held, family_held, shipped_rows)
     pairs = remeasured(args.data, args.noise_from or Path(args.data[0]).parent)
     if pairs:
         ratios = np.array([p[2] / p[3] for p in pairs])
