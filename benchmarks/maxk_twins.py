@@ -131,7 +131,6 @@ def interleaved(steps_by_config: Dict[object, Callable[[], torch.Tensor]], devic
     for config, result in out.items():
         model = getattr(steps_by_config[config], "model", None)
         result["replay"] = replay_state(model) if model is not None else None
-    for result in out.values():
         times = result.pop("times")
         result.update(ms=statistics.median(times) if times else None, ms_min=min(times) if times else None,
                       rounds=len(times) // max(steps, 1))

@@ -43,7 +43,6 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-
 _PROPERTIES: dict = {}
 
 

@@ -8,7 +8,7 @@ import warnings
 
 import torch
 
-from . import current_stream_key
+from . import current_stream_key, device_properties
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,8 +114,6 @@ def launch(kernel, grid: int, threads: int, args: tuple, device: torch.device, s
         kernel((grid,), (threads,), args, shared_mem=shared_mem)
 
 
-@functools.lru_cache(maxsize=None)
 def shared_bytes_optin(device: torch.device) -> int:
     """The most dynamic shared memory one block may ask for on ``device``."""
-    props = torch.cuda.get_device_properties(device)
-    return int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))
+    return int(getattr(device_properties(device), "shared_memory_per_block_optin", 48 * 1024))

@@ -42,7 +42,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _cupy
+from . import _cupy, device_properties
 
 #: Threads per block (one block per window) for the big windows; :func:`rank_big_windows` takes
 #: others (``translate.CUDA_ALL_THREADS`` where it ranks every window).
@@ -324,9 +324,8 @@ def fits(num_words: int, col: Tensor, threads: int = THREADS, name: str = "rank_
             and _kernel(_bits(col), col.device.index, threads, name) is not None)
 
 
-@functools.lru_cache(maxsize=None)
 def _sm_limits(device_index: int) -> tuple:
-    props = torch.cuda.get_device_properties(device_index)
+    props = device_properties(device_index)
     return (props.multi_processor_count, getattr(props, "max_threads_per_multi_processor", 2048),
             getattr(props, "shared_memory_per_multiprocessor", 228 * 1024))
 
