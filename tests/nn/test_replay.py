@@ -2,6 +2,7 @@
 same outputs and gradients as the eager model, fresh draws of dropout, and an eager fallback (or
 an error) wherever a replay would read stale memory.  The replay itself needs CUDA; the API and
 the CPU behaviour are checked everywhere."""
+import contextlib
 import copy
 import pickle
 
@@ -122,19 +123,46 @@ def test_a_graph_that_falls_due_for_investment_during_the_recording_records(monk
 
     monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
     monkeypatch.setattr(reuse, "investment_ms", lambda edges: 0.0 if reuse._syncs_forbidden() else float("inf"))
-    if name == "sage":
-        model, ref = _pair(name, "cuda")
-    else:
-        torch.manual_seed(0)
-        model = sg.nn.MaxKGNN(12, 5, conv="gin", hidden=32, num_layers=2, k=16, dropout=0.0).cuda()
-        ref = copy.deepcopy(model)
-        ref.replay = False
+    monkeypatch.setattr(reuse, "investing", contextlib.nullcontext)     # no investment before recording
+    model, ref = _invest_pair(name)
     g, x, w = _graph("cuda"), torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda")
     for _ in range(4):
         out, want = _step(model, x, g, w), _step(ref, x, g, w)
         assert torch.allclose(out, want, rtol=1e-4, atol=1e-5)
     assert model._replay.recorded, model._replay.failed
     assert reuse.calls(g) > 0 and not reuse.invested(g)
+
+
+def _invest_pair(name):
+    if name == "sage":
+        return _pair(name, "cuda")
+    torch.manual_seed(0)
+    model = sg.nn.MaxKGNN(12, 5, conv="gin", hidden=32, num_layers=2, k=16, dropout=0.0).cuda()
+    ref = copy.deepcopy(model)
+    ref.replay = False
+    return model, ref
+
+
+@cuda
+@pytest.mark.parametrize("policy", ["auto", "never"])
+@pytest.mark.parametrize("name", ["sage", "maxk-gin-dense"])
+def test_a_recording_invests_in_its_graphs_before_it_captures(monkeypatch, name, policy):
+    """Three calls with one signature prove reuse, and a replay keeps the kernels it captures:
+    the graphs are invested in (an eager forward and backward under ``reuse.investing``) before
+    the capture, so it captures tuned kernels; under ``never`` nothing is invested and the
+    recording still succeeds.  The replayed steps match eager ones either way."""
+    from sparsegnn.tune import reuse
+
+    monkeypatch.setenv("SPARSEGNN_INVEST", policy)
+    model, ref = _invest_pair(name)
+    g, x, w = _graph("cuda"), torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda")
+    for step in range(5):
+        out, want = _step(model, x, g, w), _step(ref, x, g, w)
+        assert torch.allclose(out, want, rtol=1e-4, atol=1e-5)
+        if step < 2:
+            assert not reuse.invested(g)
+    assert model._replay.recorded, model._replay.failed
+    assert reuse.invested(g) is (policy == "auto")
 
 
 @cuda

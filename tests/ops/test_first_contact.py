@@ -139,6 +139,48 @@ def test_no_investment_where_syncs_are_forbidden_even_under_always(monkeypatch):
     assert reuse.use(g, 4, 4)
 
 
+@pytest.mark.parametrize("policy", ["auto", "never"])
+def test_investing_invests_on_the_first_call_unless_the_policy_is_never(monkeypatch, policy):
+    """Inside ``investing()`` (a replay about to record) a graph is invested in on its first
+    call whatever rent it paid; not under ``never``, not for a transient graph, not where host
+    syncs are forbidden; outside the block the rule applies again."""
+    monkeypatch.setenv("SPARSEGNN_INVEST", policy)
+    fresh = lambda: sg.Graph.from_edge_index(_hub_graph()[0], num_nodes=30)  # noqa: E731
+    g, later, once, captured = fresh(), fresh(), fresh(), fresh()
+    once.transient = True
+    with reuse.investing():
+        assert reuse.use(g, 4, 4) is (policy == "auto")
+        assert not reuse.use(once, 4, 4)
+        monkeypatch.setattr(reuse, "_syncs_forbidden", lambda: True)
+        assert not reuse.use(captured, 4, 4)
+        monkeypatch.setattr(reuse, "_syncs_forbidden", lambda: False)
+    assert reuse.invested(g) is (policy == "auto")
+    assert not reuse.use(later, 4, 4) and not reuse.use(captured, 4, 4)
+
+
+def test_investing_reaches_the_backward(monkeypatch):
+    """The backward of a forward run inside ``investing()`` invests too: autograd may run it on
+    another thread, which the block's flag must reach."""
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    seen = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen.append(reuse.use(sg.Graph.from_edge_index(_hub_graph()[0], num_nodes=30), 4, 4))
+            return grad
+
+    x = torch.randn(3, device=DEVICE, requires_grad=True)
+    with reuse.investing():
+        torch.autograd.grad(Probe.apply(x).sum(), x)
+    torch.autograd.grad(Probe.apply(x).sum(), x)
+    assert seen == [True, False]
+
+
 def test_syncs_are_forbidden_while_capturing_or_in_error_mode(monkeypatch):
     """A captured step's eager warm-up (``capture_warmup``, syncs allowed) may invest; a capture
     and the sync debug mode ``"error"`` (a replay's warm-up) may not."""

@@ -61,6 +61,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 from .._failed_capture import CleanupCUDAGraph, failed_capture_guard
 from .._streams import capture_warmup, side_stream
 from ..graph import Graph
+from ..tune import reuse
 from . import _graph_input
 
 #: Eager calls with one signature before it is recorded (the first tunes the sparse kernels).
@@ -294,7 +295,10 @@ class _OverBudget(Exception):
 
 def _record(model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwargs: dict, sig: tuple,
             params: Tuple[Tensor, ...], budget: Optional[int]) -> _Recording:
-    """One warm-up on a side stream (the CUDA-graph recipe; host syncs there raise, so a forward
+    """One eager forward and backward that invests in every graph the model uses
+    (``tune.reuse.investing``: three calls with one signature are proof of reuse, and a replay
+    keeps the kernels it captures, so they must be the tuned ones, not those of first contact),
+    one warm-up on a side stream (the CUDA-graph recipe; host syncs there raise, so a forward
     that cannot be captured is found before any capture starts; what its forward keeps alive is
     measured there, after the eager calls built every cache, and over ``budget`` bytes nothing
     is captured; buffers it updates, such as BatchNorm's running statistics, are restored), then
@@ -314,13 +318,21 @@ def _record(model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwarg
     leaves = tuple(by_id[id(p)] for p in trained)
     graphs: List[Graph] = []
 
-    def run() -> Tensor:
-        with _reparametrize_module(model, aliases, tie_weights=True), _graph_input.collect_graphs(graphs):
+    def run(into: List[Graph] = graphs) -> Tensor:
+        with _reparametrize_module(model, aliases, tie_weights=True), _graph_input.collect_graphs(into):
             return forward(*args, **kwargs)
 
-    torch.cuda.synchronize()
     buffers = [b for b in model.buffers() if b.is_cuda]
     saved = [b.clone() for b in buffers]
+    if reuse.policy() != "never":
+        # the replay repeats the kernels it captures for good: invest in every graph now, on an
+        # eager forward and backward where syncs are allowed, so that it captures tuned kernels
+        with reuse.investing():
+            out = run([])
+            if isinstance(out, Tensor) and out.requires_grad:
+                torch.autograd.grad(out, leaves, grad_outputs=torch.zeros_like(out), allow_unused=True)
+            del out
+    torch.cuda.synchronize()
     side = side_stream()      # one per device: each new stream keeps a cuBLAS workspace
     side.wait_stream(torch.cuda.current_stream())
     mode = torch.cuda.get_sync_debug_mode()

@@ -21,9 +21,14 @@ So a graph of 100M edges at F = 256 is invested in after about 15 calls (four ep
 two-layer model), a 1M-edge graph at F = 64 after about 350 calls, a 50k-edge graph after
 about 900, and a molecule batch (used for one step) never.  A call where host syncs are
 forbidden (inside a CUDA-graph capture, such as a replayed model's recording, or the warm-up
-before it, run under ``set_sync_debug_mode("error")``) pays rent but never invests, not even under ``always`` or for a graph with a plan:
-investing reads sizes back to the host, so the next eager call does it.  ``SPARSEGNN_INVEST`` overrides the rule: ``always`` (every graph planned and tuned on
-its first call) or ``never``.
+before it, run under ``set_sync_debug_mode("error")``) pays rent but never invests, not even
+under ``always`` or for a graph with a plan: investing reads sizes back to the host, so the
+next eager call does it.  A recording is itself the proof of reuse (a replay repeats its
+kernels for good), so a replayed model runs one eager forward and backward inside
+:func:`investing` before it records: every graph it uses is invested in there, and the replay
+keeps tuned kernels rather than first-contact ones.  ``SPARSEGNN_INVEST`` overrides the rule:
+``always`` (every graph planned and tuned on its first call) or ``never`` (not even inside
+:func:`investing`).
 
 The use counts live on the graph's structure (the ``"reuse"`` slot of ``Graph.cache``, shared by graphs made
 with ``with_values``); the process-wide counters (``reuse_counts``) tell a user or a test how
@@ -31,9 +36,10 @@ many graphs were met, invested in and how many calls took each path.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
-from typing import Dict
+from typing import Dict, Iterator
 
 #: The share of a first-contact call's gather time that planning and tuning save (H200: the
 #: piece kernel takes 3.0x the invested kernel's time, geomean over 36 graphs of 10k-2M edges;
@@ -52,6 +58,10 @@ INVEST_MS_PER_EDGE = 2.0e-6
 
 _POLICIES = ("auto", "always", "never")
 _COUNTS: Counter = Counter()
+#: Depth of open ``investing()`` blocks.  Process-wide rather than per thread: a backward's
+#: CUDA ops run on autograd's device thread, which sees neither thread-locals nor context
+#: variables of the caller.
+_INVESTING = 0
 
 
 def policy() -> str:
@@ -80,6 +90,20 @@ def _syncs_forbidden() -> bool:
     if not torch.cuda.is_available():
         return False
     return torch.cuda.is_current_stream_capturing() or torch.cuda.get_sync_debug_mode() == 2
+
+
+@contextlib.contextmanager
+def investing() -> Iterator[None]:
+    """Within the block, every graph a call uses is invested in on that call, whatever rent it
+    has paid (unless the policy is ``never``, the graph is transient, or host syncs are
+    forbidden).  For callers that know a graph will be reused, such as a replay about to record
+    its kernels for good."""
+    global _INVESTING
+    _INVESTING += 1
+    try:
+        yield
+    finally:
+        _INVESTING -= 1
 
 
 def _account(graph) -> _Use:
@@ -120,8 +144,8 @@ def use(graph, num_feats: int, elem_size: int) -> bool:
         mode = policy()
         if mode == "auto":
             account.rent_ms += rent_ms(graph.num_edges, num_feats, elem_size)
-        due = mode == "always" or "plan" in graph.cache or (
-            mode == "auto" and account.rent_ms >= investment_ms(graph.num_edges))
+        due = mode == "always" or "plan" in graph.cache or (mode == "auto" and (
+            _INVESTING > 0 or account.rent_ms >= investment_ms(graph.num_edges)))
         # never where host syncs are forbidden (a replayed model's recording and the warm-up
         # before it): the plan, the statistics and the tuner's timings read back to the host;
         # a later eager call invests
