@@ -320,6 +320,22 @@ def test_what_a_recording_depends_on_falls_back_or_re_records():
     assert not model._replay.recorded                     # a replaced parameter: eager, recording dropped
 
 
+def test_the_default_budget_is_a_share_of_the_device_memory(monkeypatch):
+    """Auto mode replays forwards up to 1/64 of the device's memory, never less than 512 MiB;
+    a budget given is checked."""
+    from types import SimpleNamespace
+
+    from sparsegnn.nn import replay
+
+    for total, want in ((141 << 30, (141 << 30) // 64), (80 << 30, (80 << 30) // 64), (16 << 30, 512 << 20)):
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device, t=total: SimpleNamespace(total_memory=t))
+        assert replay.default_budget(torch.device("cuda", 0)) == want
+    assert Replay().budget is None and Replay(budget=1 << 20).budget == 1 << 20
+    for bad in (-1, True):
+        with pytest.raises(ValueError, match="budget"):
+            Replay(budget=bad)
+
+
 @cuda
 def test_over_budget_signatures_are_not_recorded():
     model, _, g, x, w = _cuda_pair("gcn")
