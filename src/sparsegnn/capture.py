@@ -48,6 +48,7 @@ The returned loss is the graph's static output tensor, overwritten by the next r
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Callable, Dict, Iterable, Optional
 
 import torch
@@ -58,6 +59,7 @@ from ._checks import check
 from ._streams import capture_warmup, side_stream
 from .nn.norm import padded_nodes
 from .ops._dispatch import capturable
+from .tune import reuse
 
 __all__ = ["CapturedStep", "capture_step", "CapturedGraphSteps", "use_capture"]
 
@@ -98,7 +100,8 @@ class CapturedStep:
 
     Each call performs exactly one training step and returns its loss: the first ``warmup``
     calls run ``step_fn`` eagerly on a side stream (filling the sparse ops' plans, tuned
-    configs and the optimiser's state), the next one captures ``step_fn`` into a CUDA graph
+    configs and the optimiser's state; the first invests in every graph it uses,
+    ``tune.reuse.investing``, since the capture keeps its kernels), the next one captures ``step_fn`` into a CUDA graph
     and replays it, and every later call is a replay. :meth:`capture` captures at once.
 
     Args:
@@ -154,7 +157,11 @@ class CapturedStep:
             self._stream = side_stream()    # shared: each new stream keeps a cuBLAS workspace
         current = torch.cuda.current_stream()
         self._stream.wait_stream(current)
-        with torch.cuda.stream(self._stream), capture_warmup():
+        # the first warm-up step invests in every graph the step uses (the capture repeats its
+        # kernels for good, so they must be the tuned ones); later ones make the decisions taken
+        # on the call after an investment (a precision mode's pick), so the capture times nothing
+        investing = reuse.investing() if self.steps_run == 0 and reuse.policy() == "auto" else nullcontext()
+        with torch.cuda.stream(self._stream), capture_warmup(), investing:
             loss = self.step_fn()
         current.wait_stream(self._stream)
         _check(isinstance(loss, Tensor), f"step_fn must return the loss tensor, got {type(loss).__name__}")

@@ -122,7 +122,7 @@ def test_a_graph_that_falls_due_for_investment_during_the_recording_records(monk
     from sparsegnn.tune import reuse
 
     monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
-    monkeypatch.setattr(reuse, "investment_ms", lambda edges: 0.0 if reuse._syncs_forbidden() else float("inf"))
+    monkeypatch.setattr(reuse, "investment_ms", lambda edges: 0.0 if reuse.syncs_forbidden() else float("inf"))
     monkeypatch.setattr(reuse, "investing", contextlib.nullcontext)     # no investment before recording
     model, ref = _invest_pair(name)
     g, x, w = _graph("cuda"), torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda")
@@ -148,21 +148,69 @@ def _invest_pair(name):
 @pytest.mark.parametrize("name", ["sage", "maxk-gin-dense"])
 def test_a_recording_invests_in_its_graphs_before_it_captures(monkeypatch, name, policy):
     """Three calls with one signature prove reuse, and a replay keeps the kernels it captures:
-    the graphs are invested in (an eager forward and backward under ``reuse.investing``) before
-    the capture, so it captures tuned kernels; under ``never`` nothing is invested and the
-    recording still succeeds.  The replayed steps match eager ones either way."""
+    the graphs are invested in (an eager forward and backward under ``reuse.investing``) on the
+    recording call, before the capture, so it captures tuned kernels; under ``never`` nothing is
+    invested, no investing step runs, and the recording still succeeds.  The replayed steps
+    match eager ones either way."""
     from sparsegnn.tune import reuse
 
     monkeypatch.setenv("SPARSEGNN_INVEST", policy)
+    entered, investing = [], reuse.investing
+
+    def counted():
+        entered.append(model._replay.rec is None)          # entered before anything is captured
+        return investing()
+
+    monkeypatch.setattr(reuse, "investing", counted)
     model, ref = _invest_pair(name)
     g, x, w = _graph("cuda"), torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda")
     for step in range(5):
-        out, want = _step(model, x, g, w), _step(ref, x, g, w)
-        assert torch.allclose(out, want, rtol=1e-4, atol=1e-5)
-        if step < 2:
-            assert not reuse.invested(g)
+        out = _step(model, x, g, w)
+        assert reuse.invested(g) is (policy == "auto" and step >= 2)    # the third call records
+        assert torch.allclose(out, _step(ref, x, g, w), rtol=1e-4, atol=1e-5)
     assert model._replay.recorded, model._replay.failed
-    assert reuse.invested(g) is (policy == "auto")
+    assert entered == ([True, True] if policy == "auto" else [])     # a second pass: the first invested
+    assert ("plan" in g.cache) is (policy == "auto")
+
+
+@cuda
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_a_precision_model_records_its_timed_pick(monkeypatch, precision):
+    """A precision mode picks between the exact and the tensor-core kernels on the call after
+    the graph is invested in: that call is the recording's second investing pass (eager, timed),
+    not its warm-up, where syncs raise and a timing would fail the recording."""
+    from sparsegnn.tune import reuse
+
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    torch.manual_seed(0)
+    model = sg.nn.GCN(12, 5, dropout=0.0, precision=precision).cuda()
+    ref = copy.deepcopy(model)
+    ref.replay = False
+    g, x, w = _graph("cuda"), torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda")
+    tol = 2e-2 if precision == "bf16" else 5e-3
+    reuse.reset_reuse_counts()
+    for _ in range(5):
+        out, want = _step(model, x, g, w), _step(ref, x, g, w)
+        assert torch.allclose(out, want, rtol=tol, atol=tol)
+    assert model._replay.recorded and model._replay.failed is None
+    # the GCN normalises a graph with self loops of its own: that one is invested in
+    counts = reuse.reuse_counts()
+    assert counts["invested"] >= 1 and counts["plans"] >= 1
+
+
+@cuda
+def test_buffers_are_restored_when_the_recording_is_refused():
+    """Over budget, the investing and warm-up calls' updates of BatchNorm's running statistics
+    are undone: the refused call updates them once, as an eager call does."""
+    model, ref, g, x, w = _cuda_pair("gcn")
+    for m in (model, ref):
+        m.norm = torch.nn.BatchNorm1d(5).cuda()
+        m._forward = (lambda base, m: lambda x, g: m.norm(base(x, g)))(m._forward, m)
+    model._replay = Replay(None, budget=0)
+    _steps((model, ref), x, g, w, 4)
+    assert replay_state(model) == "refused"
+    assert int(model.norm.num_batches_tracked) == int(ref.norm.num_batches_tracked) == 4
+    assert torch.allclose(model.norm.running_mean, ref.norm.running_mean, rtol=1e-5, atol=1e-6)
 
 
 @cuda

@@ -122,9 +122,9 @@ def test_no_investment_inside_a_capture(monkeypatch, fresh_store):
     due = -int(-reuse.investment_ms(g.num_edges) // reuse.rent_ms(g.num_edges, 4, 4))
     for _ in range(due - 1):
         assert not reuse.use(g, 4, 4)
-    monkeypatch.setattr(reuse, "_syncs_forbidden", lambda: True)
+    monkeypatch.setattr(reuse, "syncs_forbidden", lambda: True)
     assert not reuse.use(g, 4, 4) and not reuse.use(g, 4, 4) and not reuse.invested(g)
-    monkeypatch.setattr(reuse, "_syncs_forbidden", lambda: False)
+    monkeypatch.setattr(reuse, "syncs_forbidden", lambda: False)
     assert reuse.use(g, 4, 4) and reuse.invested(g)
 
 
@@ -133,9 +133,9 @@ def test_no_investment_where_syncs_are_forbidden_even_under_always(monkeypatch):
     or its warm-up."""
     monkeypatch.setenv("SPARSEGNN_INVEST", "always")
     g = sg.Graph.from_edge_index(_hub_graph()[0], num_nodes=30)
-    monkeypatch.setattr(reuse, "_syncs_forbidden", lambda: True)
+    monkeypatch.setattr(reuse, "syncs_forbidden", lambda: True)
     assert not reuse.use(g, 4, 4)
-    monkeypatch.setattr(reuse, "_syncs_forbidden", lambda: False)
+    monkeypatch.setattr(reuse, "syncs_forbidden", lambda: False)
     assert reuse.use(g, 4, 4)
 
 
@@ -151,9 +151,9 @@ def test_investing_invests_on_the_first_call_unless_the_policy_is_never(monkeypa
     with reuse.investing():
         assert reuse.use(g, 4, 4) is (policy == "auto")
         assert not reuse.use(once, 4, 4)
-        monkeypatch.setattr(reuse, "_syncs_forbidden", lambda: True)
+        monkeypatch.setattr(reuse, "syncs_forbidden", lambda: True)
         assert not reuse.use(captured, 4, 4)
-        monkeypatch.setattr(reuse, "_syncs_forbidden", lambda: False)
+        monkeypatch.setattr(reuse, "syncs_forbidden", lambda: False)
     assert reuse.invested(g) is (policy == "auto")
     assert not reuse.use(later, 4, 4) and not reuse.use(captured, 4, 4)
 
@@ -190,14 +190,14 @@ def test_syncs_are_forbidden_while_capturing_or_in_error_mode(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
     with _streams.capture_warmup():
-        assert not reuse._syncs_forbidden()
+        assert not reuse.syncs_forbidden()
     monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 1)     # "warn": syncs still run
-    assert not reuse._syncs_forbidden()
+    assert not reuse.syncs_forbidden()
     monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 2)
-    assert reuse._syncs_forbidden()
+    assert reuse.syncs_forbidden()
     monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    assert reuse._syncs_forbidden()
+    assert reuse.syncs_forbidden()
 
 
 def test_graphs_in_rotation_and_new_graphs_invest_nothing(monkeypatch, fresh_store):
@@ -458,3 +458,16 @@ def test_no_push_while_warming_up_for_a_capture(monkeypatch):
         xs = torch.randn(n, 4).to(DEVICE).requires_grad_(True)
         sg.spmm(g, xs, backend="triton").sum().backward()
     assert not in_capture_warmup() and "transpose" in g.cache
+
+
+def test_the_tuner_times_nothing_where_syncs_are_forbidden(monkeypatch):
+    """A replay's warm-up runs under sync debug mode "error": the tuner treats it as a capture
+    (a provisional pick, nothing timed or stored), like the amortisation rule."""
+    from sparsegnn.tune import autotune
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
+    assert not autotune._capturing()
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 2)
+    assert autotune._capturing()

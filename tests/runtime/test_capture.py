@@ -214,6 +214,30 @@ def test_captured_step_matches_eager(model_name):
 
 
 @needs_cuda
+def test_the_first_warm_up_step_invests_in_the_graph(monkeypatch):
+    """The capture keeps its kernels for good: under the ``auto`` policy its first warm-up step
+    invests in the graph (a plan built, tuned kernels), which the amortisation rule alone would
+    not do for a small graph in a few steps; the captured step still matches eager."""
+    from sparsegnn.tune import reuse
+
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    data = tiny_dataset().to("cuda")
+    graph = data.graph                            # a new Graph: no earlier call invested in it
+    assert reuse.calls(graph) == 0
+    model = build_model("gcn", data.x.shape[1], data.num_classes, dropout=0.0).cuda().train()
+    optimizer = make_optimizer(model, "capture", lr=0.01)
+    idx = data.train_mask.nonzero().flatten()
+    step = make_train_step(model, optimizer, data.x, graph, idx, data.y[idx], compile="capture", warmup=2)
+    reuse.reset_reuse_counts()
+    step()
+    # the GCN aggregates over a normalised graph with self loops of its own: that one is invested in
+    counts = reuse.reuse_counts()
+    assert counts["invested"] >= 1 and counts["plans"] >= 1
+    losses = [float(step()) for _ in range(4)]
+    assert step.captured and all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]
+
+
+@needs_cuda
 def test_replays_draw_new_dropout_masks():
     """lr = 0 keeps the parameters: replays differ only if the RNG advances between them."""
     _, captured = _eager_and_captured("gcn", steps=4, dropout=0.5, lr=0.0)

@@ -14,7 +14,7 @@ for every layer's sum / mean aggregation (see :func:`sparsegnn.spmm`).
 ``replay`` (GCN, AGNN, GraphSAGE, GIN, GAT, MaxKGNN): training steps on a CUDA graph that call the model
 with the same ``x`` and :class:`~sparsegnn.Graph` replay its forward and backward from CUDA
 graphs after two eager calls (None: when the forward keeps at most ``nn.replay.default_budget``
-alive, 1/64 of the device's memory; True: always; False: never).  See :mod:`sparsegnn.nn.replay`.
+alive, 1/64 of the device's memory and at least 512 MiB; True: always; False: never).  See :mod:`sparsegnn.nn.replay`.
 """
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ from ..graph import Graph
 from ..tune import reuse
 from . import _graph_input
 
-#: Eager calls with one signature before it is recorded (the first tunes the sparse kernels).
+#: Eager calls with one signature before it is recorded.
 WARMUP = 2
 #: The default budget: the largest forward (activations kept for the backward plus output)
 #: replayed is this share of the device's memory, and at least ``MIN_BUDGET`` bytes.  H200,
@@ -313,13 +313,15 @@ class _OverBudget(Exception):
 
 def _record(model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwargs: dict, sig: tuple,
             params: Tuple[Tensor, ...], budget: Optional[int]) -> _Recording:
-    """One eager forward and backward that invests in every graph the model uses
-    (``tune.reuse.investing``: three calls with one signature are proof of reuse, and a replay
-    keeps the kernels it captures, so they must be the tuned ones, not those of first contact),
-    one warm-up on a side stream (the CUDA-graph recipe; host syncs there raise, so a forward
+    """Under the ``auto`` investment policy, an eager forward and backward that invest in every
+    graph the model uses (``_invest``: a signature met ``warmup + 1`` times is taken as proof of
+    reuse, and a replay keeps the kernels it captures, so they must be the tuned ones, not those
+    of first contact; done also when the recording is then refused, so the eager calls that
+    follow run tuned kernels), one warm-up on a side stream (the CUDA-graph recipe; host syncs there raise, so a forward
     that cannot be captured is found before any capture starts; what its forward keeps alive is
     measured there, after the eager calls built every cache, and over ``budget`` bytes nothing
-    is captured; buffers it updates, such as BatchNorm's running statistics, are restored), then
+    is captured; buffers the extra calls update, such as BatchNorm's running statistics, are
+    restored, whether or not anything is captured), then
     the forward and the backward (``autograd.grad`` for a static ``dY``) captured into one
     memory pool.
 
@@ -342,19 +344,13 @@ def _record(model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwarg
 
     buffers = [b for b in model.buffers() if b.is_cuda]
     saved = [b.clone() for b in buffers]
-    if reuse.policy() != "never":
-        # the replay repeats the kernels it captures for good: invest in every graph now, on an
-        # eager forward and backward where syncs are allowed, so that it captures tuned kernels
-        with reuse.investing():
-            out = run([])
-            if isinstance(out, Tensor) and out.requires_grad:
-                torch.autograd.grad(out, leaves, grad_outputs=torch.zeros_like(out), allow_unused=True)
-            del out
-    torch.cuda.synchronize()
-    side = side_stream()      # one per device: each new stream keeps a cuBLAS workspace
-    side.wait_stream(torch.cuda.current_stream())
     mode = torch.cuda.get_sync_debug_mode()
+    side = side_stream()      # one per device: each new stream keeps a cuBLAS workspace
     try:
+        if reuse.policy() == "auto":      # ("always" invested on the first call, "never" never does)
+            _invest(run, leaves)
+        torch.cuda.synchronize()
+        side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side), capture_warmup():
             torch.cuda.set_sync_debug_mode("error")
             before = torch.cuda.memory_allocated()
@@ -365,11 +361,11 @@ def _record(model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwarg
                 raise _OverBudget()
             torch.autograd.grad(out, leaves, grad_outputs=torch.empty_like(out), allow_unused=True)
             del out
-            for b, v in zip(buffers, saved):
-                b.copy_(v)
     finally:
         torch.cuda.set_sync_debug_mode(mode)
         torch.cuda.current_stream().wait_stream(side)
+        for b, v in zip(buffers, saved):        # also when refused: the eager call updates them once
+            b.copy_(v)
         torch.cuda.synchronize()
     pool = torch.cuda.graph_pool_handle()
     fwd = CleanupCUDAGraph()
@@ -384,6 +380,23 @@ def _record(model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwarg
         raise RuntimeError("no parameter gets a gradient from the forward's output")
     return _Recording(sig, (args, kwargs, aliases, graphs), fwd, bwd, out.detach(), grad_out, used,
                       [g for g in grads if g is not None])
+
+
+def _invest(run: Callable[[List[Graph]], Tensor], leaves: Tuple[Tensor, ...]) -> None:
+    """Eager forwards and backwards under ``tune.reuse.investing()`` on the current stream
+    (syncs allowed): every graph they use is invested in.  A second pass when the first invested
+    in something: decisions an op takes on the call *after* its graph is invested (a precision
+    mode's pick between exact and tensor-core kernels) are then made here, timed, rather than
+    provisionally in the warm-up or the capture, where nothing may be timed."""
+    for _ in range(2):
+        before = reuse.reuse_counts()["invested"]
+        with reuse.investing():
+            out = run([])
+            if isinstance(out, Tensor) and out.requires_grad:
+                torch.autograd.grad(out, leaves, grad_outputs=torch.zeros_like(out), allow_unused=True)
+            del out
+        if reuse.reuse_counts()["invested"] == before:
+            return
 
 
 def replay_state(module: nn.Module) -> str:

@@ -24,7 +24,7 @@ from torch import Tensor
 from .._streams import in_capture_warmup
 from ..graph import Graph
 from ..kernels import current_stream_key
-from ..tune.reuse import calls as reuse_calls, count_investment, invested, use
+from ..tune.reuse import calls as reuse_calls, count_investment, invested, syncs_forbidden, use
 from ..tune.store import stores_generation
 from . import _torch
 from ._common import derived_values, spmm_detail, sum_heads, via_transpose
@@ -156,10 +156,9 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
         return k.batched.spmm_batched(graph.ptr, graph.rowptr, graph.col, weight, x, cfg, reduce, tiles=tiles)
     if not use(graph, x.shape[1], x.element_size()):   # first contact: no plan, no tuning (tune.reuse)
         return first_contact_spmm(graph, x, weight, reduce)
-    if (weight is not None and weight is not graph.edge_val and not owned) or (
-            x.is_cuda and torch.cuda.is_current_stream_capturing()):
+    if (weight is not None and weight is not graph.edge_val and not owned) or (x.is_cuda and syncs_forbidden()):
         # values that may be new every call (attention weights), or a decision taken inside a
-        # CUDA-graph capture (provisional: decide re-decides after it): not bound, as before
+        # CUDA-graph capture or its warm-up (provisional: decide re-decides after it): not bound
         plan = plan_of(graph)
         return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce,
                                    config=_planned_config(graph, plan, x, weight, reduce))

@@ -21,7 +21,7 @@ from torch.autograd.function import once_differentiable
 from .._checks import check, check_edge_values, check_node_features, check_precision, check_same_device
 from ..formats.cbsr import CBSR
 from ..graph import Graph, as_graph
-from ..tune.reuse import invested
+from ..tune.reuse import invested, syncs_forbidden
 from ..tune.store import stores_generation
 from . import _cpu
 from ._dispatch import BACKENDS, aggregate, aggregate_transposed, choose_backend, spmm_max_backward, spmm_weight_grad
@@ -312,11 +312,11 @@ def spmm(
         # a precision is a permission: the exact call until the graph is invested in (it counts
         # the graph's uses), then the tuner's pick among the exact call and the reduced kernels,
         # memoised with the decision stores' generation (a reset decides again); a pick made
-        # during a CUDA-graph capture is provisional (nothing is timed there): not memoised
+        # during a CUDA-graph capture or its warm-up is provisional (nothing is timed there): not memoised
         if not invested(graph):
             memo = ("until invested", chosen, None)
         else:
-            memoised = memoised and not (x.is_cuda and torch.cuda.is_current_stream_capturing())
+            memoised = memoised and not (x.is_cuda and syncs_forbidden())
             config = _precise_pick(graph, x, edge_weight, reduce, precision)
             if config["path"] != 0:
                 if memoised:

@@ -43,6 +43,7 @@ from .._streams import side_stream
 from ..kernels import interpreting
 from .features import graph_stats_cached, signature
 from .model import load_model
+from . import reuse
 from .reuse import invested
 from .store import store_for_device
 
@@ -280,8 +281,9 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
 
 
 def _capturing() -> bool:
-    """Whether the current CUDA stream is capturing a CUDA graph (then nothing may be timed or synced)."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    """Whether nothing may be timed or synced here: the current CUDA stream is capturing a CUDA
+    graph, or host syncs raise (a replay's warm-up before its recording; ``reuse.syncs_forbidden``)."""
+    return reuse.syncs_forbidden()
 
 
 def _zero_shot(graph, num_feats: int, dtype: torch.dtype, candidates, ranked: bool) -> Dict[str, int]:

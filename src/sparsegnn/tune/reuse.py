@@ -24,9 +24,9 @@ forbidden (inside a CUDA-graph capture, such as a replayed model's recording, or
 before it, run under ``set_sync_debug_mode("error")``) pays rent but never invests, not even
 under ``always`` or for a graph with a plan: investing reads sizes back to the host, so the
 next eager call does it.  A recording is itself the proof of reuse (a replay repeats its
-kernels for good), so a replayed model runs one eager forward and backward inside
-:func:`investing` before it records: every graph it uses is invested in there, and the replay
-keeps tuned kernels rather than first-contact ones.  ``SPARSEGNN_INVEST`` overrides the rule:
+kernels for good), so a replayed model runs an eager forward and backward inside
+:func:`investing` before it records (a second when the first invested): every graph it
+uses is invested in there, and the replay keeps tuned kernels rather than first-contact ones.  ``SPARSEGNN_INVEST`` overrides the rule:
 ``always`` (every graph planned and tuned on its first call) or ``never`` (not even inside
 :func:`investing`).
 
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections import Counter
 from typing import Dict, Iterator
 
@@ -62,6 +63,7 @@ _COUNTS: Counter = Counter()
 #: CUDA ops run on autograd's device thread, which sees neither thread-locals nor context
 #: variables of the caller.
 _INVESTING = 0
+_INVESTING_LOCK = threading.Lock()
 
 
 def policy() -> str:
@@ -81,7 +83,7 @@ class _Use:
         self.calls, self.rent_ms, self.invested = 0, 0.0, False
 
 
-def _syncs_forbidden() -> bool:
+def syncs_forbidden() -> bool:
     """Whether a host sync would fail here: the current CUDA stream is capturing a CUDA graph,
     or the sync debug mode is ``"error"`` (as in a replay's warm-up before its recording; a
     captured step's eager warm-up steps allow syncs, and invest there)."""
@@ -97,13 +99,17 @@ def investing() -> Iterator[None]:
     """Within the block, every graph a call uses is invested in on that call, whatever rent it
     has paid (unless the policy is ``never``, the graph is transient, or host syncs are
     forbidden).  For callers that know a graph will be reused, such as a replay about to record
-    its kernels for good."""
+    its kernels for good.  The block holds for every thread of the process while it is open
+    (so that autograd's device threads see it): graphs another thread uses meanwhile are
+    invested in too."""
     global _INVESTING
-    _INVESTING += 1
+    with _INVESTING_LOCK:
+        _INVESTING += 1
     try:
         yield
     finally:
-        _INVESTING -= 1
+        with _INVESTING_LOCK:
+            _INVESTING -= 1
 
 
 def _account(graph) -> _Use:
@@ -149,7 +155,7 @@ def use(graph, num_feats: int, elem_size: int) -> bool:
         # never where host syncs are forbidden (a replayed model's recording and the warm-up
         # before it): the plan, the statistics and the tuner's timings read back to the host;
         # a later eager call invests
-        account.invested = due and not _syncs_forbidden()
+        account.invested = due and not syncs_forbidden()
         if account.invested:
             _COUNTS["invested"] += 1
     _COUNTS["invested_calls" if account.invested else "first_contact_calls"] += 1
