@@ -36,6 +36,29 @@ def test_graph_stats_match_numpy():
     assert graph_stats(g.rowptr, g.col) == s               # row expanded from rowptr when not given
 
 
+def test_a_bipartite_graph_gathers_from_its_sources():
+    """A bipartite graph's statistics keep its source count, and the cost model's inputs on the
+    gathered matrix (its bytes, its slice against L2) read it; the row statistics are those of a
+    square graph with the same rows, and a square graph's inputs are as before."""
+    from sparsegnn.tune.model import INPUT_NAMES
+
+    ei, _ = sg.datasets.random_graph(200, 1500, seed=4)
+    square = Graph.from_edge_index(ei, num_nodes=200)
+    wide = Graph.from_edge_index(ei * torch.tensor([[5], [1]]), num_nodes=200, num_src=1000)
+    s, b = graph_stats_cached(square), graph_stats_cached(wide)
+    assert s.num_src == -1 and s.sources == 200 and b.num_src == 1000 and b.sources == 1000
+    assert (s.num_edges, s.deg_mean, s.deg_max, s.deg_p90) == (b.num_edges, b.deg_mean, b.deg_max, b.deg_p90)
+    cands = [{"FLAT": 1, "BLOCK_E": 8, "BLOCK_F": 32, "num_warps": 1}]
+    a, c = build_inputs(s, 64, 4, cands)[0], build_inputs(b, 64, 4, cands)[0]
+    names = list(INPUT_NAMES)
+    for name, ratio in (("log_x_bytes", 5), ("log_x_slice_over_l2", 5)):
+        i = names.index(name)
+        assert 2 ** c[i] - 1 == pytest.approx(ratio * (2 ** a[i] - 1), rel=1e-9)
+    rest = [i for i, name in enumerate(names) if name not in ("log_x_bytes", "log_x_slice_over_l2", "local_frac",
+                                                               "window_frac")]
+    assert np.allclose(a[rest], c[rest])
+
+
 def test_signature_groups_same_class_and_splits_others():
     a, b = _graph(seed=1), _graph(seed=2)                # same sizes and law, other edges
     assert signature(graph_stats_cached(a)) == signature(graph_stats_cached(b))

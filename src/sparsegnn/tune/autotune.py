@@ -145,7 +145,9 @@ def fingerprint(graph) -> str:
     fp = graph.cache.get("fingerprint")
     if fp is None:
         stats = graph_stats_cached(graph)
-        text = "|".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in stats.as_dict().values())
+        values = stats.as_dict()
+        del values["num_src"]               # in the text below (as before it was a statistic)
+        text = "|".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in values.values())
         fp = hashlib.blake2b(f"{text}|{graph.num_src}".encode(), digest_size=6).hexdigest()
         graph.cache.put("fingerprint", fp)
     return fp

@@ -33,6 +33,8 @@ class GraphStats:
         hub_share: share of edges in rows of more than 256 edges.
         local_frac: share of edges with ``|row - col| < 64`` (neighbours close in the numbering).
         window_frac: share of edges with ``|row - col| < N / 64``.
+        num_src: columns, the rows of the gathered matrix ``x`` (a bipartite graph's sources;
+            -1: ``num_nodes``, a square graph).  ``sources`` reads it.
     """
 
     num_nodes: int
@@ -47,25 +49,34 @@ class GraphStats:
     hub_share: float
     local_frac: float
     window_frac: float
+    num_src: int = -1
+
+    @property
+    def sources(self) -> int:
+        """Rows of ``x`` the aggregation gathers from (``num_src``, else ``num_nodes``)."""
+        return self.num_nodes if self.num_src < 0 else self.num_src
 
     def as_dict(self) -> Dict[str, float]:
         return asdict(self)
 
 
-def graph_stats(rowptr: Tensor, col: Tensor, row: Optional[Tensor] = None) -> GraphStats:
+def graph_stats(rowptr: Tensor, col: Tensor, row: Optional[Tensor] = None, num_src: Optional[int] = None) -> GraphStats:
     """Compute :class:`GraphStats` with a handful of reductions and one device-to-host copy.
     ``row`` (the target of every edge) is expanded from ``rowptr`` where not given, on the
     device the statistics are computed on (the host for a small graph: ``formats/_host.py``).
+    ``num_src``: the columns of a bipartite graph (None: square).
 
     Shapes:
         rowptr: [N + 1]; col, row: [E] (target of every edge).
     """
     num_nodes = rowptr.numel() - 1
     num_edges = col.numel()
+    src = -1 if num_src is None or num_src == num_nodes else int(num_src)
     if small_on_gpu(col, num_edges, "stats", num_nodes):            # on the host (formats/_host.py)
-        return graph_stats(rowptr.cpu(), col.cpu(), None if row is None else row.cpu())
+        return graph_stats(rowptr.cpu(), col.cpu(), None if row is None else row.cpu(), num_src)
     if num_nodes == 0 or num_edges == 0:
-        return GraphStats(num_nodes, num_edges, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 1.0 if num_nodes else 0.0, 0.0, 0.0, 0.0)
+        return GraphStats(num_nodes, num_edges, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 1.0 if num_nodes else 0.0, 0.0, 0.0, 0.0,
+                          src)
     if row is None:
         row = rowptr_to_row(rowptr, num_edges)
     deg = (rowptr[1:] - rowptr[:-1]).to(torch.float32)
@@ -80,14 +91,14 @@ def graph_stats(rowptr: Tensor, col: Tensor, row: Optional[Tensor] = None) -> Gr
         (dist < 64).float().mean(), (dist < window).float().mean(),
     ]).tolist()
     mean, std, dmax, p50, p90, p99, empty, hub, local, win = values
-    return GraphStats(num_nodes, num_edges, mean, std, int(dmax), p50, p90, p99, empty, hub, local, win)
+    return GraphStats(num_nodes, num_edges, mean, std, int(dmax), p50, p90, p99, empty, hub, local, win, src)
 
 
 def graph_stats_cached(graph) -> GraphStats:
     """``graph_stats`` of a :class:`~sparsegnn.Graph`, kept in its structure cache."""
     stats = graph.cache.get("stats")
     if stats is None:      # ``row`` if the graph has it, else expanded where the statistics run
-        stats = graph_stats(graph.rowptr, graph.col, graph.cache.get("row"))
+        stats = graph_stats(graph.rowptr, graph.col, graph.cache.get("row"), graph.num_src)
         graph.cache.put("stats", stats)
     return stats
 

@@ -195,13 +195,13 @@ def graph_context(stats: GraphStats, num_feats: int, elem_size: int) -> Tuple:
     graph_part = [
         _lg(n), _lg(e), _lg(mean), _lg(stats.deg_max), _lg(stats.deg_p50), _lg(stats.deg_p90), _lg(stats.deg_p99),
         stats.deg_std / mean if mean > 0 else 0.0, stats.empty_frac, stats.hub_share, stats.local_frac,
-        stats.window_frac, _lg(num_feats), float(elem_size), _lg(n * num_feats * elem_size),
+        stats.window_frac, _lg(num_feats), float(elem_size), _lg(max(stats.sources, 1) * num_feats * elem_size),
         _lg(e * num_feats * elem_size), _lg(chunk), float(stats.deg_max > chunk),
     ]
     return graph_part, DegreeProfile(stats), chunk
 
 
-def occupancy_inputs(num_nodes: int, num_feats: int, elem_size: int, block_f: int, warps: int, launched: float,
+def occupancy_inputs(num_src: int, num_feats: int, elem_size: int, block_f: int, warps: int, launched: float,
                      tile: float) -> List[float]:
     """The occupancy part of a config's row (``OCCUPANCY_NAMES``), from the launch geometry.
 
@@ -211,11 +211,12 @@ def occupancy_inputs(num_nodes: int, num_feats: int, elem_size: int, block_f: in
     once.  A step of a program gathers ``tile`` elements (edges x features, see
     ``config_inputs``), and each gathered row of ``x`` is ``b = min(BLOCK_F, F) * elem_size``
     contiguous bytes.  The grid runs feature blocks slowest, so while one runs its programs
-    gather from an ``N x min(BLOCK_F, F)`` slice of ``x``.  Inputs (``lg(v) = log2(v + 1)``):
+    gather from an ``S x min(BLOCK_F, F)`` slice of ``x`` (``S = num_src``: the rows of ``x``,
+    a bipartite graph's sources).  Inputs (``lg(v) = log2(v + 1)``):
 
     - ``log_launched_over_resident = lg(L / R)`` (waves at this config's occupancy);
     - ``log_bytes_in_flight = lg(A * tile * elem_size)`` (bytes one step of all running programs requests);
-    - ``log_x_slice_over_l2 = lg(N * b / L2_BYTES)`` (whether the gathered slice stays in L2);
+    - ``log_x_slice_over_l2 = lg(S * b / L2_BYTES)`` (whether the gathered slice stays in L2);
     - ``log_row_bytes = lg(b)`` (sector use of a gathered row);
     - ``log_resident = lg(A)``.
     """
@@ -223,7 +224,7 @@ def occupancy_inputs(num_nodes: int, num_feats: int, elem_size: int, block_f: in
     capacity = NUM_SMS * per_sm
     active = min(launched, capacity)
     row_bytes = min(block_f, max(num_feats, 1)) * elem_size
-    return [_lg(launched / capacity), _lg(active * tile * elem_size), _lg(max(num_nodes, 1) * row_bytes / L2_BYTES),
+    return [_lg(launched / capacity), _lg(active * tile * elem_size), _lg(max(num_src, 1) * row_bytes / L2_BYTES),
             _lg(row_bytes), _lg(active)]
 
 
@@ -302,7 +303,7 @@ def config_inputs(stats: GraphStats, num_feats: int, elem_size: int, config: Dic
         _lg(steps * tile * fblocks / (e * num_feats)), _lg(tile), _lg(tile / threads), _lg(tile * elem_size),
         launches, _lg(launches * 1e-3 / max(gathered / 3e9, 1e-9)), _lg(programs * fblocks * threads),
         _lg(e / programs),
-    ] + occupancy_inputs(n, num_feats, elem_size, block_f, warps, programs * fblocks, tile)
+    ] + occupancy_inputs(stats.sources, num_feats, elem_size, block_f, warps, programs * fblocks, tile)
 
 
 def build_inputs(stats: GraphStats, num_feats: int, elem_size: int, configs: Sequence[Dict[str, int]]) -> np.ndarray:
