@@ -368,6 +368,25 @@ def test_what_a_recording_depends_on_falls_back_or_re_records():
     assert not model._replay.recorded                     # a replaced parameter: eager, recording dropped
 
 
+def test_deterministic_mode_is_part_of_the_signature():
+    """The ops pick other schedules under ``torch.use_deterministic_algorithms`` (no atomics):
+    a recording made without it must not replay with it, so the mode is one of the settings."""
+    import weakref
+
+    from sparsegnn.nn.replay import _model_state
+
+    model = sg.nn.GCN(8, 3)
+    before = _model_state(model, weakref.WeakKeyDictionary())
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(not was)
+    try:
+        after = _model_state(model, weakref.WeakKeyDictionary())
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert before[0] == after[0] and before[1] != after[1]
+    assert _model_state(model, weakref.WeakKeyDictionary())[1] == before[1]
+
+
 def test_the_default_budget_is_a_share_of_the_device_memory(monkeypatch):
     """Auto mode replays forwards up to 1/64 of the device's memory, never less than 512 MiB;
     a budget given is checked."""
@@ -786,3 +805,27 @@ def test_inputs_that_never_repeat_make_auto_mode_give_up():
     _steps([model], x, graphs[-1], w, 4)
     assert model._replay.recorded
 
+
+
+@cuda
+def test_turning_deterministic_mode_on_after_a_recording_runs_deterministic_kernels():
+    """A model recorded with atomic schedules (MaxK's outer-product backward) runs eagerly once
+    deterministic mode is on, is recorded again after two calls, and then gives the same
+    gradients on every replay."""
+    model, ref = _pair("maxk-gin", "cuda")
+    g, x, w = _graph("cuda"), torch.randn(60, 12, device="cuda"), torch.randn(60, 5, device="cuda")
+    _steps((model,), x, g, w, 4)
+    first = model._replay.rec
+    assert first is not None
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        grads = []
+        for _ in range(5):
+            model.zero_grad(set_to_none=True)
+            _step(model, x, g, w)
+            grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+        assert model._replay.rec is not None and model._replay.rec is not first
+        for later in grads[3:]:                       # the new recording's replays
+            assert all(torch.equal(a, b) for a, b in zip(grads[2], later))
+    finally:
+        torch.use_deterministic_algorithms(False)

@@ -24,8 +24,8 @@ so that nothing is silently wrong:
   in place, a replay reads the current memory; an in-place change of any other tensor or of a
   Graph's values is a new signature, since layers cache what they derive from them), the same
   parameters (identity, storage, ``requires_grad``), the same plain settings of every module
-  (``training``, dropout rates, ...) and matmul precision flags.  Anything else runs eagerly
-  and, after two calls with one signature, is recorded in its place.  A signature whose
+  (``training``, dropout rates, ...), matmul precision flags and deterministic mode.  Anything
+  else runs eagerly and, after two calls with one signature, is recorded in its place.  A signature whose
   forward keeps more than ``budget`` bytes alive is never recorded (activations are held by
   the graphs between calls; large graphs are kernel-bound and gain nothing from a replay; by
   default 1/64 of the device's memory, at least 512 MiB: 2.2 GB on an H200, where graphs of
@@ -147,7 +147,8 @@ _MISSING = object()
 def _model_state(model: nn.Module, watched: "weakref.WeakKeyDictionary") -> Optional[Tuple[Tuple[Tensor, ...], tuple]]:
     """``(parameters, settings)``: every parameter once in ``model.parameters()`` order, and
     every module's plain attributes (``training``, dropout rates, flags: the names found on a
-    module's first visit, kept in ``watched``) with the global matmul precision settings; None
+    module's first visit, kept in ``watched``) with the global matmul precision settings and
+    deterministic mode; None
     if any module has a hook (a replay would skip it)."""
     from torch.nn.modules import module as m
 
@@ -155,8 +156,9 @@ def _model_state(model: nn.Module, watched: "weakref.WeakKeyDictionary") -> Opti
             or m._global_backward_pre_hooks):
         return None
     params = {}
+    # global flags the ops read when they pick kernels (deterministic mode: no atomic schedules)
     settings = [torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
-                torch.backends.cudnn.allow_tf32]
+                torch.backends.cudnn.allow_tf32, torch.are_deterministic_algorithms_enabled()]
     for mod in model.modules():
         if mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks or mod._backward_pre_hooks:
             return None
