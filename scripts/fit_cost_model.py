@@ -44,6 +44,7 @@ import hashlib
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,9 @@ def load_cases(paths):
     out = []
     for key, rows in cases.items():
         stats = GraphStats(**rows[0]["stats"])
+        if rows[0].get("family") == "bipartite" and "num_src" not in rows[0]["stats"]:
+            warnings.warn(f"bipartite graph {key[1]} has no num_src in its stats (a sweep made before "
+                          f"it was recorded): its gathered-matrix inputs read its rows")
         # inputs over the case's whole candidate list (the sweep times exactly the list the
         # tuner ranks), as ``CostModel.rank`` builds them at run time: the ``rel_`` inputs are
         # relative to that list's mean; then rows without a valid timing are dropped

@@ -160,6 +160,7 @@ class CapturedStep:
         # the first warm-up step invests in every graph the step uses (the capture repeats its
         # kernels for good, so they must be the tuned ones); later ones make the decisions taken
         # on the call after an investment (a precision mode's pick), so the capture times nothing
+        # (with warmup=1 such a pick is made in the capture: the model's, provisional)
         investing = reuse.investing() if self.steps_run == 0 and reuse.policy() == "auto" else nullcontext()
         with torch.cuda.stream(self._stream), capture_warmup(), investing:
             loss = self.step_fn()

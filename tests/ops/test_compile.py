@@ -447,6 +447,7 @@ def test_decide_under_capture_takes_the_zero_shot_pick(tmp_path, monkeypatch):
         cands = [{"A": 1}, {"A": 2}, {"A": 3}]
         args = ("toy", g, "cap", 16, torch.float32, "cpu", cands, lambda c: None)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
         monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
         monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
         monkeypatch.setattr(autotune, "load_model", lambda: None)

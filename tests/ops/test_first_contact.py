@@ -187,6 +187,8 @@ def test_syncs_are_forbidden_while_capturing_or_in_error_mode(monkeypatch):
     from sparsegnn import _streams
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
     with _streams.capture_warmup():
@@ -198,6 +200,9 @@ def test_syncs_are_forbidden_while_capturing_or_in_error_mode(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     assert reuse.syncs_forbidden()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)     # never initialises CUDA itself
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: pytest.fail("initialised CUDA"))
+    assert not reuse.syncs_forbidden()
 
 
 def test_graphs_in_rotation_and_new_graphs_invest_nothing(monkeypatch, fresh_store):
@@ -466,6 +471,8 @@ def test_the_tuner_times_nothing_where_syncs_are_forbidden(monkeypatch):
     from sparsegnn.tune import autotune
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
     assert not autotune._capturing()

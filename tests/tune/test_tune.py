@@ -452,3 +452,26 @@ def test_families_that_time_the_row_kernel_carry_its_version():
         assert family.endswith("+" + SPMM_FAMILY), family
     assert AGNN_TC_FAMILY.endswith("+" + TC_FAMILY)     # AGNN's path 1 sums through the TC decision
     assert len({TC_FAMILY, VENDOR_FAMILY, AGNN_TC_FAMILY, SPMM_FAMILY}) == 4
+
+
+def test_the_fit_script_warns_of_a_bipartite_sweep_row_without_its_source_count(tmp_path):
+    """A sweep recorded before ``num_src`` was: its bipartite graphs' inputs would read their
+    rows as the gathered matrix's, so loading it says so; with ``num_src`` it loads quietly."""
+    import warnings
+
+    from scripts.fit_cost_model import load_cases
+
+    stats = graph_stats_cached(_graph()).as_dict()
+    stats.pop("num_src")
+    row = {"graph": "bipartite/1/random", "group": "families", "family": "bipartite", "stats": stats, "F": 32,
+           "dtype": "float32", "config": {"FLAT": 1, "BLOCK_E": 8, "BLOCK_F": 32, "num_warps": 1}, "ms": 0.1,
+           "cusparse_ms": 0.2}
+    old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    old.write_text(json.dumps(row) + "\n")
+    new.write_text(json.dumps({**row, "stats": {**stats, "num_src": 3 * stats["num_nodes"]}}) + "\n")
+    with pytest.warns(UserWarning, match="no num_src"):
+        assert len(load_cases([str(old)])) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cases = load_cases([str(new)])
+    assert len(cases) == 1

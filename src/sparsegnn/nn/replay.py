@@ -386,11 +386,12 @@ def _record(model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwarg
 
 def _invest(run: Callable[[List[Graph]], Tensor], leaves: Tuple[Tensor, ...]) -> None:
     """Eager forwards and backwards under ``tune.reuse.investing()`` on the current stream
-    (syncs allowed): every graph they use is invested in.  A second pass when the first invested
-    in something: decisions an op takes on the call *after* its graph is invested (a precision
-    mode's pick between exact and tensor-core kernels) are then made here, timed, rather than
-    provisionally in the warm-up or the capture, where nothing may be timed."""
-    for _ in range(2):
+    (syncs allowed): every graph they use is invested in.  Another pass while the last one
+    invested in something (at most three): decisions an op takes on the call *after* its graph
+    is invested (a precision mode's pick between exact and tensor-core kernels) are then made
+    here, timed, rather than provisionally in the warm-up or the capture, where nothing may be
+    timed."""
+    for _ in range(3):
         before = reuse.reuse_counts()["invested"]
         with reuse.investing():
             out = run([])

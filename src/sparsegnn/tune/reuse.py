@@ -42,6 +42,8 @@ import threading
 from collections import Counter
 from typing import Dict, Iterator
 
+import torch
+
 #: The share of a first-contact call's gather time that planning and tuning save (H200: the
 #: piece kernel takes 3.0x the invested kernel's time, geomean over 36 graphs of 10k-2M edges;
 #: docs/design/first-contact.md), taken at half.
@@ -86,12 +88,11 @@ class _Use:
 def syncs_forbidden() -> bool:
     """Whether a host sync would fail here: the current CUDA stream is capturing a CUDA graph,
     or the sync debug mode is ``"error"`` (as in a replay's warm-up before its recording; a
-    captured step's eager warm-up steps allow syncs, and invest there)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return False
-    return torch.cuda.is_current_stream_capturing() or torch.cuda.get_sync_debug_mode() == 2
+    captured step's eager warm-up steps allow syncs, and invest there).  Both need CUDA to be
+    initialised already, so nothing is initialised here (a CPU-only process, or a forked
+    worker, stays without CUDA); on the GPU path it costs two C calls."""
+    return torch.cuda.is_initialized() and (torch.cuda.is_current_stream_capturing()
+                                            or torch.cuda.get_sync_debug_mode() == 2)
 
 
 @contextlib.contextmanager
