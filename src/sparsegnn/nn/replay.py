@@ -25,8 +25,8 @@ so that nothing is silently wrong:
   Graph's values is a new signature, since layers cache what they derive from them), the same
   parameters (identity, storage, ``requires_grad``), the same plain settings of every module
   (``training``, dropout rates, ...), matmul precision flags and deterministic mode.  Anything
-  else runs eagerly and, after two calls with one signature, is recorded in its place.  A signature whose
-  forward keeps more than ``budget`` bytes alive is never recorded (activations are held by
+  else runs eagerly and, after two calls with one signature, is recorded in its place.  A
+  signature whose forward keeps more than ``budget`` bytes alive is never recorded (activations are held by
   the graphs between calls; large graphs are kernel-bound and gain nothing from a replay; by
   default 1/64 of the device's memory, at least 512 MiB: 2.2 GB on an H200, where graphs of
   up to ~1.6M edges at hidden 256 replay).
@@ -319,13 +319,12 @@ def _record(model: nn.Module, forward: Callable[..., Tensor], args: tuple, kwarg
     graph the model uses (``_invest``: a signature met ``warmup + 1`` times is taken as proof of
     reuse, and a replay keeps the kernels it captures, so they must be the tuned ones, not those
     of first contact; done also when the recording is then refused, so the eager calls that
-    follow run tuned kernels), one warm-up on a side stream (the CUDA-graph recipe; host syncs there raise, so a forward
-    that cannot be captured is found before any capture starts; what its forward keeps alive is
-    measured there, after the eager calls built every cache, and over ``budget`` bytes nothing
-    is captured; buffers the extra calls update, such as BatchNorm's running statistics, are
-    restored, whether or not anything is captured), then
-    the forward and the backward (``autograd.grad`` for a static ``dY``) captured into one
-    memory pool.
+    follow run tuned kernels), one warm-up on a side stream (the CUDA-graph recipe; host syncs
+    there raise, so a forward that cannot be captured is found before any capture starts; what
+    its forward keeps alive is measured there, after the eager calls built every cache, and
+    over ``budget`` bytes nothing is captured; buffers the extra calls update, such as
+    BatchNorm's running statistics, are restored, whether or not anything is captured), then the
+    forward and the backward (``autograd.grad`` for a static ``dY``) captured into one memory pool.
 
     ``forward`` runs with the module's parameters swapped for aliases (``p.detach()``: same
     storage, so a replay reads the current values; new leaves): ``autograd.grad`` on the

@@ -25,10 +25,10 @@ before it, run under ``set_sync_debug_mode("error")``) pays rent but never inves
 under ``always`` or for a graph with a plan: investing reads sizes back to the host, so the
 next eager call does it.  A recording is itself the proof of reuse (a replay repeats its
 kernels for good), so a replayed model runs an eager forward and backward inside
-:func:`investing` before it records (a second when the first invested): every graph it
-uses is invested in there, and the replay keeps tuned kernels rather than first-contact ones.  ``SPARSEGNN_INVEST`` overrides the rule:
-``always`` (every graph planned and tuned on its first call) or ``never`` (not even inside
-:func:`investing`).
+:func:`investing` before it records (another while one invests, at most three): every graph
+it uses is invested in there, and the replay keeps tuned kernels rather than first-contact
+ones.  ``SPARSEGNN_INVEST`` overrides the rule: ``always`` (every graph planned and tuned on its
+first call) or ``never`` (not even inside :func:`investing`).
 
 The use counts live on the graph's structure (the ``"reuse"`` slot of ``Graph.cache``, shared by graphs made
 with ``with_values``); the process-wide counters (``reuse_counts``) tell a user or a test how
