@@ -101,8 +101,8 @@ class CapturedStep:
     Each call performs exactly one training step and returns its loss: the first ``warmup``
     calls run ``step_fn`` eagerly on a side stream (filling the sparse ops' plans, tuned
     configs and the optimiser's state; the first invests in every graph it uses,
-    ``tune.reuse.investing``, since the capture keeps its kernels), the next one captures ``step_fn`` into a CUDA graph
-    and replays it, and every later call is a replay. :meth:`capture` captures at once.
+    ``tune.reuse.investing``, since the capture keeps its kernels), the next one captures
+    ``step_fn`` into a CUDA graph and replays it, and every later call is a replay. :meth:`capture` captures at once.
 
     Args:
         step_fn: zero-argument callable doing forward, loss, backward and optimiser step on
