@@ -13,7 +13,8 @@ Sections (each row measured in one process, every provider side by side):
   candidate timed (``SPARSEGNN_TUNE=exhaustive``), so the pick shown is the tuner's.
 - ``exact``: exact fp32 SpMM with cuSPARSE removed from our candidates against cuSPARSE
   (``torch.sparse.mm`` on a CSR tensor, its fastest input), and bf16 features on our kernels
-  against cuSPARSE bf16; eager calls, error against float64 on graphs up to
+  against cuSPARSE bf16; eager calls in ``PRECISION_ROUNDS`` interleaved rounds (the least of
+  each side: the host's slow mode can last a whole round), error against float64 on graphs up to
   ``REFERENCE_MAX_EDGES`` edges (above, against our exact fp32 result).
 
 Writes ``choices.json`` and ``choices.md`` (and ``choices.png`` with matplotlib) under ``--out``.
@@ -80,7 +81,7 @@ def _relative_error(out: torch.Tensor, want: torch.Tensor) -> float:
 
 def section_exact(args, budget) -> List[dict]:
     import sparsegnn as sg
-    from sparsegnn.benchmark import eager_ms
+    from sparsegnn.benchmark import PRECISION_ROUNDS, eager_ms
     from sparsegnn.ops import _triton
 
     rows = []
@@ -113,7 +114,7 @@ def section_exact(args, budget) -> List[dict]:
                     row["fp32_err"] = _relative_error(ours(), want)
                     vendor = lambda: torch.sparse.mm(csr32, x)  # noqa: E731
                     t_ours, t_vendor = [], []
-                    for _ in range(3):
+                    for _ in range(PRECISION_ROUNDS):
                         t_ours.append(eager_ms(ours))
                         t_vendor.append(eager_ms(vendor))
                     row["fp32_ours_ms"], row["fp32_cusparse_ms"] = min(t_ours), min(t_vendor)
@@ -129,7 +130,7 @@ def section_exact(args, budget) -> List[dict]:
                 vendor()
             except RuntimeError as exc:                   # cuSPARSE rejects some bf16 structures
                 vendor, row["bf16_cusparse_error"] = None, str(exc).splitlines()[0][:100]
-            for _ in range(3):
+            for _ in range(PRECISION_ROUNDS):
                 t_ours.append(eager_ms(ours))
                 if vendor is not None:
                     t_vendor.append(eager_ms(vendor))

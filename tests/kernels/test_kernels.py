@@ -281,6 +281,59 @@ def test_grouped_schedule_combines_long_rows_in_its_one_launch(reduce):
     assert int(plan.long_counters(-(-19 // config["BLOCK_F"]), stream).abs().sum()) == 0
 
 
+def test_bound_launch_with_pieces_keeps_its_partials_on_the_gpu(monkeypatch):
+    """A bound grouped launch whose long rows are cut into pieces: repeated calls with other
+    features stay exact; on CUDA its partial sums are allocated once and kept (a call allocates
+    only its output), elsewhere per call."""
+    from sparsegnn.kernels.spmm_csr import bind_planned
+
+    ei, w = _mixed_graph()
+    g = Graph.from_edge_index(ei, w, num_nodes=40).to(DEVICE)
+    plan = build_row_plan(g.rowptr, g.col, 64)
+    assert plan.num_pieces > plan.long_rows.numel()
+    run = bind_planned(g.rowptr, plan, g.edge_val, "sum", _GROUPED[0], torch.empty(40, 19, device=DEVICE))
+    xs = [torch.randn(40, 19, generator=torch.Generator().manual_seed(s)) for s in (41, 42, 43)]
+    allocations = []
+    real_empty = torch.empty
+
+    def counting_empty(*args, **kwargs):
+        allocations.append(args[0] if args else kwargs.get("size"))
+        return real_empty(*args, **kwargs)
+
+    for i, x in enumerate(xs + xs):
+        x_dev = x.to(DEVICE)
+        monkeypatch.setattr(torch, "empty", counting_empty)
+        try:
+            out = run(x_dev)
+        finally:
+            monkeypatch.setattr(torch, "empty", real_empty)
+        assert _rel_err(out, _dense_reduce(ei, 40, x.double(), w, "sum")) < 1e-5, i
+        if i > 0:
+            assert len(allocations) == (1 if DEVICE == "cuda" else 2), (i, allocations)
+        allocations.clear()
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="streams are CUDA's")
+def test_bound_spmm_on_two_streams_has_a_binding_each():
+    """``spmm`` on a graph with long rows, called on two streams: each stream gets its own bound
+    launch (its own kept partials and arrival counters), and both results are exact."""
+    ei, w = _mixed_graph()
+    g = Graph.from_edge_index(ei, w, num_nodes=40).to(DEVICE)
+    xs = [torch.randn(40, 19, generator=torch.Generator().manual_seed(s)) for s in (51, 52)]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    outs = []
+    for _ in range(3):
+        for stream, x in zip(streams, xs):
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                outs.append(sg.spmm(g, x.to(DEVICE)))
+    torch.cuda.synchronize()
+    for i, out in enumerate(outs):
+        assert _rel_err(out, _dense_reduce(ei, 40, xs[i % 2].double(), w, "sum")) < 1e-5, i
+    runs = [key for slot, key in g.cache._entries if slot == "spmm_run"]
+    assert len({key[6] for key in runs}) == 2, runs        # the stream is part of the binding's key
+
+
 def test_arrival_counters_are_kept_per_stream():
     """Calls on two streams may overlap: each stream gets its own (zeroed) arrival counters,
     one stream's calls share theirs."""

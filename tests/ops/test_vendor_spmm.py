@@ -101,3 +101,31 @@ def test_deterministic_mode_keeps_our_bit_reproducible_kernel(fresh_store, monke
     again = sg.spmm(g, x, backend="triton")            # deterministic mode off again: the vendor decision is taken
     assert lookup(VENDOR_FAMILY, g, spmm_detail(g.edge_val, "sum"), 8, torch.float32, g.device)["config"] == {"path": 1}
     assert torch.allclose(again.double().cpu(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("vendor_gpu_ms, picked", [(0.008, 0), (0.5, 1)], ids=["host-bound", "gpu-bound"])
+def test_vendor_decision_counts_host_time(fresh_store, monkeypatch, vendor_gpu_ms, picked):
+    """The vendor decision is timed as eager calls make them: cuSPARSE, faster on the GPU
+    (8 us against our 10 us) but 30 us of host a call against our 10 us, loses where the call
+    is host-bound; where its GPU time decides (0.5 against 1.0 ms) it wins."""
+    from sparsegnn.tune import autotune
+
+    monkeypatch.setattr(_triton, "VENDOR_MIN_WORK", 0)
+    ours_gpu = 0.010 if picked == 0 else 1.0
+    asked_host = []
+
+    def fake_pairs(run, configs, device=None, protocol=None, host=False):
+        asked_host.append(host)
+        return [((vendor_gpu_ms, 0.030) if cfg == {"path": 1} else (ours_gpu, 0.010)) for cfg in configs]
+
+    monkeypatch.setattr(autotune, "_time_pairs", fake_pairs)
+    set_timer(lambda run, cfg: pytest.fail("timed outside _time_pairs"))    # timing enabled off the GPU
+    ei, w = sg.datasets.random_graph(30, 200, seed=8, weighted=True)
+    g = Graph.from_edge_index(ei, w, num_nodes=30).to(DEVICE)
+    x = torch.randn(30, 8, device=DEVICE)
+    out = sg.spmm(g, x, backend="triton")
+    record = lookup(VENDOR_FAMILY, g, spmm_detail(g.edge_val, "sum"), 8, torch.float32, g.device)
+    assert record["config"] == {"path": picked}
+    assert asked_host and all(asked_host[-1:])          # the vendor decision asked for host times
+    ref = dense_adjacency(ei, 30, w) @ x.double().cpu()
+    assert torch.allclose(out.double().cpu(), ref, rtol=1e-5, atol=1e-5)

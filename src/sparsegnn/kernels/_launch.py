@@ -33,6 +33,15 @@ _HOOKS = getattr(getattr(triton, "knobs", None), "runtime", None)
 
 
 _STREAM = []
+_DEVICE = []
+
+
+def _current_device() -> int:
+    """``torch.cuda.current_device()`` without its Python wrapper (its lazy initialisation: a
+    bound launch has CUDA tensors in hand, so CUDA is initialised)."""
+    if not _DEVICE:
+        _DEVICE.append(getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device)
+    return _DEVICE[0]()
 
 
 def _current_stream(device: int) -> int:
@@ -173,7 +182,7 @@ class Bound:
             ptr = v.data_ptr()
             passed[i] = ptr
             vspec.append((v.dtype, ptr & 15 == 0))
-        device = torch.cuda.current_device()
+        device = _current_device()
         entry = self.hits.get((device, *vspec))
         if entry is None:
             spec = list(self.fixed_spec)

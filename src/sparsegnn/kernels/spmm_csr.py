@@ -23,8 +23,9 @@ the features' (fp32 results of half features).
 """
 from __future__ import annotations
 
+import math
 import threading
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import torch
 import triton
@@ -36,6 +37,12 @@ from ._launch import Bound, launch
 from .configs import spmm_csr_default, spmm_plan_config
 
 REDUCE_CODES = {"sum": 0, "mean": 1, "max": 2}
+#: Bytes of per-call temporaries (the partial sums of long rows' pieces) up to which a bound
+#: launch keeps one set for all its calls instead of allocating them per call (a
+#: ``torch.empty`` is 2-5 us of host on the H200's, on calls of 20-40 us): the binding is per
+#: stream, so its calls run one after another and each fully writes them before reading.  The
+#: set lives as long as the binding (the graph's cache entry for that width, dtype and stream).
+KEEP_TEMPORARIES_BYTES = 1 << 22
 
 
 @triton.jit
@@ -397,8 +404,9 @@ def _bind_recorded(rowptr: Tensor, plan, edge_val: Optional[Tensor], reduce: str
     """``bind_planned`` for any config: the launches of ``spmm_planned`` recorded twice, with
     different features, outputs and temporaries (the first recording's kept alive, so no
     address repeats); an argument whose address differs between the two is per call (features,
-    output, a temporary: reallocated per call with its recorded shape and dtype), the rest is
-    bound (``_launch.Bound``)."""
+    output, a temporary: reallocated per call with its recorded shape and dtype, or on CUDA, up
+    to ``KEEP_TEMPORARIES_BYTES``, allocated once and kept), the rest is bound
+    (``_launch.Bound``)."""
     num_rows, num_feats = rowptr.numel() - 1, x.shape[1]
     probes = []
 
@@ -455,10 +463,19 @@ def _bind_recorded(rowptr: Tensor, plan, edge_val: Optional[Tensor], reduce: str
 
         return run_one
 
+    kept: List[Tensor] = []
+    keep = x.is_cuda and sum(math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+                             for shape, dtype in shapes) <= KEEP_TEMPORARIES_BYTES
+
     def run(x: Tensor) -> Tensor:
         x = x.contiguous()
         slots = [x, torch.empty((num_rows, num_feats), dtype=x.dtype, device=x.device)]
-        slots += [torch.empty(shape, dtype=dtype, device=x.device) for shape, dtype in shapes]
+        if keep:        # one set per binding: its calls run one after another on its stream
+            if not kept:    # (one whole assignment: two threads filling at once keep one set)
+                kept[:] = [torch.empty(shape, dtype=dtype, device=x.device) for shape, dtype in shapes]
+            slots += kept
+        else:
+            slots += [torch.empty(shape, dtype=dtype, device=x.device) for shape, dtype in shapes]
         for bound, grid, pick in picks:
             bound(grid, tuple(map(slots.__getitem__, pick)))
         return slots[1]
@@ -557,8 +574,9 @@ def bind_planned(rowptr: Tensor, plan, edge_val: Optional[Tensor], reduce: str, 
     ``x``'s width, dtype and device (``x``: a sample, not kept), with what does not depend on
     the features prepared once: every launch of the config is bound (``_launch.Bound``: the
     specialisation of the graph's tensors is not recomputed per call), through a recording of
-    ``spmm_planned``'s launches (``_bind_recorded``), whose per-call temporaries must be fresh
-    ``torch.empty`` buffers that the kernels fully write.
+    ``spmm_planned``'s launches (``_bind_recorded``), whose per-call temporaries must be
+    ``torch.empty`` buffers that every call fully writes before it reads them (fresh per call,
+    or kept for the binding's calls on one stream).
 
     Shapes:
         x: [M, F] -> run: [M, F] -> [N, F].

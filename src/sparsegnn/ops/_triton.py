@@ -24,7 +24,7 @@ from torch import Tensor
 from .._streams import in_capture_warmup
 from ..graph import Graph
 from ..kernels import current_stream_key
-from ..tune.reuse import calls as reuse_calls, count_investment, invested, syncs_forbidden, use
+from ..tune.reuse import calls as reuse_calls, count_investment, cuda_syncs_forbidden, invested, use
 from ..tune.store import stores_generation
 from . import _torch
 from ._common import derived_values, spmm_detail, sum_heads, via_transpose
@@ -114,7 +114,8 @@ SPMM_FAMILY = "spmm@3"
 VENDOR_SPACE = {"path": (0, 1)}
 #: Its store name: it times the row kernel, so it carries the row kernels' version and is made
 #: again when they change (as every family that times them: ``ops.tiles.TC_FAMILY``, AGNN's).
-VENDOR_FAMILY = "spmm_vendor+" + SPMM_FAMILY
+#: @2: timed as eager calls make them (host time counted).
+VENDOR_FAMILY = "spmm_vendor@2+" + SPMM_FAMILY
 
 
 def vendor_applies(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> bool:
@@ -133,34 +134,39 @@ def _with_vendor(graph: Graph, x: Tensor, weight: Optional[Tensor], detail: str,
     """``ours`` or cuSPARSE on the graph's cached CSR, whichever the tuner times faster for
     this graph, width and dtype (``VENDOR_FAMILY``, default ours): the fastest exact result,
     where a vendor kernel wins (wikipedia, 3.5k-edge hubs, F = 256: cuSPARSE 72 us, our best
-    schedule 94 us; docs/design/spmm.md)."""
+    schedule 94 us; docs/design/spmm.md).  Timed as eager calls make them (``decide``'s
+    ``eager``: the larger of GPU and host time): on a graph whose call is host-bound,
+    ``torch.sparse.mm``'s host time (27-40 us on the H200's host, against ~10 us for our bound
+    launch) is what a user waits for, so cuSPARSE must win there too."""
     csr = csr_of(graph, weight, x.dtype)
     vendor = lambda x: torch.sparse.mm(csr, x)  # noqa: E731
     config = _kernels().decide(VENDOR_FAMILY, graph, detail, x.shape[1], x.dtype, x.device,
                                [{"path": 0}, {"path": 1}], lambda cfg: (vendor if cfg["path"] else ours)(x),
-                               space=VENDOR_SPACE, ranked=False)
+                               space=VENDOR_SPACE, ranked=False, eager=True)
     return vendor if config["path"] else ours
 
 
 def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, owned: bool = False) -> Tensor:
-    k = _kernels()
     multi_head = weight is not None and weight.dim() == 2
-    small = graph.ptr is not None and not multi_head and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES
-    stats = graph.batch_stats() if small else None      # (its first call syncs: only where it can matter)
-    if _batched_applies(graph, stats):  # a small batch of small graphs: one program each
-        cfg = k.batched.batched_config(stats[0], x.shape[1], stats[1], reduce)
-        tiles = None
-        if cfg["DENSE"]:    # dense per-graph tiles of the effective weights, built once per weights' version
-            tiles = derived_values(graph, ("batch_tiles", reduce, cfg["MAXN"]), weight, lambda: k.batched.batch_tiles(
-                graph.ptr, graph.rowptr, graph.row, graph.col, weight, reduce, cfg["MAXN"]))
-        return k.batched.spmm_batched(graph.ptr, graph.rowptr, graph.col, weight, x, cfg, reduce, tiles=tiles)
+    if graph.ptr is not None and not multi_head and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES:
+        stats = graph.batch_stats()                 # (its first call syncs: only where it can matter)
+        if _batched_applies(graph, stats):  # a small batch of small graphs: one program each
+            k = _kernels()
+            cfg = k.batched.batched_config(stats[0], x.shape[1], stats[1], reduce)
+            tiles = None
+            if cfg["DENSE"]:    # dense per-graph tiles of the effective weights, built once per weights' version
+                tiles = derived_values(graph, ("batch_tiles", reduce, cfg["MAXN"]), weight,
+                                       lambda: k.batched.batch_tiles(graph.ptr, graph.rowptr, graph.row, graph.col,
+                                                                     weight, reduce, cfg["MAXN"]))
+            return k.batched.spmm_batched(graph.ptr, graph.rowptr, graph.col, weight, x, cfg, reduce, tiles=tiles)
     if not use(graph, x.shape[1], x.element_size()):   # first contact: no plan, no tuning (tune.reuse)
         return first_contact_spmm(graph, x, weight, reduce)
-    if (weight is not None and weight is not graph.edge_val and not owned) or (x.is_cuda and syncs_forbidden()):
+    device = x.get_device()                            # -1 on the host
+    if (weight is not None and weight is not graph.edge_val and not owned) or (device >= 0 and cuda_syncs_forbidden()):
         # values that may be new every call (attention weights), or a decision taken inside a
         # CUDA-graph capture or its warm-up (provisional: decide re-decides after it): not bound
         plan = plan_of(graph)
-        return k.spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce,
+        return _kernels().spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce,
                                    config=_planned_config(graph, plan, x, weight, reduce))
     # one entry per variant, width, dtype and device ("derived": not copied by with_values);
     # rebuilt for an in-place update of the graph's values or a new generation of decision
@@ -171,8 +177,8 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     # (the stream in the key: a launch with pieces binds its stream's arrival counters; the
     # values' address in the stamp: the launch is bound to it, and ``w.data = ...`` changes it
     # without a new version)
-    key = (reduce, weight is not None, weight.shape[1] if multi_head else 0, x.shape[1], x.dtype, x.get_device(),
-           current_stream_key(x.device) if x.is_cuda else 0, torch.are_deterministic_algorithms_enabled(),
+    key = (reduce, weight is not None, weight.shape[1] if multi_head else 0, x.shape[1], x.dtype, device,
+           current_stream_key(device) if device >= 0 else 0, torch.are_deterministic_algorithms_enabled(),
            owned and weight is not graph.edge_val)
     stamp = (stores_generation(), 0 if weight is None else weight.data_ptr())
     return graph.cache.get("spmm_run", key, lambda: _bound_spmm(graph, x, weight, reduce), values=weight,
