@@ -17,7 +17,8 @@ before a device-time limit and ``--skip-done`` resumes after the graphs already 
 The ``families`` group draws every structure family of ``datasets.families`` (power laws of
 three exponents, communities, meshes, road networks, bipartite graphs, molecule batches) at
 10k-10M edges in locality and random order; its rows carry ``family``, so that validation can
-hold out whole families (``datasets.families.leave_out_folds``).
+hold out whole families (``datasets.families.leave_out_folds``).  ``bipartite-sizes`` adds
+bipartite graphs at 3M and 30M edges (``BIPARTITE_SIZES``), family rows like the others.
 
 The ``extra`` group (``EXTRA``) holds graphs that only widen what the model trains on
 (``fit_cost_model.py --extra``): synthetic graphs over sizes, degrees, hubs, power laws,
@@ -114,6 +115,11 @@ FAMILY_EDGES = (10_000, 100_000, 1_000_000, 10_000_000)
 FAMILY_GRAPHS = tuple(f"{family}/{edges}/{order}" for family in FAMILIES for edges in FAMILY_EDGES
                       for order in FAMILY_ORDERS)
 
+#: Bipartite graphs between the ``families`` sizes: their winners change with size and node
+#: order (a locality-ordered one at 10M edges is the only graph of the sweep won by 128-wide
+#: feature blocks with 2 warps), so a model that holds one graph out needs neighbours of it.
+BIPARTITE_SIZES = tuple(f"bipartite/{edges}/{order}" for edges in (3_000_000, 30_000_000) for order in FAMILY_ORDERS)
+
 GROUPS = {
     "real": REAL_SUITE,
     "structure": SUITES["structure"],
@@ -122,6 +128,7 @@ GROUPS = {
     "large": ("yelp", "reddit", "ogbn-proteins"),
     "extra": tuple(EXTRA),
     "families": FAMILY_GRAPHS,
+    "bipartite-sizes": BIPARTITE_SIZES,
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: Device seconds per timing of one config in the 3-pass sweep of notes/tuning.md:
@@ -166,7 +173,7 @@ def load_graph(name: str, group: str, device) -> Tuple[Graph, Optional[Tuple[str
     if group == "extra":
         graph, source = extra_graph(name)
         return graph.to(device), source
-    if group == "families":
+    if family_of(name):     # a family graph (family/edges/order), whatever group names it
         family, edges, order = name.split("/")
         fg = family_graph(family, int(edges), seed=0, order=order, device=device)
         return Graph.from_edge_index(fg.edge_index, num_nodes=fg.num_nodes, num_src=fg.num_src), None

@@ -59,6 +59,42 @@ def test_a_bipartite_graph_gathers_from_its_sources():
     assert np.allclose(a[rest], c[rest])
 
 
+def test_a_bipartite_graphs_locality_follows_its_edge_order():
+    """A bipartite graph's targets and sources are numbered apart, so its locality is measured
+    along the edge order (``|col[k] - k M / E|`` against numpy): sources handed out in the
+    order of the targets' edges read as local, the same edges with shuffled source ids read
+    ~1/32 within the M / 64 window; every other statistic is the same for both."""
+    items = torch.sort(torch.randint(0, 300, (6000,), generator=torch.Generator().manual_seed(5))).values
+    users = torch.sort(torch.randint(0, 2000, (6000,), generator=torch.Generator().manual_seed(6))).values
+    ordered = Graph.from_edge_index(torch.stack([users, items]), num_nodes=300, num_src=2000)
+    shuffled_ids = torch.randperm(2000, generator=torch.Generator().manual_seed(7))
+    shuffled = Graph.from_edge_index(torch.stack([shuffled_ids[users], items]), num_nodes=300, num_src=2000)
+    a, b = graph_stats_cached(ordered), graph_stats_cached(shuffled)
+    for g, s in ((ordered, a), (shuffled, b)):
+        drift = np.abs(g.col.numpy() - np.arange(g.num_edges) * 2000 / g.num_edges)
+        assert s.local_frac == pytest.approx((drift < 64).mean(), rel=1e-6)
+        assert s.window_frac == pytest.approx((drift < 2000 // 64).mean(), rel=1e-6)
+    assert a.window_frac > 0.9 and b.window_frac < 0.1
+    assert (a.num_edges, a.deg_mean, a.deg_max, a.deg_p99, a.hub_share) == \
+        (b.num_edges, b.deg_mean, b.deg_max, b.deg_p99, b.hub_share)
+
+
+def test_a_large_bipartite_graphs_locality_reads_every_step_th_edge(monkeypatch):
+    """Above ``DRIFT_SAMPLE`` edges the locality reads evenly spaced edges (no random state)."""
+    from sparsegnn.tune import features
+
+    monkeypatch.setattr(features, "DRIFT_SAMPLE", 700)
+    users = torch.randint(0, 2000, (6000,), generator=torch.Generator().manual_seed(8))
+    items = torch.randint(0, 300, (6000,), generator=torch.Generator().manual_seed(9))
+    g = Graph.from_edge_index(torch.stack([users, items]), num_nodes=300, num_src=2000)
+    step = -(-g.num_edges // 700)
+    k = np.arange(0, g.num_edges, step)
+    drift = np.abs(g.col.numpy()[k] - k * 2000 / g.num_edges)
+    s = features.graph_stats(g.rowptr, g.col, None, 2000)
+    assert s.window_frac == pytest.approx((drift < 2000 // 64).mean(), rel=1e-6)
+    assert s.local_frac == pytest.approx((drift < 64).mean(), rel=1e-6)
+
+
 def test_signature_groups_same_class_and_splits_others():
     a, b = _graph(seed=1), _graph(seed=2)                # same sizes and law, other edges
     assert signature(graph_stats_cached(a)) == signature(graph_stats_cached(b))
@@ -475,3 +511,16 @@ def test_the_fit_script_warns_of_a_bipartite_sweep_row_without_its_source_count(
         warnings.simplefilter("error")
         cases = load_cases([str(new)])
     assert len(cases) == 1
+
+
+def test_sweep_builds_a_family_graph_under_any_group():
+    """The sweep's ``bipartite-sizes`` group names family graphs (family/edges/order) at sizes
+    between the ``families`` group's; they are built by the family generator, bipartite, and
+    their rows carry the family (so leave-family-out folds hold them out with it)."""
+    from scripts import sweep_tune
+
+    names = sweep_tune.GROUPS["bipartite-sizes"]
+    assert names and all(sweep_tune.family_of(name) == "bipartite" for name in names)
+    assert not set(names) & set(sweep_tune.GROUPS["families"])
+    graph, source = sweep_tune.load_graph("bipartite/10000/random", "bipartite-sizes", "cpu")
+    assert source is None and graph.num_edges > 0 and graph.num_src == 3 * graph.num_nodes
