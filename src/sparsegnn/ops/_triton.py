@@ -167,7 +167,7 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
         # CUDA-graph capture or its warm-up (provisional: decide re-decides after it): not bound
         plan = plan_of(graph)
         return _kernels().spmm.spmm_planned(graph.rowptr, plan, weight, x, reduce,
-                                   config=_planned_config(graph, plan, x, weight, reduce))
+                                            config=_planned_config(graph, plan, x, weight, reduce))
     # one entry per variant, width, dtype and device ("derived": not copied by with_values);
     # rebuilt for an in-place update of the graph's values or a new generation of decision
     # stores (tune.reset_stores), in place: no entry per generation

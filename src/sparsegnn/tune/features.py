@@ -68,8 +68,9 @@ class GraphStats:
 
 def graph_stats(rowptr: Tensor, col: Tensor, row: Optional[Tensor] = None, num_src: Optional[int] = None) -> GraphStats:
     """Compute :class:`GraphStats` with a handful of reductions and one device-to-host copy.
-    ``row`` (the target of every edge) is expanded from ``rowptr`` where not given, on the
-    device the statistics are computed on (the host for a small graph: ``formats/_host.py``).
+    ``row`` (the target of every edge; a square graph's locality reads it) is expanded from
+    ``rowptr`` where not given, on the device the statistics are computed on (the host for a
+    small graph: ``formats/_host.py``).
     ``num_src``: the columns of a bipartite graph (None: square).
 
     Shapes:
@@ -83,12 +84,12 @@ def graph_stats(rowptr: Tensor, col: Tensor, row: Optional[Tensor] = None, num_s
     if num_nodes == 0 or num_edges == 0:
         return GraphStats(num_nodes, num_edges, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 1.0 if num_nodes else 0.0, 0.0, 0.0, 0.0,
                           src)
-    if row is None:
-        row = rowptr_to_row(rowptr, num_edges)
     deg = (rowptr[1:] - rowptr[:-1]).to(torch.float32)
     sample = deg if num_nodes <= (1 << 20) else deg[torch.randperm(num_nodes, device=deg.device)[: 1 << 20]]
     quant = torch.quantile(sample, torch.tensor([0.5, 0.9, 0.99], device=deg.device))
     if src < 0:
+        if row is None:
+            row = rowptr_to_row(rowptr, num_edges)
         dist = (row - col).abs()
         window = max(num_nodes // 64, 1)
     else:
