@@ -117,7 +117,8 @@ FAMILY_GRAPHS = tuple(f"{family}/{edges}/{order}" for family in FAMILIES for edg
 
 #: Bipartite graphs between the ``families`` sizes: their winners change with size and node
 #: order (a locality-ordered one at 10M edges is the only graph of the sweep won by 128-wide
-#: feature blocks with 2 warps), so a model that holds one graph out needs neighbours of it.
+#: feature blocks with 2 warps and 8-row groups), so a model that holds one graph out needs
+#: neighbours of it.
 BIPARTITE_SIZES = tuple(f"bipartite/{edges}/{order}" for edges in (3_000_000, 30_000_000) for order in FAMILY_ORDERS)
 
 GROUPS = {

@@ -59,11 +59,15 @@ def test_a_bipartite_graph_gathers_from_its_sources():
     assert np.allclose(a[rest], c[rest])
 
 
+def _drift(col: np.ndarray) -> np.ndarray:
+    return np.abs(col - np.sort(col))
+
+
 def test_a_bipartite_graphs_locality_follows_its_edge_order():
     """A bipartite graph's targets and sources are numbered apart, so its locality is measured
-    along the edge order (``|col[k] - k M / E|`` against numpy): sources handed out in the
-    order of the targets' edges read as local, the same edges with shuffled source ids read
-    ~1/32 within the M / 64 window; every other statistic is the same for both."""
+    along the edge order (``|col[k] - sorted(col)[k]|`` against numpy): sources handed out in
+    the order of the targets' edges read as local, the same edges with shuffled source ids
+    read ~1/32 within the M / 64 window; every other statistic is the same for both."""
     items = torch.sort(torch.randint(0, 300, (6000,), generator=torch.Generator().manual_seed(5))).values
     users = torch.sort(torch.randint(0, 2000, (6000,), generator=torch.Generator().manual_seed(6))).values
     ordered = Graph.from_edge_index(torch.stack([users, items]), num_nodes=300, num_src=2000)
@@ -71,16 +75,32 @@ def test_a_bipartite_graphs_locality_follows_its_edge_order():
     shuffled = Graph.from_edge_index(torch.stack([shuffled_ids[users], items]), num_nodes=300, num_src=2000)
     a, b = graph_stats_cached(ordered), graph_stats_cached(shuffled)
     for g, s in ((ordered, a), (shuffled, b)):
-        drift = np.abs(g.col.numpy() - np.arange(g.num_edges) * 2000 / g.num_edges)
+        drift = _drift(g.col.numpy())
         assert s.local_frac == pytest.approx((drift < 64).mean(), rel=1e-6)
         assert s.window_frac == pytest.approx((drift < 2000 // 64).mean(), rel=1e-6)
-    assert a.window_frac > 0.9 and b.window_frac < 0.1
+    assert a.local_frac == a.window_frac == 1.0 and b.window_frac < 0.1
     assert (a.num_edges, a.deg_mean, a.deg_max, a.deg_p99, a.hub_share) == \
         (b.num_edges, b.deg_mean, b.deg_max, b.deg_p99, b.hub_share)
 
 
+def test_an_ordered_bipartite_graph_is_local_whatever_its_source_degrees():
+    """Sources read in increasing order along the edges are local however unevenly their edges
+    spread: half the users with 8x the edges of the others, and only every third user used."""
+    gen = torch.Generator().manual_seed(10)
+    weights = torch.where(torch.arange(900) % 2 == 0, 8.0, 1.0)
+    users = torch.sort(torch.multinomial(weights, 6000, replacement=True, generator=gen) * 3).values
+    items = torch.sort(torch.randint(0, 300, (6000,), generator=gen)).values
+    ordered = graph_stats_cached(Graph.from_edge_index(torch.stack([users, items]), num_nodes=300, num_src=2700))
+    shuffled_ids = torch.randperm(2700, generator=gen)
+    shuffled = graph_stats_cached(Graph.from_edge_index(torch.stack([shuffled_ids[users], items]), num_nodes=300,
+                                                        num_src=2700))
+    assert ordered.local_frac == ordered.window_frac == 1.0
+    assert shuffled.window_frac < 0.1
+
+
 def test_a_large_bipartite_graphs_locality_reads_every_step_th_edge(monkeypatch):
-    """Above ``DRIFT_SAMPLE`` edges the locality reads evenly spaced edges (no random state)."""
+    """Above ``DRIFT_SAMPLE`` edges the locality reads evenly spaced edges (no random state),
+    sorted among themselves."""
     from sparsegnn.tune import features
 
     monkeypatch.setattr(features, "DRIFT_SAMPLE", 700)
@@ -88,8 +108,7 @@ def test_a_large_bipartite_graphs_locality_reads_every_step_th_edge(monkeypatch)
     items = torch.randint(0, 300, (6000,), generator=torch.Generator().manual_seed(9))
     g = Graph.from_edge_index(torch.stack([users, items]), num_nodes=300, num_src=2000)
     step = -(-g.num_edges // 700)
-    k = np.arange(0, g.num_edges, step)
-    drift = np.abs(g.col.numpy()[k] - k * 2000 / g.num_edges)
+    drift = _drift(g.col.numpy()[::step])
     s = features.graph_stats(g.rowptr, g.col, None, 2000)
     assert s.window_frac == pytest.approx((drift < 2000 // 64).mean(), rel=1e-6)
     assert s.local_frac == pytest.approx((drift < 64).mean(), rel=1e-6)

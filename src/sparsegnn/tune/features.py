@@ -34,11 +34,11 @@ class GraphStats:
         local_frac: share of edges with ``|row - col| < 64`` (neighbours close in the numbering).
         window_frac: share of edges with ``|row - col| < N / 64``.
             A bipartite graph's targets and sources are numbered apart, so there both measure
-            how closely the sources follow the edge order instead: ``|col[k] - k M / E| < 64``
-            and ``< M / 64`` for edge ``k`` of the CSR (``M`` sources; every ``E / 2^22``-th
-            edge on larger graphs): sources read in the order the kernel walks the rows (a
-            locality-ordered graph) stay in L2, where a random order reads ~1/32 of them
-            within the window.
+            how closely the sources follow the edge order instead: ``|col[k] - sorted(col)[k]|``
+            under 64 and under ``M / 64`` (``M`` sources; every ``E / 2^22``-th edge on larger
+            graphs, sorted among themselves): 1 where the rows the kernel walks read their
+            sources in increasing order (they stream through L2), whatever the sources'
+            degrees; a random order reads ~1/32 within ``M / 64``.
         num_src: columns, the rows of the gathered matrix ``x`` (a bipartite graph's sources;
             -1: ``num_nodes``, a square graph).  ``sources`` reads it.
     """
@@ -93,7 +93,7 @@ def graph_stats(rowptr: Tensor, col: Tensor, row: Optional[Tensor] = None, num_s
         dist = (row - col).abs()
         window = max(num_nodes // 64, 1)
     else:
-        dist = _source_drift(col, src)
+        dist = _source_drift(col)
         window = max(src // 64, 1)
     hub_edges = torch.where(deg > 256, deg, torch.zeros_like(deg)).sum()
     values = torch.stack([
@@ -109,14 +109,14 @@ def graph_stats(rowptr: Tensor, col: Tensor, row: Optional[Tensor] = None, num_s
 DRIFT_SAMPLE = 1 << 22
 
 
-def _source_drift(col: Tensor, num_src: int) -> Tensor:
-    """``|col[k] - k M / E|`` for the edges ``k`` of a bipartite CSR (every ``E / DRIFT_SAMPLE``-th
-    one on larger graphs): how far each edge's source lies from where sources read in edge
-    order would be.  Float64 positions (exact to 2^53)."""
-    num_edges = col.numel()
-    step = -(-num_edges // DRIFT_SAMPLE)
-    k = torch.arange(0, num_edges, step, device=col.device, dtype=torch.float64)
-    return (col[::step].to(torch.float64) - k * (num_src / num_edges)).abs()
+def _source_drift(col: Tensor) -> Tensor:
+    """``|col[k] - sorted(col)[k]|`` for the edges ``k`` of a bipartite CSR (every
+    ``E / DRIFT_SAMPLE``-th one on larger graphs, sorted among themselves): how far each edge's
+    source lies from where it would be if the rows read their sources in increasing order.
+    Uneven source degrees and unused sources move ``sorted(col)`` with them, so an ordered
+    graph reads 0 whatever they are."""
+    sample = col[::-(-col.numel() // DRIFT_SAMPLE)].to(torch.int64)
+    return (sample - torch.sort(sample).values).abs()
 
 
 def graph_stats_cached(graph) -> GraphStats:
