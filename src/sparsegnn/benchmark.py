@@ -288,7 +288,7 @@ def precision_report(graphs: List[str], dims: List[int], precisions: Sequence[st
     return rows
 
 
-_PATHS = {0: "exact", 1: "tiles", 2: "cuSPARSE", 3: "packed fp16", 4: "bf16 rows"}
+_PATHS = {0: "exact", 1: "tiles", 2: "cuSPARSE", 3: "packed fp16", 4: "bf16 rows", 5: "bf16 rows, fp32 out"}
 
 
 def precision_markdown(rows: List[Dict]) -> str:

@@ -94,13 +94,33 @@ def test_bf16_on_fp32_features_is_timed_with_its_rounding(fresh_store):
     g, n = _graph(4)
     x = torch.randn(n, 48).to(DEVICE)
     out = sg.spmm(g, x, backend="triton", precision="bf16")
-    assert {p for p, _ in seen_inputs} >= {0, 1, 4}
+    assert {p for p, _ in seen_inputs} >= {0, 1, 4, 5}
     assert all(dtype == torch.float32 for _, dtype in seen_inputs)
     # path 4 won: the row kernel on the bf16-rounded features, result in fp32
     rounded = real(g, x, None, "bf16", {"path": 4})
     want = sg.spmm(g, x.to(torch.bfloat16).float(), backend="triton")
     assert out.dtype == torch.float32 and torch.allclose(rounded, want, rtol=1e-2, atol=1e-2)
     assert torch.equal(out, rounded)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_bf16_rows_round_the_features_and_path_5_keeps_the_sums(dtype, fresh_store):
+    """Paths 4 and 5 round the features to bf16 and accumulate in fp32.  Path 5 writes the sums
+    in the features' dtype: the float64 product of the rounded features up to fp32 (fp16)
+    rounding (a bf16 result reads ~2^-9 off).  Path 4's result went through bf16: every entry
+    is a bf16 value, within bf16 rounding of path 5's."""
+    g, n = _graph(5)
+    x = torch.randn(n, 40, generator=torch.Generator().manual_seed(3)).to(dtype).to(DEVICE)
+    for weight in (None, torch.rand(g.num_edges, generator=torch.Generator().manual_seed(4)).to(DEVICE) + 0.5):
+        kept = tiles._run_sum(g, x, weight, "bf16", {"path": 5})
+        rounded = tiles._run_sum(g, x, weight, "bf16", {"path": 4})
+        dense = Graph(g.rowptr, g.col, weight, g.num_nodes).to_dense(torch.float64).cpu()
+        want = dense @ x.to(torch.bfloat16).double().cpu()
+        tol = 1e-6 if dtype == torch.float32 else 6e-4
+        assert kept.dtype == rounded.dtype == dtype
+        assert float((kept.double().cpu() - want).norm()) <= tol * float(want.norm())
+        assert torch.equal(rounded, rounded.to(torch.bfloat16).to(dtype))
+        assert torch.allclose(rounded.double(), kept.double(), rtol=2 ** -7, atol=1e-6)
 
 
 @pytest.mark.parametrize("measured, picked", [
@@ -201,3 +221,21 @@ def test_keep_first_times_the_first_candidate_even_off_the_shortlist(monkeypatch
     config = autotune.decide("keep_first_test", g, "d", 32, torch.float32, "cpu", [{"i": i} for i in range(6)],
                              lambda cfg: None, keep_first=0.1)
     assert 0 in timed and config == {"i": 0}
+
+
+def test_row_configs_are_timed_with_the_result_dtype_they_write(fresh_store):
+    """The row kernel's config for bf16 features with an fp32 result (path 5, the packed path)
+    is timed writing fp32 and decided apart from the bf16-result one: a config's speed depends on
+    the result's dtype."""
+    from sparsegnn.ops._triton import aggregate, sum_rows_into
+
+    written = []
+    set_timer(lambda run, cfg: written.append(run(cfg).dtype) or 1.0)
+    g, n = _graph(6)
+    x = torch.randn(n, 32, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16).to(DEVICE)
+    out = sum_rows_into(g, x, None, torch.empty(n, 32, device=DEVICE))
+    assert written and set(written) == {torch.float32}
+    written.clear()
+    plain = aggregate(g, x, None)
+    assert written and set(written) == {torch.bfloat16}            # its own decision, timed with bf16
+    assert torch.allclose(plain.float(), out, rtol=1e-2, atol=1e-2)

@@ -131,8 +131,11 @@ def spmm_tc(graph: Graph, x: Tensor, edge_weight: Optional[Tensor] = None, preci
 #: kernel on fp32 features packed to fp16 with a scale per row (``kernels/pack.py``: tf32's 11
 #: significant bits for entries above 2^-29 of their row's largest magnitude, half the gathered
 #: bytes), 4 = the row kernel on features rounded to bf16 (``"bf16"`` on fp32 / fp16 features:
-#: half the gathered bytes).
-TC_SPACE = {"path": (0, 1, 3, 4), "swap": (0, 1), "bf": (32, 64, 128, 256), "warps": (4, 8),
+#: half the gathered bytes), its bf16 result converted to the features' dtype, 5 = the same
+#: kernel writing its fp32 sums in the features' dtype directly.  Neither of 4 and 5 wins
+#: everywhere (H200, bf16 rows, ms): yelp F = 256 (14M edges) 2.39 against 1.98, the Reddit
+#: stand-in (115M) 7.1 against 8.2-8.8 (its best configs run ~1.3x slower with an fp32 result).
+TC_SPACE = {"path": (0, 1, 3, 4, 5), "swap": (0, 1), "bf": (32, 64, 128, 256), "warps": (4, 8),
             "chunk": (4, 8, 16, 32)}
 #: A reduced-precision candidate is picked only when faster than the exact call by more than
 #: this fraction: its call path has host work the timing leaves out (the precision dispatch,
@@ -145,12 +148,13 @@ def _tile(swap: int, bf: int, warps: int, chunk: int) -> dict:
 
 
 #: Store name of the decisions among :func:`tc_candidates`; its version rises when the list
-#: gains a path, so that decisions stored before (which never timed it) are made again.  It
+#: gains a path or a path gets faster (path 4 writing its fp32 result directly), so that
+#: decisions stored before (which never timed it as it runs now) are made again.  It
 #: carries the row kernels' family too (``SPMM_FAMILY``): paths 0 and 3 run the row kernel, so
 #: a decision stored while it was slower is not kept once it changes (real
 #: PROTEINS_full F=256 tf32 kept a tile config at 0.0545 ms timed against an older row kernel,
 #: which now runs it in 0.0448 ms; a fresh decision picks the row kernel).
-TC_FAMILY = "spmm_tc@4+" + SPMM_FAMILY
+TC_FAMILY = "spmm_tc@5+" + SPMM_FAMILY
 #: Least ``E x F`` for which the packed path is timed: its pack pass and extra launch cost
 #: more than it saves below (H100, captured suites: it won from 21.9M up, real wikipedia F=64,
 #: tied at 10.9M, and lost below 8M; Cora's widths stay below).
@@ -169,7 +173,8 @@ def tc_candidates(num_feats: int, half: bool, packed: bool = True, rounded: bool
     ``F <= 32``, else 64 (fp32) or 128 (half); with half features and ``F >= 64`` the
     swapped orientation (features on the MMA's M side); the second-best tile config (and,
     above 64 features, short items of 4 blocks for small graphs).  Then ``rounded`` (``"bf16"``
-    on features that are not bf16) the row kernel on bf16-rounded features; for fp32 features
+    on features that are not bf16) the row kernel on bf16-rounded features, with a bf16 result
+    converted (path 4) and with its result written in the features' dtype (path 5); for fp32 features
     (``not half``) and ``packed`` the row kernel on features packed to fp16 (path 3: fewer
     gathered bytes at tf32's precision, for graphs whose gathers dominate).
     """
@@ -182,7 +187,7 @@ def tc_candidates(num_feats: int, half: bool, packed: bool = True, rounded: bool
         # and short items of 4 blocks, which win on small graphs (more programs; Cora F = 256,
         # captured: 13.6 vs 14.5 us tf32, 14.6 vs 15.0 us bf16; docs/design/tensor-cores.md)
         tiles.append(_tile(0, 64, 4, 4))
-    return ([{"path": 0}] + tiles + ([{"path": 4}] if rounded else [])
+    return ([{"path": 0}] + tiles + ([{"path": 4}, {"path": 5}] if rounded else [])
             + ([{"path": 3}] if packed and not half else []))
 
 
@@ -229,7 +234,13 @@ def _run_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str, 
     if path == 3 and x.dtype == torch.float32:     # (a stored pick for fp32 only)
         return _packed_sum(graph, x, weight)
     features = x.to(torch.bfloat16) if precision == "bf16" else x
-    if path in (3, 4):
+    if path == 5 and features.dtype != x.dtype:
+        # the sums accumulated in fp32 and written once in x's dtype (not rounded to bf16)
+        from ._triton import sum_rows_into
+
+        out = torch.empty((graph.num_nodes, x.shape[1]), dtype=x.dtype, device=x.device)
+        return sum_rows_into(graph, features, weight, out)
+    if path in (3, 4, 5):
         return aggregate("triton", graph, features, weight, "sum").to(x.dtype)
     slot = ("tile_launch", features.dtype, features.shape[1], precision, tuple(sorted(config.items())))
     launch = derived_values(graph, slot, weight, lambda: _tile_launch(graph, features, weight, precision, config))
