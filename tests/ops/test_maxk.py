@@ -297,6 +297,106 @@ def test_cbsr_schedules_follow_k_and_deterministic_mode():
     assert torch.allclose(atomic, first, rtol=1e-5, atol=1e-5)
 
 
+def _fake_cbsr_kernels(monkeypatch, calls):
+    """The CUDA SpGEMM / outer-product kernels replaced by dense float64 stand-ins of the same
+    contract (recording their calls), so that the schedule choice runs anywhere."""
+    from sparsegnn.kernels import cbsr_cuda
+    from sparsegnn.ops import cbsr as cbsr_ops
+
+    def rows_of(rowptr):
+        return torch.repeat_interleave(torch.arange(rowptr.numel() - 1), rowptr.diff().cpu())
+
+    def spgemm(rowptr, order, col32, weight, values, index, num_rows, num_cols, row_scale=None):
+        calls.append("spgemm")
+        x = CBSR(values, index, num_cols).to_dense().double().cpu()
+        w = torch.ones(col32.numel(), dtype=torch.float64) if weight is None else weight.double().cpu()
+        if row_scale is not None:
+            w = w * row_scale.double().cpu()[rows_of(rowptr)]
+        out = torch.zeros(num_rows, num_cols, dtype=torch.float64)
+        out.index_add_(0, rows_of(rowptr), w[:, None] * x[col32.long().cpu()])
+        return out.to(values.dtype).to(values.device)
+
+    def sspmm(rowptr, order, col32, weight, grad, index, num_src, row_scale=None):
+        calls.append("outer")
+        w = torch.ones(col32.numel(), dtype=torch.float64) if weight is None else weight.double().cpu()
+        if row_scale is not None:
+            w = w * row_scale.double().cpu()[rows_of(rowptr)]
+        full = torch.zeros(num_src, grad.shape[1], dtype=torch.float64)
+        full.index_add_(0, col32.long().cpu(), w[:, None] * grad.double().cpu()[rows_of(rowptr)])
+        return full.gather(1, index.long().cpu()).to(grad.dtype).to(grad.device)
+
+    monkeypatch.setattr(cbsr_ops, "_cuda_kernels", lambda *args, **kwargs: True)
+    monkeypatch.setattr(cbsr_ops, "_rows_balanced", lambda graph: True)     # (reads the GPU's SM count)
+    monkeypatch.setattr(cbsr_cuda, "spgemm_cbsr_cuda", spgemm)
+    monkeypatch.setattr(cbsr_cuda, "sspmm_cbsr_cuda", sspmm)
+    monkeypatch.setattr(cbsr_cuda, "densify_cuda", lambda values, index, num_cols: CBSR(values, index, num_cols).to_dense())
+
+
+@pytest.mark.parametrize("faster", ["kernels", "dense"])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_cbsr_schedules_are_timed_against_the_dense_product(faster, reduce, monkeypatch, fresh_store):
+    """On a graph invested in, the CBSR kernels (SpGEMM forward, outer-product backward) and the
+    dense product are timed once; the faster runs from then on, and either gives the float64
+    result and gradient."""
+    from sparsegnn.tune import set_timer
+
+    calls = []
+    _fake_cbsr_kernels(monkeypatch, calls)
+    timed = []
+
+    def timer(run, cfg):
+        if "schedule" not in cfg:                  # the dense product's own row-kernel decisions
+            return 1.0
+        timed.append(cfg["schedule"])
+        run(cfg)
+        kernels_first = cfg["schedule"] == 0       # the rule's schedule (the kernels here) is the first
+        return (0.5 if kernels_first else 1.0) if faster == "kernels" else (1.0 if kernels_first else 0.5)
+    set_timer(timer)
+    ei, w = sg.datasets.random_graph(50, 400, seed=5, num_isolated=2, num_empty_rows=3, num_self_loops=3,
+                                     num_duplicates=4, weighted=True)
+    g = Graph.from_edge_index(ei, w, num_nodes=50).to(DEVICE)
+    adj = dense_adjacency(ei, 50, w)
+    if reduce == "mean":
+        adj = adj / dense_adjacency(ei, 50).sum(1, keepdim=True).clamp(min=1)
+    up = torch.randn(50, 64, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    for step in range(2):
+        x = torch.randn(50, 64, generator=torch.Generator().manual_seed(step)).to(DEVICE).requires_grad_(True)
+        c = sg.maxk(x, 8)
+        calls.clear()
+        out = sg.spmm(g, c, reduce=reduce, edge_weight=g.edge_val, backend="triton")
+        out.backward(up.float().to(DEVICE))
+        dense_x = c.to_dense().detach().double().cpu()
+        assert float((out.detach().double().cpu() - adj @ dense_x).norm()) < 1e-5 * float((adj @ dense_x).norm())
+        kept = c.index.long().cpu()
+        want = torch.zeros(50, 64, dtype=torch.float64).scatter_(1, kept, (adj.t() @ up).gather(1, kept))
+        assert float((x.grad.double().cpu() - want).norm()) < 1e-5 * float(want.norm())
+        if step == 0:
+            assert sorted(timed) == [0, 0, 1, 1]      # both schedules, forward and backward, timed once
+        else:
+            assert len(timed) == 4                      # decided: nothing timed again
+            assert calls == (["spgemm", "outer"] if faster == "kernels" else [])
+
+
+def test_cbsr_schedules_that_the_rules_make_dense_are_not_timed(monkeypatch, fresh_store):
+    """Where the rules pick the dense product (a hub here), the kernels are neither timed nor run."""
+    from sparsegnn.ops import cbsr as cbsr_ops
+    from sparsegnn.tune import set_timer
+
+    calls, timed = [], []
+    _fake_cbsr_kernels(monkeypatch, calls)
+    monkeypatch.setattr(cbsr_ops, "_rows_balanced", lambda graph: False)
+    set_timer(lambda run, cfg: timed.append(cfg) or 1.0 if "schedule" in cfg else 1.0)
+    ei, w = sg.datasets.random_graph(50, 400, seed=6, weighted=True)
+    g = Graph.from_edge_index(ei, w, num_nodes=50).to(DEVICE)
+    x = torch.randn(50, 64, generator=torch.Generator().manual_seed(1)).to(DEVICE).requires_grad_(True)
+    c = sg.maxk(x, 8)
+    out = sg.spmm(g, c, edge_weight=g.edge_val, backend="triton")
+    out.sum().backward()
+    want = dense_adjacency(ei, 50, w) @ c.to_dense().detach().double().cpu()
+    assert float((out.detach().double().cpu() - want).norm()) < 1e-5 * float(want.norm())
+    assert calls == [] and timed == []
+
+
 def _cbsr_linear_case(n, f_in, f_out, k, seed, device=DEVICE):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, f_in, generator=g)
