@@ -272,6 +272,35 @@ def test_shipped_model_matches_the_inputs_it_is_given():
         CostModel(dict(spec, inputs_version=INPUTS_VERSION + 1))
 
 
+def _data_files(info):
+    """(path, sha256) of each sweep file a shipped model records (``data`` and its ``extra``)."""
+    out = []
+    for part in (info, info.get("extra")):
+        if part:
+            paths = part["path"] if isinstance(part["path"], list) else [part["path"]]
+            shas = part["sha256"] if isinstance(part["sha256"], list) else [part["sha256"]]
+            out += list(zip(paths, shas))
+    return out
+
+
+def test_the_shipped_model_names_committed_training_data():
+    """The weights name sweep files of this repository whose bytes (or, gzipped, whose content)
+    have the recorded sha256."""
+    import gzip
+    import hashlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    data = _data_files(load_model().to_json()["data"])
+    assert len(data) == 2
+    for path, sha in data:
+        raw = (root / path).read_bytes()
+        digests = {hashlib.sha256(raw).hexdigest()}
+        if path.endswith(".gz"):
+            digests.add(hashlib.sha256(gzip.decompress(raw)).hexdigest())
+        assert sha in digests, path
+
+
 def test_cost_model_relative_inputs_are_relative_to_the_candidate_list():
     from sparsegnn.tune.model import CONFIG_NAMES, GRAPH_NAMES, INPUT_NAMES, OCCUPANCY_NAMES
 
