@@ -1,7 +1,7 @@
 """Fit the SpMM cost model on the sweep data and evaluate it leave-graph-out.
 
 The sweep files come from ``python -m scripts.sweep_tune`` on the GPU (the ones the shipped model was
-fitted on are in git history: ``git tag archive/lab-notebook-2026-11-29``, ``benchmarks/h100/``).
+fitted on: ``benchmarks/results/h100/tune_sweep_replay{,_extra}.jsonl.gz``, named in its weights).
 
     python -m scripts.fit_cost_model sweep.jsonl --extra sweep_extra.jsonl \
         --out src/sparsegnn/tune/data/cost_model_spmm.json --report notes/cost-model-eval.md
@@ -98,10 +98,17 @@ def load_cases(paths):
     return out
 
 
+def _content_sha256(path) -> str:
+    """sha256 of a sweep file's content (a ``.gz`` file's decompressed bytes)."""
+    raw = Path(path).read_bytes()
+    return hashlib.sha256(gzip.decompress(raw) if str(path).endswith(".gz") else raw).hexdigest()
+
+
 def data_info(paths, cases):
-    """The ``data`` record of the exported model: file(s) (one: as strings), hashes, counts."""
+    """The ``data`` record of the exported model: file(s) (one: as strings), hashes of their
+    content, counts."""
     info = {"path": [str(p) for p in paths],
-            "sha256": [hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths],
+            "sha256": [_content_sha256(p) for p in paths],
             "cases": len(cases), "graphs": len({c["graph"] for c in cases})}
     if len(paths) == 1:
         info["path"], info["sha256"] = info["path"][0], info["sha256"][0]

@@ -254,15 +254,17 @@ def test_cuda_cbsr_sspmm_matches_float64(k, reduce):
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA CBSR kernels need a GPU (and CuPy)")
-def test_cbsr_schedules_follow_k_and_deterministic_mode():
+def test_cbsr_schedules_follow_k_and_deterministic_mode(monkeypatch, fresh_store):
     """The forward runs the SpGEMM while 4 k <= F, the backward the atomic outer product while
     8 k <= F (or 4 k <= F with an L2-sized dvalues), and never under deterministic algorithms:
-    then the gradient is bit-equal run to run and matches the atomic one to rounding."""
+    then the gradient is bit-equal run to run and matches the atomic one to rounding.  Nothing
+    timed (``SPARSEGNN_TUNE=off``): the rules' schedules run, not a timed dense product."""
     from sparsegnn.kernels import cbsr_cuda
     from sparsegnn.ops.cbsr import backward_schedule, forward_schedule
 
     if not cbsr_cuda.available():
         pytest.skip("CuPy is not installed")
+    monkeypatch.setenv("SPARSEGNN_TUNE", "off")
     x = torch.randn(300, 256, device=DEVICE, requires_grad=True)
     for k, fwd, bwd in ((32, "spgemm", "outer"), (64, "spgemm", "outer"), (65, "dense", "dense")):
         c = sg.maxk(x, k)
@@ -670,3 +672,32 @@ def test_layer_norm_maxk_on_the_gpu_at_width_256(dtype, tol):
     for got, want in zip(leaves, ref):
         err = (got.grad.cpu().double() - want.grad).norm() / want.grad.norm()
         assert err < (1e-5 if dtype == torch.float32 else 1e-2), err
+
+
+def test_cbsr_schedules_are_timed_once_a_graph_is_reused_not_on_graphs_met_once(monkeypatch, fresh_store):
+    """Under the default investment rule the kernels' own calls count towards investing: a graph
+    met once keeps the rules' schedules untimed; a graph called again is invested in (its plan
+    is built) and its schedules are timed once."""
+    from sparsegnn.tune import set_timer
+
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    calls, timed = [], []
+    _fake_cbsr_kernels(monkeypatch, calls)
+    set_timer(lambda run, cfg: (timed.append(cfg["schedule"]), run(cfg), 1.0)[2] if "schedule" in cfg else 1.0)
+
+    def step(g, seed):
+        x = torch.randn(50, 64, generator=torch.Generator().manual_seed(seed)).to(DEVICE).requires_grad_(True)
+        sg.spmm(g, sg.maxk(x, 8), backend="triton").sum().backward()
+
+    for seed in range(3):                      # three new graphs, one call each
+        ei, _ = sg.datasets.random_graph(50, 400, seed=20 + seed)
+        step(Graph.from_edge_index(ei, num_nodes=50).to(DEVICE), seed)
+    assert timed == [] and calls.count("spgemm") == 3
+    ei, _ = sg.datasets.random_graph(50, 400, seed=30)
+    g = Graph.from_edge_index(ei, num_nodes=50).to(DEVICE)
+    step(g, 0)
+    assert timed == []                          # the first call: not yet
+    step(g, 1)
+    assert sorted(timed) == [0, 0, 1, 1]        # the second: forward and backward timed once
+    step(g, 2)
+    assert len(timed) == 4

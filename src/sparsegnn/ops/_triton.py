@@ -231,7 +231,9 @@ def _planned_config(graph: Graph, plan, x: Tensor, weight: Optional[Tensor], red
                                                    x.element_size(), plan.max_degree, multi_head=multi_head)
     detail = spmm_detail(weight, reduce)
     if out is not None and out.dtype != x.dtype:
-        detail += f"/out:{str(out.dtype).replace('torch.', '')}" + ("/scaled" if src_scale is not None else "")
+        detail += f"/out:{str(out.dtype).replace('torch.', '')}"
+    if src_scale is not None:
+        detail += "/scaled"
     return k.decide(SPMM_FAMILY, graph, detail, x.shape[1], x.dtype, x.device, candidates, run,
                     space=k.configs.SPMM_SPACE)
 
@@ -240,7 +242,8 @@ def sum_rows_into(graph: Graph, x: Tensor, weight: Optional[Tensor], out: Tensor
                   src_scale: Optional[Tensor] = None) -> Tensor:
     """``out = A diag(src_scale) x`` by the CUDA-core row kernel with fp32 accumulation, written
     into ``out`` (any float dtype: fp16-packed features with an fp32 result, as ``ops.tiles``'s
-    packed path needs), on the tuner's config for ``x``'s width and dtype; weights ``weight``
+    packed path needs), on the tuner's config for ``x``'s width and dtype, the result's dtype
+    and the scaling (``_planned_config``); weights ``weight``
     (CSR order, [E]) or None; ``src_scale`` [M] or None (ones).
 
     Shapes:

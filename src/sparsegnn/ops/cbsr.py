@@ -30,6 +30,7 @@ from torch.autograd.function import once_differentiable
 
 from ..formats.cbsr import CBSR
 from ..graph import Graph
+from ..tune.reuse import use
 from ._dispatch import aggregate, aggregate_transposed, choose_backend, spmm_weight_grad
 from ._triton import plan_of
 from torch.compiler import is_compiling as compiling  # dynamo tracing: the custom ops (``_library``) take over
@@ -107,20 +108,30 @@ def _timed_schedule(family: str, rule: str, other: str, graph: Graph, values: Te
                     weight: Optional[Tensor], reduce: str, run) -> str:
     """``rule`` (the CUDA kernel the size rules picked), or ``other`` (the dense product) where
     timing both on this graph says it is faster by more than ``_KEEP_RULE``: on a graph
-    invested in (``tune.reuse``), once per structure, ``k``, width and weights (``tune.decide``,
-    stored like every decision).  The rules were set on the 115M-edge stand-in; on small graphs
-    the dense product can win (cora, F = 256, k = 64: SpGEMM 29 us against 14 us for the dense
-    rows kernel).  Only that way: where the rules pick the dense product (hubs, large ``k``),
-    timing the kernels against it moved wikipedia's MaxK steps (k = 16) from 1.30 to 1.50 ms
-    (GCN) and 1.31 to 1.61 ms (GIN), H200, replayed.  A graph not invested in, or a call
-    inside a CUDA-graph capture, gets the rule's schedule."""
-    from ..tune import decide
+    invested in (``tune.reuse``; the forward's calls count towards it), once per structure,
+    ``k``, width and weights (``tune.decide``, stored like every decision, then memoised on the
+    graph).  The rules were set on the 115M-edge stand-in; on small graphs the dense product
+    can win (cora, F = 256, k = 64: SpGEMM 29 us against 14 us for the dense rows kernel).
+    Only that way: where the rules pick the dense product (hubs, large ``k``), timing the
+    kernels against it moved wikipedia's MaxK steps (k = 16) from 1.30 to 1.50 ms (GCN) and
+    1.31 to 1.61 ms (GIN), H200, replayed.  A graph not invested in, or a call inside a
+    CUDA-graph capture, gets the rule's schedule."""
+    from ..tune import decide, invested
+    from ..tune.reuse import syncs_forbidden
+    from ..tune.store import stores_generation
 
-    names = (rule, other)
     detail = f"{reduce}/{'w' if weight is not None else '-'}/k{values.shape[1]}"
+    key = (family, detail, num_cols, values.dtype)
+    generation = stores_generation()
+    memo = graph.cache.peek("call", key)
+    if memo is not None and memo[1] == generation:      # decided before: no lookup per call
+        return memo[0]
+    names = (rule, other)
     config = decide(family, graph, detail, num_cols, values.dtype, values.device,
                     [{"schedule": 0}, {"schedule": 1}], lambda cfg: run(names[cfg["schedule"]]),
                     space={"schedule": (0, 1)}, ranked=False, keep_first=_KEEP_RULE)
+    if invested(graph) and not syncs_forbidden():       # a decision made for good (not provisional)
+        graph.cache.put("call", (names[config["schedule"]], generation), key)
     return names[config["schedule"]]
 
 
@@ -147,6 +158,11 @@ def cbsr_forward(graph: Graph, values: Tensor, index: Tensor, num_cols: int, wei
             return _spgemm(graph, values, index, num_cols, weight, reduce)
         return aggregate(backend, graph, CBSR(values, index, num_cols).to_dense(), weight, reduce)
 
+    if backend == "triton" and 4 * values.shape[1] <= num_cols and _cuda_kernels(values, index):
+        # the kernels' calls count towards investing in the graph as the dense product's do;
+        # before the rules build the plan, which counts a graph as invested in (a graph met
+        # once is not timed)
+        use(graph, num_cols, values.element_size())
     schedule = forward_schedule(values, index, num_cols, backend, graph)
     if schedule == "spgemm":
         schedule = _timed_schedule(FORWARD_FAMILY, schedule, "dense", graph, values, num_cols, weight, reduce, run)
