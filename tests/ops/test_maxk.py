@@ -254,17 +254,15 @@ def test_cuda_cbsr_sspmm_matches_float64(k, reduce):
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA CBSR kernels need a GPU (and CuPy)")
-def test_cbsr_schedules_follow_k_and_deterministic_mode(monkeypatch, fresh_store):
+def test_cbsr_schedules_follow_k_and_deterministic_mode():
     """The forward runs the SpGEMM while 4 k <= F, the backward the atomic outer product while
     8 k <= F (or 4 k <= F with an L2-sized dvalues), and never under deterministic algorithms:
-    then the gradient is bit-equal run to run and matches the atomic one to rounding.  Nothing
-    timed (``SPARSEGNN_TUNE=off``): the rules' schedules run, not a timed dense product."""
+    then the gradient is bit-equal run to run and matches the atomic one to rounding."""
     from sparsegnn.kernels import cbsr_cuda
     from sparsegnn.ops.cbsr import backward_schedule, forward_schedule
 
     if not cbsr_cuda.available():
         pytest.skip("CuPy is not installed")
-    monkeypatch.setenv("SPARSEGNN_TUNE", "off")
     x = torch.randn(300, 256, device=DEVICE, requires_grad=True)
     for k, fwd, bwd in ((32, "spgemm", "outer"), (64, "spgemm", "outer"), (65, "dense", "dense")):
         c = sg.maxk(x, k)
@@ -297,106 +295,6 @@ def test_cbsr_schedules_follow_k_and_deterministic_mode(monkeypatch, fresh_store
     finally:
         torch.use_deterministic_algorithms(False)
     assert torch.allclose(atomic, first, rtol=1e-5, atol=1e-5)
-
-
-def _fake_cbsr_kernels(monkeypatch, calls):
-    """The CUDA SpGEMM / outer-product kernels replaced by dense float64 stand-ins of the same
-    contract (recording their calls), so that the schedule choice runs anywhere."""
-    from sparsegnn.kernels import cbsr_cuda
-    from sparsegnn.ops import cbsr as cbsr_ops
-
-    def rows_of(rowptr):
-        return torch.repeat_interleave(torch.arange(rowptr.numel() - 1), rowptr.diff().cpu())
-
-    def spgemm(rowptr, order, col32, weight, values, index, num_rows, num_cols, row_scale=None):
-        calls.append("spgemm")
-        x = CBSR(values, index, num_cols).to_dense().double().cpu()
-        w = torch.ones(col32.numel(), dtype=torch.float64) if weight is None else weight.double().cpu()
-        if row_scale is not None:
-            w = w * row_scale.double().cpu()[rows_of(rowptr)]
-        out = torch.zeros(num_rows, num_cols, dtype=torch.float64)
-        out.index_add_(0, rows_of(rowptr), w[:, None] * x[col32.long().cpu()])
-        return out.to(values.dtype).to(values.device)
-
-    def sspmm(rowptr, order, col32, weight, grad, index, num_src, row_scale=None):
-        calls.append("outer")
-        w = torch.ones(col32.numel(), dtype=torch.float64) if weight is None else weight.double().cpu()
-        if row_scale is not None:
-            w = w * row_scale.double().cpu()[rows_of(rowptr)]
-        full = torch.zeros(num_src, grad.shape[1], dtype=torch.float64)
-        full.index_add_(0, col32.long().cpu(), w[:, None] * grad.double().cpu()[rows_of(rowptr)])
-        return full.gather(1, index.long().cpu()).to(grad.dtype).to(grad.device)
-
-    monkeypatch.setattr(cbsr_ops, "_cuda_kernels", lambda *args, **kwargs: True)
-    monkeypatch.setattr(cbsr_ops, "_rows_balanced", lambda graph: True)     # (reads the GPU's SM count)
-    monkeypatch.setattr(cbsr_cuda, "spgemm_cbsr_cuda", spgemm)
-    monkeypatch.setattr(cbsr_cuda, "sspmm_cbsr_cuda", sspmm)
-    monkeypatch.setattr(cbsr_cuda, "densify_cuda", lambda values, index, num_cols: CBSR(values, index, num_cols).to_dense())
-
-
-@pytest.mark.parametrize("faster", ["kernels", "dense"])
-@pytest.mark.parametrize("reduce", ["sum", "mean"])
-def test_cbsr_schedules_are_timed_against_the_dense_product(faster, reduce, monkeypatch, fresh_store):
-    """On a graph invested in, the CBSR kernels (SpGEMM forward, outer-product backward) and the
-    dense product are timed once; the faster runs from then on, and either gives the float64
-    result and gradient."""
-    from sparsegnn.tune import set_timer
-
-    calls = []
-    _fake_cbsr_kernels(monkeypatch, calls)
-    timed = []
-
-    def timer(run, cfg):
-        if "schedule" not in cfg:                  # the dense product's own row-kernel decisions
-            return 1.0
-        timed.append(cfg["schedule"])
-        run(cfg)
-        kernels_first = cfg["schedule"] == 0       # the rule's schedule (the kernels here) is the first
-        return (0.5 if kernels_first else 1.0) if faster == "kernels" else (1.0 if kernels_first else 0.5)
-    set_timer(timer)
-    ei, w = sg.datasets.random_graph(50, 400, seed=5, num_isolated=2, num_empty_rows=3, num_self_loops=3,
-                                     num_duplicates=4, weighted=True)
-    g = Graph.from_edge_index(ei, w, num_nodes=50).to(DEVICE)
-    adj = dense_adjacency(ei, 50, w)
-    if reduce == "mean":
-        adj = adj / dense_adjacency(ei, 50).sum(1, keepdim=True).clamp(min=1)
-    up = torch.randn(50, 64, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    for step in range(2):
-        x = torch.randn(50, 64, generator=torch.Generator().manual_seed(step)).to(DEVICE).requires_grad_(True)
-        c = sg.maxk(x, 8)
-        calls.clear()
-        out = sg.spmm(g, c, reduce=reduce, edge_weight=g.edge_val, backend="triton")
-        out.backward(up.float().to(DEVICE))
-        dense_x = c.to_dense().detach().double().cpu()
-        assert float((out.detach().double().cpu() - adj @ dense_x).norm()) < 1e-5 * float((adj @ dense_x).norm())
-        kept = c.index.long().cpu()
-        want = torch.zeros(50, 64, dtype=torch.float64).scatter_(1, kept, (adj.t() @ up).gather(1, kept))
-        assert float((x.grad.double().cpu() - want).norm()) < 1e-5 * float(want.norm())
-        if step == 0:
-            assert sorted(timed) == [0, 0, 1, 1]      # both schedules, forward and backward, timed once
-        else:
-            assert len(timed) == 4                      # decided: nothing timed again
-            assert calls == (["spgemm", "outer"] if faster == "kernels" else [])
-
-
-def test_cbsr_schedules_that_the_rules_make_dense_are_not_timed(monkeypatch, fresh_store):
-    """Where the rules pick the dense product (a hub here), the kernels are neither timed nor run."""
-    from sparsegnn.ops import cbsr as cbsr_ops
-    from sparsegnn.tune import set_timer
-
-    calls, timed = [], []
-    _fake_cbsr_kernels(monkeypatch, calls)
-    monkeypatch.setattr(cbsr_ops, "_rows_balanced", lambda graph: False)
-    set_timer(lambda run, cfg: timed.append(cfg) or 1.0 if "schedule" in cfg else 1.0)
-    ei, w = sg.datasets.random_graph(50, 400, seed=6, weighted=True)
-    g = Graph.from_edge_index(ei, w, num_nodes=50).to(DEVICE)
-    x = torch.randn(50, 64, generator=torch.Generator().manual_seed(1)).to(DEVICE).requires_grad_(True)
-    c = sg.maxk(x, 8)
-    out = sg.spmm(g, c, edge_weight=g.edge_val, backend="triton")
-    out.sum().backward()
-    want = dense_adjacency(ei, 50, w) @ c.to_dense().detach().double().cpu()
-    assert float((out.detach().double().cpu() - want).norm()) < 1e-5 * float(want.norm())
-    assert calls == [] and timed == []
 
 
 def _cbsr_linear_case(n, f_in, f_out, k, seed, device=DEVICE):
@@ -672,32 +570,3 @@ def test_layer_norm_maxk_on_the_gpu_at_width_256(dtype, tol):
     for got, want in zip(leaves, ref):
         err = (got.grad.cpu().double() - want.grad).norm() / want.grad.norm()
         assert err < (1e-5 if dtype == torch.float32 else 1e-2), err
-
-
-def test_cbsr_schedules_are_timed_once_a_graph_is_reused_not_on_graphs_met_once(monkeypatch, fresh_store):
-    """Under the default investment rule the kernels' own calls count towards investing: a graph
-    met once keeps the rules' schedules untimed; a graph called again is invested in (its plan
-    is built) and its schedules are timed once."""
-    from sparsegnn.tune import set_timer
-
-    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
-    calls, timed = [], []
-    _fake_cbsr_kernels(monkeypatch, calls)
-    set_timer(lambda run, cfg: (timed.append(cfg["schedule"]), run(cfg), 1.0)[2] if "schedule" in cfg else 1.0)
-
-    def step(g, seed):
-        x = torch.randn(50, 64, generator=torch.Generator().manual_seed(seed)).to(DEVICE).requires_grad_(True)
-        sg.spmm(g, sg.maxk(x, 8), backend="triton").sum().backward()
-
-    for seed in range(3):                      # three new graphs, one call each
-        ei, _ = sg.datasets.random_graph(50, 400, seed=20 + seed)
-        step(Graph.from_edge_index(ei, num_nodes=50).to(DEVICE), seed)
-    assert timed == [] and calls.count("spgemm") == 3
-    ei, _ = sg.datasets.random_graph(50, 400, seed=30)
-    g = Graph.from_edge_index(ei, num_nodes=50).to(DEVICE)
-    step(g, 0)
-    assert timed == []                          # the first call: not yet
-    step(g, 1)
-    assert sorted(timed) == [0, 0, 1, 1]        # the second: forward and backward timed once
-    step(g, 2)
-    assert len(timed) == 4

@@ -30,7 +30,6 @@ from torch.autograd.function import once_differentiable
 
 from ..formats.cbsr import CBSR
 from ..graph import Graph
-from ..tune.reuse import use
 from ._dispatch import aggregate, aggregate_transposed, choose_backend, spmm_weight_grad
 from ._triton import plan_of
 from torch.compiler import is_compiling as compiling  # dynamo tracing: the custom ops (``_library``) take over
@@ -98,75 +97,21 @@ def _kernel_weights(graph: Graph, weight: Optional[Tensor], reduce: str):
     return w, (graph.inv_degree(torch.float32) if reduce == "mean" else None)
 
 
-#: Decision families of the timed choice between the CBSR kernels and the dense product.
-FORWARD_FAMILY, BACKWARD_FAMILY = "cbsr_forward@1", "cbsr_backward@1"
-#: The rule's schedule is kept unless the other is faster by more than this fraction.
-_KEEP_RULE = 0.05
-
-
-def _timed_schedule(family: str, rule: str, other: str, graph: Graph, values: Tensor, num_cols: int,
-                    weight: Optional[Tensor], reduce: str, run) -> str:
-    """``rule`` (the CUDA kernel the size rules picked), or ``other`` (the dense product) where
-    timing both on this graph says it is faster by more than ``_KEEP_RULE``: on a graph
-    invested in (``tune.reuse``; the forward's calls count towards it), once per structure,
-    ``k``, width and weights (``tune.decide``, stored like every decision, then memoised on the
-    graph).  The rules were set on the 115M-edge stand-in; on small graphs the dense product
-    can win (cora, F = 256, k = 64: SpGEMM 29 us against 14 us for the dense rows kernel).
-    Only that way: where the rules pick the dense product (hubs, large ``k``), timing the
-    kernels against it moved wikipedia's MaxK steps (k = 16) from 1.30 to 1.50 ms (GCN) and
-    1.31 to 1.61 ms (GIN), H200, replayed.  A graph not invested in, or a call inside a
-    CUDA-graph capture, gets the rule's schedule."""
-    from ..tune import decide, invested
-    from ..tune.reuse import syncs_forbidden
-    from ..tune.store import stores_generation
-
-    detail = f"{reduce}/{'w' if weight is not None else '-'}/k{values.shape[1]}"
-    key = (family, detail, num_cols, values.dtype)
-    generation = stores_generation()
-    memo = graph.cache.peek("call", key)
-    if memo is not None and memo[1] == generation:      # decided before: no lookup per call
-        return memo[0]
-    names = (rule, other)
-    config = decide(family, graph, detail, num_cols, values.dtype, values.device,
-                    [{"schedule": 0}, {"schedule": 1}], lambda cfg: run(names[cfg["schedule"]]),
-                    space={"schedule": (0, 1)}, ranked=False, keep_first=_KEEP_RULE)
-    if invested(graph) and not syncs_forbidden():       # a decision made for good (not provisional)
-        graph.cache.put("call", (names[config["schedule"]], generation), key)
-    return names[config["schedule"]]
-
-
-def _spgemm(graph: Graph, values: Tensor, index: Tensor, num_cols: int, weight: Optional[Tensor],
-            reduce: str) -> Tensor:
-    from ..kernels import cbsr_cuda
-
-    w, scale = _kernel_weights(graph, weight, reduce)
-    return cbsr_cuda.spgemm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
-                                      values, index, graph.num_nodes, num_cols, scale)
-
-
 def cbsr_forward(graph: Graph, values: Tensor, index: Tensor, num_cols: int, weight: Optional[Tensor], reduce: str,
                  backend: str) -> Tensor:
-    """``Y = A' X`` for the CBSR ``X = (values, index, num_cols)`` on the ``forward_schedule``,
-    timed against the dense product where both run (``_timed_schedule``; the eager
-    autograd.Function and the custom op ``sparsegnn::spmm_cbsr`` both run this).
+    """``Y = A' X`` for the CBSR ``X = (values, index, num_cols)`` on the ``forward_schedule``
+    (the eager autograd.Function and the custom op ``sparsegnn::spmm_cbsr`` both run this).
 
     Shapes:
         values, index: [M, k]; weight: [E] or None -> [N, num_cols].
     """
-    def run(schedule: str) -> Tensor:
-        if schedule == "spgemm":
-            return _spgemm(graph, values, index, num_cols, weight, reduce)
-        return aggregate(backend, graph, CBSR(values, index, num_cols).to_dense(), weight, reduce)
+    if forward_schedule(values, index, num_cols, backend, graph) == "spgemm":
+        from ..kernels import cbsr_cuda
 
-    if backend == "triton" and 4 * values.shape[1] <= num_cols and _cuda_kernels(values, index):
-        # the kernels' calls count towards investing in the graph as the dense product's do;
-        # before the rules build the plan, which counts a graph as invested in (a graph met
-        # once is not timed)
-        use(graph, num_cols, values.element_size())
-    schedule = forward_schedule(values, index, num_cols, backend, graph)
-    if schedule == "spgemm":
-        schedule = _timed_schedule(FORWARD_FAMILY, schedule, "dense", graph, values, num_cols, weight, reduce, run)
-    return run(schedule)
+        w, scale = _kernel_weights(graph, weight, reduce)
+        return cbsr_cuda.spgemm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
+                                          values, index, graph.num_nodes, num_cols, scale)
+    return aggregate(backend, graph, CBSR(values, index, num_cols).to_dense(), weight, reduce)
 
 
 def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor, num_cols: int,
@@ -181,22 +126,16 @@ def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor,
         grad_out: [N, num_cols] contiguous; values, index: [M, k]; weight: [E] or None ->
         dvalues [M, k] of values' dtype, dw [E] of weight's dtype.
     """
-    def run(schedule: str) -> Tensor:
-        if schedule == "outer":
-            from ..kernels import cbsr_cuda
-
-            w, scale = _kernel_weights(graph, weight, reduce)
-            return cbsr_cuda.sspmm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
-                                             grad_out, index, values.shape[0], scale)
-        dense = aggregate_transposed(backend, graph, grad_out, weight, reduce)
-        return dense.gather(1, index.long()).to(values.dtype)
-
     grad_values = grad_weight = None
-    if need_values:
-        schedule = backward_schedule(values, index, num_cols, grad_out, backend, graph)
-        if schedule == "outer":
-            schedule = _timed_schedule(BACKWARD_FAMILY, schedule, "dense", graph, values, num_cols, weight, reduce, run)
-        grad_values = run(schedule)
+    if need_values and backward_schedule(values, index, num_cols, grad_out, backend, graph) == "outer":
+        from ..kernels import cbsr_cuda
+
+        w, scale = _kernel_weights(graph, weight, reduce)
+        grad_values = cbsr_cuda.sspmm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
+                                                grad_out, index, values.shape[0], scale)
+    elif need_values:
+        dense = aggregate_transposed(backend, graph, grad_out, weight, reduce)
+        grad_values = dense.gather(1, index.long()).to(values.dtype)
     if weight is not None and need_weight:
         x = CBSR(values, index, num_cols).to_dense()
         grad_weight = spmm_weight_grad(backend, graph, grad_out, x.to(grad_out.dtype), 0, reduce).to(weight.dtype)
