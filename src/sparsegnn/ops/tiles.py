@@ -149,8 +149,8 @@ def _tile(swap: int, bf: int, warps: int, chunk: int) -> dict:
 
 #: Store name of the decisions among :func:`tc_candidates`; its version rises when the list
 #: gains a path (path 5, the fp32 result written directly), so that decisions stored before
-#: (which never timed it) are made again.  It
-#: carries the row kernels' family too (``SPMM_FAMILY``): paths 0 and 3 run the row kernel, so
+#: (which never timed it) are made again.  It carries the row kernels' family too
+#: (``SPMM_FAMILY``): paths 0 and 3 run the row kernel, so
 #: a decision stored while it was slower is not kept once it changes (real
 #: PROTEINS_full F=256 tf32 kept a tile config at 0.0545 ms timed against an older row kernel,
 #: which now runs it in 0.0448 ms; a fresh decision picks the row kernel).
