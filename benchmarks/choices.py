@@ -150,6 +150,8 @@ def section_exact(args, budget) -> List[dict]:
 def summary(results: Dict[str, list], meta: Dict[str, dict]) -> str:
     runs = "; ".join(f"{name}: {m['device']}, torch {m['torch']}, {m['date']}" for name, m in meta.items())
     lines = ["# Choices on graphs nobody tuned on", "", f"Runs ({runs}); each section's providers side by side in its run.", ""]
+    notes = [f"- {name}: {m['note']}" for name, m in meta.items() if m.get("note")]
+    lines += notes + [""] if notes else []
     rows = results.get("precision", [])
     if rows:
         from sparsegnn.benchmark import precision_markdown

@@ -270,7 +270,8 @@ def test_bound_spmm_follows_values_swapped_through_data(monkeypatch):
     from sparsegnn.ops import _triton
 
     g, n = _mixed()
-    g = g.with_values((torch.rand(g.num_edges, generator=torch.Generator().manual_seed(3)) + 0.5).to(DEVICE))
+    g = g.to(DEVICE).with_values(
+        (torch.rand(g.num_edges, generator=torch.Generator().manual_seed(3)) + 0.5).to(DEVICE))
     x = torch.randn(n, 8, generator=torch.Generator().manual_seed(0)).to(DEVICE)
     sg.spmm(g, x, backend="triton")
     binds = []

@@ -171,18 +171,65 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     # one entry per variant, width, dtype and device ("derived": not copied by with_values);
     # rebuilt for an in-place update of the graph's values or a new generation of decision
     # stores (tune.reset_stores), in place: no entry per generation
-    # (an owned weight other than edge_val, such as the values permuted for a backward, has its
-    # own entry: a caller alternating it with edge_val does not rebind on every call)
-    # (deterministic mode in the key: it decides whether cuSPARSE may run, see vendor_applies)
-    # (the stream in the key: a launch with pieces binds its stream's arrival counters; the
-    # values' address in the stamp: the launch is bound to it, and ``w.data = ...`` changes it
-    # without a new version)
-    key = (reduce, weight is not None, weight.shape[1] if multi_head else 0, x.shape[1], x.dtype, device,
-           current_stream_key(device) if device >= 0 else 0, torch.are_deterministic_algorithms_enabled(),
-           owned and weight is not graph.edge_val)
-    stamp = (stores_generation(), 0 if weight is None else weight.data_ptr())
-    return graph.cache.get("spmm_run", key, lambda: _bound_spmm(graph, x, weight, reduce), values=weight,
-                           stamp=stamp)(x)
+    return graph.cache.get("spmm_run", _run_key(graph, x, weight, reduce, multi_head, device, owned),
+                           lambda: _bound_spmm(graph, x, weight, reduce), values=weight,
+                           stamp=_run_stamp(weight))(x)
+
+
+def _run_key(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, multi_head: bool, device: int,
+             owned: bool) -> tuple:
+    """The ``"spmm_run"`` key of a bound launch.  An owned weight other than ``edge_val`` (such
+    as the values permuted for a backward) has its own entry: a caller alternating it with
+    ``edge_val`` does not rebind on every call.  Deterministic mode is in the key (it decides
+    whether cuSPARSE may run, see ``vendor_applies``), and the stream (a launch with pieces
+    binds its stream's arrival counters)."""
+    return (reduce, weight is not None, weight.shape[1] if multi_head else 0, x.shape[1], x.dtype, device,
+            current_stream_key(device) if device >= 0 else 0, torch.are_deterministic_algorithms_enabled(),
+            owned and weight is not graph.edge_val)
+
+
+def _run_stamp(weight: Optional[Tensor]) -> tuple:
+    """What a bound launch was made for beyond its key: the decision stores' generation, and
+    the values' address (the launch is bound to it, and ``w.data = ...`` changes it without a
+    new version)."""
+    return (stores_generation(), 0 if weight is None else weight.data_ptr())
+
+
+def bound_call(graph: Graph, x: Tensor, reduce: str, precision: str = "ieee", alias: bool = False) -> Optional[Tensor]:
+    """``A x`` with the graph's own values by the launch an earlier call bound for this
+    variant, width, dtype, device and stream (``_spmm_triton``'s ``"spmm_run"`` entry, still
+    valid for the values and the decision stores); None where there is none, or the call
+    needs more than the launch (a gradient, a capture, checks that fail): the caller then
+    takes the full path.  An eager no-grad call on an invested graph goes from ``spmm`` to its
+    launch without the layers between (their checks passed for this signature when the entry
+    was made): host time is most of such a call on a small graph.
+
+    A reduced ``precision`` whose pick is the exact call runs the exact call's launch, kept
+    under its own key so that finding it costs what the exact call's lookup does; ``alias``
+    (the caller found the pick exact) makes that entry from the exact call's.
+
+    Shapes:
+        x: [M, F] -> [N, F] (None when x is not [M, F]).
+    """
+    if x.dim() != 2 or x.shape[0] != graph.num_src:
+        return None
+    weight = graph.edge_val
+    if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
+        return None
+    device = x.get_device()
+    if device >= 0 and cuda_syncs_forbidden():
+        return None
+    key, stamp = _run_key(graph, x, weight, reduce, False, device, False), _run_stamp(weight)
+    if alias:
+        run = graph.cache.get("spmm_run", key, values=weight, stamp=stamp)
+        if run is not None:
+            graph.cache.put("spmm_run", run, key + (precision,), values=weight, stamp=stamp)
+    else:
+        run = graph.cache.get("spmm_run", key if precision == "ieee" else key + (precision,), values=weight,
+                              stamp=stamp)
+    if run is None or not use(graph, x.shape[1], x.element_size()):
+        return None
+    return run(x)
 
 
 def _bound_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str):

@@ -25,7 +25,7 @@ from ..tune.reuse import invested, syncs_forbidden
 from ..tune.store import stores_generation
 from . import _cpu
 from ._dispatch import BACKENDS, aggregate, aggregate_transposed, choose_backend, spmm_max_backward, spmm_weight_grad
-from ._triton import aggregate as _triton_aggregate
+from ._triton import aggregate as _triton_aggregate, bound_call as _bound_call
 from ._library import compiling, not_traceable_graph
 
 REDUCES = ("sum", "mean", "max")
@@ -115,6 +115,14 @@ def _call_key(reduce: str, backend: str, precision: str, x: Tensor, weight: Opti
     if precision != "ieee":     # a precision's pick is made per feature width
         return (reduce, backend, precision, x.dtype, x.dim(), x.shape[0], x.device, w, x.shape[-1])
     return (reduce, backend, precision, x.dtype, x.dim(), x.shape[0], x.device, w)
+
+
+def _exact_pick(graph: Graph, x: Tensor, reduce: str, backend: str, precision: str) -> bool:
+    """Whether a call at a reduced ``precision`` with the graph's own values has its pick
+    memoised as the exact call, for the current decision stores (``spmm``'s memo): then it runs
+    as the exact call does, on the same path."""
+    memo = graph.cache.get("call", _call_key(reduce, backend, precision, x, None))
+    return memo.__class__ is tuple and memo[0] == "exact" and memo[2] == stores_generation()
 
 
 def _aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
@@ -251,6 +259,13 @@ def spmm(
     """
     fn = "spmm"
     given = edge_weight
+    if (given is None and isinstance(graph, Graph) and isinstance(x, Tensor)
+            and (backend == "triton" or (backend == "auto" and x.is_cuda)) and not compiling()):
+        out = _bound_call(graph, x, reduce, precision)   # an eager no-grad call on an invested graph
+        if out is None and precision != "ieee" and _exact_pick(graph, x, reduce, backend, precision):
+            out = _bound_call(graph, x, reduce, precision, alias=True)
+        if out is not None:
+            return out
     if isinstance(x, Tensor) and isinstance(graph, Graph) and (
             given is None or (isinstance(given, Tensor) and given.dim() == 1)):
         memo = graph.cache.get("call", _call_key(reduce, backend, precision, x, given))
