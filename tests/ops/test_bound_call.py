@@ -93,6 +93,8 @@ def test_the_checks_still_run_after_a_bound_launch(full_path, fresh_store):
         sg.spmm(g, x, "min", backend="triton")
     with pytest.raises(ValueError, match=r"spmm\(\): backend must be one of"):
         sg.spmm(g, x, backend="cuda")
+    with pytest.raises(ValueError, match=r"spmm\(\)"):      # no device index, like host tensors
+        sg.spmm(g, torch.empty(g.num_src, 8, device="meta"), backend="triton")
 
 
 def test_calls_that_need_a_gradient_take_the_autograd_path(full_path, fresh_store):
@@ -196,9 +198,88 @@ def test_a_precision_whose_pick_is_the_exact_call_takes_its_launch_too(precision
     set_timer(lambda run, cfg: 1.0 if "path" not in cfg else (0.5 if cfg["path"] != 0 else 1.0))
     g = _graph(True, case=1)                                 # another graph: a reduced kernel wins
     x = torch.randn(g.num_src, 32, generator=torch.Generator().manual_seed(7)).to(DEVICE)
+    sg.spmm(g, x, backend="triton")                          # (its exact launch exists, not to be taken)
     reduced = sg.spmm(g, x, backend="triton", precision=precision)
     assert g.cache.get("call", spmm_module._call_key("sum", "triton", precision, x, None))[0] == "precise"
     launches.clear()
     again = sg.spmm(g, x, backend="triton", precision=precision)
     assert launches == [] and torch.equal(again, reduced)    # the reduced kernel, not the exact launch
     assert _rel(again, _oracle(g, x, "sum")) < 2e-2
+
+
+def _picks(tf32_ms: float, bf16_only_ms: float):
+    """A fake timer for the precision family: the exact call 1.0 ms, the tensor-core and packed
+    paths (1, 3) ``tf32_ms``, the bf16 row paths (4, 5) ``bf16_only_ms``; other families 1.0."""
+    def timer(run, cfg):
+        if "path" not in cfg:
+            return 1.0
+        return 1.0 if cfg["path"] == 0 else bf16_only_ms if cfg["path"] in (4, 5) else tf32_ms
+    return timer
+
+
+def test_one_precision_s_exact_launch_does_not_serve_another(full_path, fresh_store, monkeypatch):
+    """tf32 picks the exact call, bf16 a bf16 row path, on one graph: bf16's calls never take
+    the launch kept for tf32."""
+    from sparsegnn.tune import set_timer
+
+    set_timer(_picks(tf32_ms=2.0, bf16_only_ms=0.5))
+    g = _graph(True)
+    x = torch.randn(g.num_src, 32, generator=torch.Generator().manual_seed(8)).to(DEVICE)
+    exact = sg.spmm(g, x, backend="triton")
+    for _ in range(2):
+        assert torch.equal(sg.spmm(g, x, backend="triton", precision="tf32"), exact)
+    launches = _launches_taken(monkeypatch)
+    assert torch.equal(sg.spmm(g, x, backend="triton", precision="tf32"), exact) and len(launches) == 1
+    launches.clear()
+    outs = [sg.spmm(g, x, backend="triton", precision="bf16") for _ in range(3)]
+    key = spmm_module._call_key("sum", "triton", "bf16", x, None)
+    assert g.cache.get("call", key)[0] == "precise" and launches == []
+    for out in outs:
+        assert not torch.equal(out, exact) and _rel(out, _oracle(g, x, "sum")) < 2e-2   # rounded to bf16
+
+
+def test_a_new_generation_decides_a_precision_again_before_taking_a_launch(full_path, fresh_store, tmp_path,
+                                                                          monkeypatch):
+    """After a reset onto other stores, a precision whose old pick was the exact call decides
+    again, even when the exact call's launch was bound anew in the new generation."""
+    from sparsegnn.tune import set_timer
+
+    set_timer(_picks(tf32_ms=2.0, bf16_only_ms=2.0))
+    g = _graph(True)
+    x = torch.randn(g.num_src, 32, generator=torch.Generator().manual_seed(9)).to(DEVICE)
+    for _ in range(2):
+        sg.spmm(g, x, backend="triton", precision="tf32")
+    monkeypatch.setenv("SPARSEGNN_TUNE_CACHE", str(tmp_path / "other"))
+    store.reset_stores()
+    set_timer(_picks(tf32_ms=0.5, bf16_only_ms=2.0))
+    sg.spmm(g, x, backend="triton")                          # the exact launch, bound in the new generation
+    launches = _launches_taken(monkeypatch)
+    for _ in range(2):
+        sg.spmm(g, x, backend="triton", precision="tf32")
+    assert launches == []
+    assert g.cache.get("call", spmm_module._call_key("sum", "triton", "tf32", x, None))[0] == "precise"
+
+
+def test_graphs_without_a_bound_launch_are_not_looked_up(monkeypatch, fresh_store):
+    """A transient graph (a mini-batch) and a small batch of small graphs never have a bound
+    launch: their calls skip the lookup, and the results are the full path's."""
+    from sparsegnn.datasets import random_graph
+    from sparsegnn.ops import _triton as triton_ops
+
+    looked = []
+    real = triton_ops._run_key
+    monkeypatch.setattr(triton_ops, "_run_key", lambda *a: looked.append(1) or real(*a))
+    _, n, ei, _ = GRAPH_CASES[0]
+    transient = Graph.from_edge_index(ei, num_nodes=n).to(DEVICE)
+    transient.transient = True                  # as the sampler's mini-batches are made
+    x = torch.randn(n, 8).to(DEVICE)
+    looked.clear()
+    for _ in range(3):
+        assert _rel(sg.spmm(transient, x, backend="triton"), _oracle(transient, x, "sum")) < 1e-5
+    assert looked == []
+    parts = [random_graph(12, 30, seed=s)[0] for s in range(3)]
+    batch = Graph.batch([Graph.from_edge_index(ei, num_nodes=12) for ei in parts]).to(DEVICE)
+    xb = torch.randn(batch.num_nodes, 8).to(DEVICE)
+    for _ in range(3):
+        assert _rel(sg.spmm(batch, xb, backend="triton"), _oracle(batch, xb, "sum")) < 1e-5
+    assert looked == []

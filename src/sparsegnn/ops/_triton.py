@@ -195,33 +195,38 @@ def _run_stamp(weight: Optional[Tensor]) -> tuple:
     return (stores_generation(), 0 if weight is None else weight.data_ptr())
 
 
-def bound_call(graph: Graph, x: Tensor, reduce: str, precision: str = "ieee", alias: bool = False) -> Optional[Tensor]:
+def bound_call(graph: Graph, x: Tensor, reduce: str, precision: str = "ieee",
+               alias_of: Optional[int] = None) -> Optional[Tensor]:
     """``A x`` with the graph's own values by the launch an earlier call bound for this
     variant, width, dtype, device and stream (``_spmm_triton``'s ``"spmm_run"`` entry, still
     valid for the values and the decision stores); None where there is none, or the call
     needs more than the launch (a gradient, a capture, checks that fail): the caller then
     takes the full path.  An eager no-grad call on an invested graph goes from ``spmm`` to its
     launch without the layers between (their checks passed for this signature when the entry
-    was made): host time is most of such a call on a small graph.
+    was made): host time is most of such a call on a small graph.  A transient graph, and a
+    small one that may take the batched kernels, are not looked up (no entry to find).
 
     A reduced ``precision`` whose pick is the exact call runs the exact call's launch, kept
-    under its own key so that finding it costs what the exact call's lookup does; ``alias``
-    (the caller found the pick exact) makes that entry from the exact call's.
+    under its own key so that finding it costs what the exact call's lookup does.
+    ``alias_of``: the caller found the pick to be the exact call in this generation of the
+    decision stores; the exact call's entry, if made in that generation, is kept under the
+    precision's key and run.
 
     Shapes:
         x: [M, F] -> [N, F] (None when x is not [M, F]).
     """
-    if x.dim() != 2 or x.shape[0] != graph.num_src:
+    if (graph.transient or x.dim() != 2 or x.shape[0] != graph.num_src
+            or (graph.ptr is not None and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES)):
         return None
     weight = graph.edge_val
     if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
         return None
-    device = x.get_device()
-    if device >= 0 and cuda_syncs_forbidden():
+    device = x.get_device()                            # -1 on the host (and for meta tensors)
+    if (device >= 0 and cuda_syncs_forbidden()) or (device < 0 and not x.is_cpu):
         return None
     key, stamp = _run_key(graph, x, weight, reduce, False, device, False), _run_stamp(weight)
-    if alias:
-        run = graph.cache.get("spmm_run", key, values=weight, stamp=stamp)
+    if alias_of is not None:
+        run = graph.cache.get("spmm_run", key, values=weight, stamp=stamp) if stamp[0] == alias_of else None
         if run is not None:
             graph.cache.put("spmm_run", run, key + (precision,), values=weight, stamp=stamp)
     else:

@@ -117,14 +117,6 @@ def _call_key(reduce: str, backend: str, precision: str, x: Tensor, weight: Opti
     return (reduce, backend, precision, x.dtype, x.dim(), x.shape[0], x.device, w)
 
 
-def _exact_pick(graph: Graph, x: Tensor, reduce: str, backend: str, precision: str) -> bool:
-    """Whether a call at a reduced ``precision`` with the graph's own values has its pick
-    memoised as the exact call, for the current decision stores (``spmm``'s memo): then it runs
-    as the exact call does, on the same path."""
-    memo = graph.cache.get("call", _call_key(reduce, backend, precision, x, None))
-    return memo.__class__ is tuple and memo[0] == "exact" and memo[2] == stores_generation()
-
-
 def _aggregate(backend: str, graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
     if backend == "triton":     # the hot path: ``_dispatch.aggregate`` without its module lookup
         return _triton_aggregate(graph, x, weight, reduce)
@@ -262,8 +254,6 @@ def spmm(
     if (given is None and isinstance(graph, Graph) and isinstance(x, Tensor)
             and (backend == "triton" or (backend == "auto" and x.is_cuda)) and not compiling()):
         out = _bound_call(graph, x, reduce, precision)   # an eager no-grad call on an invested graph
-        if out is None and precision != "ieee" and _exact_pick(graph, x, reduce, backend, precision):
-            out = _bound_call(graph, x, reduce, precision, alias=True)
         if out is not None:
             return out
     if isinstance(x, Tensor) and isinstance(graph, Graph) and (
@@ -280,6 +270,10 @@ def spmm(
                 if kind == "precise":
                     return _tensor_core_spmm(graph, x, graph.edge_val if given is None else given, reduce,
                                              precision, value)
+                if given is None and value == "triton":   # the exact call's launch, under this precision's key
+                    out = _bound_call(graph, x, reduce, precision, alias_of=generation)
+                    if out is not None:
+                        return out
                 return _memoised_linear(graph, x, given, reduce, value)
     if isinstance(x, CBSR):
         return _spmm_of_cbsr(graph, x, reduce, edge_weight, backend, precision)
