@@ -81,6 +81,12 @@ BATCHED_MAX_NODES = 128
 BATCHED_MAX_TOTAL_NODES = 16384
 
 
+def _may_batch(graph: Graph) -> bool:
+    """Whether ``graph`` may take the batched kernels (a batch small enough; ``_batched_applies``
+    decides from its statistics): no check that needs them."""
+    return graph.ptr is not None and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES
+
+
 def _batched_applies(graph: Graph, stats) -> bool:
     """Whether ``graph`` (a block-diagonal batch with ``batch_stats`` ``stats``) takes the batched kernels."""
     return (stats is not None and bool(stats[2]) and stats[0] <= BATCHED_MAX_NODES
@@ -148,7 +154,7 @@ def _with_vendor(graph: Graph, x: Tensor, weight: Optional[Tensor], detail: str,
 
 def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str, owned: bool = False) -> Tensor:
     multi_head = weight is not None and weight.dim() == 2
-    if graph.ptr is not None and not multi_head and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES:
+    if not multi_head and _may_batch(graph):
         stats = graph.batch_stats()                 # (its first call syncs: only where it can matter)
         if _batched_applies(graph, stats):  # a small batch of small graphs: one program each
             k = _kernels()
@@ -215,8 +221,7 @@ def bound_call(graph: Graph, x: Tensor, reduce: str, precision: str = "ieee",
     Shapes:
         x: [M, F] -> [N, F] (None when x is not [M, F]).
     """
-    if (graph.transient or x.dim() != 2 or x.shape[0] != graph.num_src
-            or (graph.ptr is not None and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES)):
+    if graph.transient or x.dim() != 2 or x.shape[0] != graph.num_src or _may_batch(graph):
         return None
     weight = graph.edge_val
     if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
