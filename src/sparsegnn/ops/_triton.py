@@ -87,10 +87,10 @@ def _may_batch(graph: Graph) -> bool:
     return graph.ptr is not None and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES
 
 
-def _batched_applies(graph: Graph, stats) -> bool:
-    """Whether ``graph`` (a block-diagonal batch with ``batch_stats`` ``stats``) takes the batched kernels."""
-    return (stats is not None and bool(stats[2]) and stats[0] <= BATCHED_MAX_NODES
-            and graph.num_nodes <= BATCHED_MAX_TOTAL_NODES)
+def _batched_applies(stats) -> bool:
+    """Whether a block-diagonal batch with ``batch_stats`` ``stats`` (small enough: ``_may_batch``)
+    takes the batched kernels."""
+    return stats is not None and bool(stats[2]) and stats[0] <= BATCHED_MAX_NODES
 
 
 def csr_of(graph: Graph, weight: Optional[Tensor], dtype: torch.dtype) -> Tensor:
@@ -156,7 +156,7 @@ def _spmm_triton(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str,
     multi_head = weight is not None and weight.dim() == 2
     if not multi_head and _may_batch(graph):
         stats = graph.batch_stats()                 # (its first call syncs: only where it can matter)
-        if _batched_applies(graph, stats):  # a small batch of small graphs: one program each
+        if _batched_applies(stats):  # a small batch of small graphs: one program each
             k = _kernels()
             cfg = k.batched.batched_config(stats[0], x.shape[1], stats[1], reduce)
             tiles = None
