@@ -432,6 +432,24 @@ def test_candidates_are_timed_as_replays_without_host_gaps():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="timing candidates needs CUDA events")
+def test_warm_timing_keeps_what_the_call_before_left_in_l2():
+    """``measure(warm=True)`` times a call after the one before it (the L2 as a caller that just
+    read the inputs leaves it), cold timing after a flush: gathering an L2-sized tensor is
+    faster warm; a call that touches no memory times the same both ways."""
+    from sparsegnn.tune.autotune import measure
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    src = torch.randn(l2 // 8, device="cuda")                 # an eighth of L2: fits, with room
+    idx = torch.randint(0, src.numel(), (src.numel() * 4,), device="cuda")
+    out = torch.empty(idx.numel(), device="cuda")
+    run = lambda cfg: torch.index_select(src, 0, idx, out=out) if cfg["A"] == 1 else torch.cuda._sleep(200_000)  # noqa: E731
+    (cold, _), (cold_spin, _) = measure(run, [{"A": 1}, {"A": 2}])
+    (warm, _), (warm_spin, _) = measure(run, [{"A": 1}, {"A": 2}], warm=True)
+    assert warm < 0.9 * cold
+    assert abs(warm_spin - cold_spin) < 0.2 * cold_spin
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="timing candidates needs CUDA events")
 def test_a_capture_failing_on_the_second_timing_keeps_the_first(monkeypatch):
     """The three fastest are timed again; a capture that fails then (memory on a large graph)
     keeps the first timing rather than failing the decision."""

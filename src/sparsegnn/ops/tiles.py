@@ -153,8 +153,10 @@ def _tile(swap: int, bf: int, warps: int, chunk: int) -> dict:
 #: (``SPMM_FAMILY``): paths 0 and 3 run the row kernel, so
 #: a decision stored while it was slower is not kept once it changes (real
 #: PROTEINS_full F=256 tf32 kept a tile config at 0.0545 ms timed against an older row kernel,
-#: which now runs it in 0.0448 ms; a fresh decision picks the row kernel).
-TC_FAMILY = "spmm_tc@5+" + SPMM_FAMILY
+#: which now runs it in 0.0448 ms; a fresh decision picks the row kernel).  @6: timed warm
+#: (``decide``'s ``warm``): cold timings made bf16 picks that lost to the exact call on graphs
+#: whose features fit in L2 (soc-BlogCatalog F = 64: 0.90x).
+TC_FAMILY = "spmm_tc@6+" + SPMM_FAMILY
 #: Least ``E x F`` for which the packed path is timed: its pack pass and extra launch cost
 #: more than it saves below (H100, captured suites: it won from 21.9M up, real wikipedia F=64,
 #: tied at 10.9M, and lost below 8M; Cora's widths stay below).
@@ -287,7 +289,7 @@ def _precise_config(graph: Graph, x: Tensor, weight: Optional[Tensor], precision
     run = lambda cfg: exact() if exact is not None and cfg["path"] == 0 else _run_sum(  # noqa: E731
         graph, x, weight, precision, cfg)
     return decide(TC_FAMILY, graph, precision, x.shape[1], x.dtype, x.device, candidates, run,
-                  space=TC_SPACE, ranked=False, eager=True, keep_first=REDUCED_MARGIN)
+                  space=TC_SPACE, ranked=False, eager=True, keep_first=REDUCED_MARGIN, warm=True)
 
 
 def _precise_sum(graph: Graph, x: Tensor, weight: Optional[Tensor], precision: str) -> Tensor:

@@ -174,7 +174,7 @@ def _class_applies(shared: Dict, own_key: str) -> bool:
 def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, device,
            candidates, run: Callable[[Dict[str, int]], object],
            space: Optional[Dict] = None, ranked: bool = True, eager: bool = False,
-           keep_first: float = 0.0) -> Dict[str, int]:
+           keep_first: float = 0.0, warm: bool = False) -> Dict[str, int]:
     """The config for ``run`` on ``graph``: stored, predicted or timed (see the module doc).
 
     Args:
@@ -195,6 +195,9 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
             least its dispatch, so where the first is host-bound none can be faster.
         keep_first: the first candidate (the default) is kept unless another is faster by
             more than this fraction of its time (0: the fastest wins).
+        warm: each call timed with the L2 as the call before left it (``measure``'s ``warm``),
+            not after a flush: for choices between ways of making one call whose inputs a
+            caller has just written or read (features that fit in L2 are gathered from it).
 
     A graph not invested in (``tune.reuse``: a transient graph, or one met too few times to
     repay tuning) gets the heuristic (the first candidate) at once: no signature, no lookup,
@@ -245,7 +248,7 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
         elif mode == "shortlist":
             to_time = order[:SHORTLIST]
         elif mode == "auto":  # the model's pick first; alternatives only if it is not tiny
-            pairs.update(zip([order[0]], _time_pairs(run, [config], device, protocol, eager)))
+            pairs.update(zip([order[0]], _time_pairs(run, [config], device, protocol, eager, warm)))
             to_time = order[:SHORTLIST] if max(pairs[order[0]]) >= TINY_MS else []
         else:  # "model": nothing timed
             to_time = []
@@ -253,10 +256,11 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
             to_time = [0] + list(to_time)
         missing = [i for i in to_time if i not in pairs]
         replayed_before = protocol.get("replayed", False)
-        pairs.update(zip(missing, _time_pairs(run, [candidates[i] for i in missing], device, protocol, eager)))
+        pairs.update(zip(missing, _time_pairs(run, [candidates[i] for i in missing], device, protocol, eager, warm)))
         if replayed_before and not protocol["replayed"]:   # one could not be captured: all eager
             stale = [i for i in pairs if i not in missing]
-            pairs.update(zip(stale, _time_pairs(run, [candidates[i] for i in stale], device, protocol, eager)))
+            pairs.update(zip(stale, _time_pairs(run, [candidates[i] for i in stale], device, protocol, eager,
+                                                warm)))
         times = _costs(pairs, eager)
         best = min(times, key=times.__getitem__) if times else None
         if best is not None and keep_first > 0 and 0 in times and times[best] > (1 - keep_first) * times[0]:
@@ -300,9 +304,11 @@ def _zero_shot(graph, num_feats: int, dtype: torch.dtype, candidates, ranked: bo
 
 
 def _time_pairs(run: Callable, configs: List[Dict[str, int]], device=None,
-                protocol: Optional[Dict[str, bool]] = None, host: bool = False) -> List[Tuple[float, float]]:
-    """(GPU ms, host ms) of each config (``measure``; host 0 unless ``host``; a test's timer or,
-    for the CPU backend's candidates, ``perf_counter``, give the first, host 0)."""
+                protocol: Optional[Dict[str, bool]] = None, host: bool = False,
+                warm: bool = False) -> List[Tuple[float, float]]:
+    """(GPU ms, host ms) of each config (``measure``; host 0 unless ``host``; ``warm`` as
+    there; a test's timer or, for the CPU backend's candidates, ``perf_counter``, give the
+    first, host 0)."""
     if not configs:
         return []
     _COUNTS["timed"] += len(configs)
@@ -310,7 +316,7 @@ def _time_pairs(run: Callable, configs: List[Dict[str, int]], device=None,
         return [(float(_TIMER(run, cfg)), 0.0) for cfg in configs]
     if device is not None and torch.device(device).type == "cpu":   # the CPU backend's candidates
         return [(_time_cpu(run, config), 0.0) for config in configs]
-    return measure(run, configs, device, protocol, host=host)
+    return measure(run, configs, device, protocol, host=host, warm=warm)
 
 
 def _costs(pairs: Dict[int, Tuple[float, float]], eager: bool) -> Dict[int, float]:
@@ -329,11 +335,13 @@ def _time_candidates(run: Callable, configs: List[Dict[str, int]], device=None,
 
 
 def measure(run: Callable, configs: List[Dict[str, int]], device=None,
-            protocol: Optional[Dict[str, bool]] = None, host: bool = False) -> List[Tuple[float, float]]:
+            protocol: Optional[Dict[str, bool]] = None, host: bool = False,
+            warm: bool = False) -> List[Tuple[float, float]]:
     """(GPU ms, host ms) of each config on a CUDA device.
 
-    GPU ms: the median of single calls after an L2 flush, as CUDA-graph replays (``_time``), or
-    eagerly for all of them when one call cannot be captured; the three fastest are timed
+    GPU ms: the median of single calls after an L2 flush (``warm``: after the call before it,
+    the GPU kept busy by a kernel that touches no memory), as CUDA-graph replays (``_time``),
+    or eagerly for all of them when one call cannot be captured; the three fastest are timed
     again and the lower median kept.  Host ms (``host``; else 0): ``_host``, what issuing one
     call takes (for sweeps: the tuner decides on GPU time).  ``protocol``: shared by the calls
     of one decision; ``protocol["replayed"]`` says how the last call timed, and a call after
@@ -346,15 +354,15 @@ def measure(run: Callable, configs: List[Dict[str, int]], device=None,
         hosts = [_host(run, config, flush) if host else 0.0 for config in configs]
         replayed, times = protocol.get("replayed", True), []
         for config in configs:
-            ms = _time(run, config, flush, True) if replayed else None
+            ms = _time(run, config, flush, True, warm=warm) if replayed else None
             if ms is None:
                 if replayed:  # this call cannot be captured: every config timed eagerly
-                    replayed, times = False, [_time(run, c, flush) for c in configs[:len(times)]]
-                ms = _time(run, config, flush)
+                    replayed, times = False, [_time(run, c, flush, warm=warm) for c in configs[:len(times)]]
+                ms = _time(run, config, flush, warm=warm)
             times.append(ms)
         if len(configs) > 1:
             for i in sorted(range(len(configs)), key=times.__getitem__)[:3]:
-                again = _time(run, configs[i], flush, replayed)   # None: this capture failed (memory)
+                again = _time(run, configs[i], flush, replayed, warm=warm)   # None: this capture failed (memory)
                 times[i] = min(times[i], again if again is not None else times[i])
         del flush
     protocol["replayed"] = replayed
@@ -416,9 +424,17 @@ def _flush_buffer(device) -> torch.Tensor:
     return torch.empty(max(2 * l2_bytes, 256 << 20), dtype=torch.int8, device=device)
 
 
+#: GPU clock cycles a warm timing's spin kernel runs before each timed call (~100 us at the
+#: H100's / H200's ~2 GHz): longer than the host takes to issue the call, as the flush is.
+WARM_SPIN_CYCLES = 200_000
+
+
 def _time(run: Callable[[Dict[str, int]], object], config: Dict[str, int], flush: torch.Tensor,
-          replayed: bool = False, budget_ms: float = 10.0) -> Optional[float]:
-    """Median ms of single calls, each after an L2 flush (the protocol of ``triton.testing.do_bench``).
+          replayed: bool = False, budget_ms: float = 10.0, warm: bool = False) -> Optional[float]:
+    """Median ms of single calls, each after an L2 flush (the protocol of ``triton.testing.do_bench``);
+    ``warm``: each after the one before, behind a kernel that only spins (``WARM_SPIN_CYCLES``),
+    so that the host's issue of the call is hidden as the flush hides it and the L2 holds what
+    the previous call left there.
 
     ``replayed``: the call is captured into a CUDA graph once and its replays are timed (None
     if it cannot be captured), so the launches of a multi-launch schedule run back to back as
@@ -435,8 +451,9 @@ def _time(run: Callable[[Dict[str, int]], object], config: Dict[str, int], flush
         call = lambda _config: graph.replay()  # noqa: E731
     else:
         call = run
+    busy = (lambda: torch.cuda._sleep(WARM_SPIN_CYCLES)) if warm else flush.zero_  # noqa: E731
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    flush.zero_()
+    busy()
     start.record()
     call(config)
     end.record()
@@ -446,7 +463,7 @@ def _time(run: Callable[[Dict[str, int]], object], config: Dict[str, int], flush
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
-        flush.zero_()
+        busy()
         starts[i].record()
         call(config)
         ends[i].record()
