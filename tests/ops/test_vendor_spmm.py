@@ -114,7 +114,7 @@ def test_vendor_decision_counts_host_time(fresh_store, monkeypatch, vendor_gpu_m
     ours_gpu = 0.010 if picked == 0 else 1.0
     asked_host = []
 
-    def fake_pairs(run, configs, device=None, protocol=None, host=False):
+    def fake_pairs(run, configs, device=None, protocol=None, host=False, warm=False):
         asked_host.append(host)
         return [((vendor_gpu_ms, 0.030) if cfg == {"path": 1} else (ours_gpu, 0.010)) for cfg in configs]
 
