@@ -24,7 +24,9 @@ stored nor memoised.
 
 Timing follows the benchmark protocol (``triton.testing.do_bench``): the median of single
 calls, each after flushing L2, as CUDA-graph replays so that a schedule's launches run back
-to back (eagerly when a call cannot be captured); the three fastest are timed again.
+to back (eagerly when a call cannot be captured); the three fastest are timed again.  A
+family that chooses between ways of making one call (the precision modes) times them warm
+instead: each call after the one before it, behind a spin kernel (``decide``'s ``warm``).
 Without a GPU nothing is timed (the model or the heuristic decides) unless a test installs a
 timer (``set_timer``); the CPU backend's candidates (``device`` cpu) are timed on the CPU
 with ``perf_counter``.
@@ -195,9 +197,9 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
             least its dispatch, so where the first is host-bound none can be faster.
         keep_first: the first candidate (the default) is kept unless another is faster by
             more than this fraction of its time (0: the fastest wins).
-        warm: each call timed with the L2 as the call before left it (``measure``'s ``warm``),
-            not after a flush: for choices between ways of making one call whose inputs a
-            caller has just written or read (features that fit in L2 are gathered from it).
+        warm: each call timed with the L2 as the same candidate's call before left it
+            (``measure``'s ``warm``), not after a flush: back-to-back calls, for choices
+            between ways of making one call (features that fit in L2 are gathered from it).
 
     A graph not invested in (``tune.reuse``: a transient graph, or one met too few times to
     repay tuning) gets the heuristic (the first candidate) at once: no signature, no lookup,
