@@ -10,6 +10,9 @@ fitted on: ``benchmarks/results/h100/tune_sweep_replay{,_extra}.jsonl.gz``, name
     python -m scripts.fit_cost_model families.jsonl --leave-family-out --shipped \
         --label "H200 families sweep" --report /tmp/families-eval.md
 
+Weights for one GPU (``tune.model.model_file``: used on that GPU only) come from sweeps timed on
+it, e.g. the H200's (``benchmarks/results/h200/cost_model.md`` gives the command).
+
 Inputs per (case, config): ``tune.model.build_inputs`` (graph sizes, degree quantiles, what
 the config implies on the graph: programs, serial steps, launches, occupancy, ..., and each
 config input relative to the mean over the case's candidate list), built per case over exactly

@@ -37,7 +37,7 @@ import math
 import random
 import sys
 import time
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -244,6 +244,18 @@ def sweep_case(graph, x, dtype_name, ref, passes: int = 1, seed: int = 0):
     return out, min(g for g, _ in timings[len(cands)])
 
 
+def not_done(work: List[Tuple[str, str]], out: str) -> List[Tuple[str, str]]:
+    """The ``(graph, group)`` items of ``work`` with no row in the sweep file ``out`` yet: keyed
+    by group and name, since a stand-in may share a real graph's name (``cora`` in ``paper``
+    is the stand-in, in ``real`` the real graph)."""
+    try:
+        with open(out) as f:
+            done = {(r["graph"], r["group"]) for r in map(json.loads, filter(str.strip, f))}
+    except FileNotFoundError:
+        done = set()
+    return [item for item in work if item not in done]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", default="real,structure,paper")
@@ -267,12 +279,7 @@ def main() -> int:
     device = torch.device("cuda")
     start = time.perf_counter()
     if args.skip_done:
-        try:
-            with open(args.out) as f:
-                done = {json.loads(line)["graph"] for line in f if line.strip()}
-        except FileNotFoundError:
-            done = set()
-        work = [(g, grp) for g, grp in work if g not in done]
+        work = not_done(work, args.out)
     with open(args.out, "a") as f:
         for name, group in work:
             if time.perf_counter() - start > args.max_seconds:

@@ -186,7 +186,7 @@ def tuning_report(graphs: List[str], dims: List[int], dtypes: List[torch.dtype],
                                                     plan.max_degree)
                     for cfg in cands:  # warm Triton's compile cache: time the tuning, not the compiler
                         run(cfg)
-                    model = load_model()
+                    model = load_model(torch.cuda.get_device_name())
                     order = model.rank(stats, num_feats, x.element_size(), cands) if model else list(range(len(cands)))
                     picks = {}
                     for policy in POLICIES:

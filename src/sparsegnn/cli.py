@@ -411,6 +411,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
         props = torch.cuda.get_device_properties(0)
         lines.append(f"device cuda:0 {props.name}, {props.multi_processor_count} SMs, "
                      f"{props.total_memory / 2**30:.1f} GiB")
+        from .tune.model import MODEL_FILE, model_file
+
+        name = model_file(props.name)
+        lines.append(f"cost model: {name}" + (" (the default: no weights fitted on this GPU)" if name == MODEL_FILE
+                                               else " (fitted on this GPU)"))
     else:
         lines.append("device cpu (no CUDA device)")
     from .ops._dispatch import auto_backend, available_backends

@@ -450,10 +450,10 @@ def test_decide_under_capture_takes_the_zero_shot_pick(tmp_path, monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
         monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
         monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-        monkeypatch.setattr(autotune, "load_model", lambda: None)
+        monkeypatch.setattr(autotune, "load_model", lambda *_: None)
         assert decide(*args) == {"A": 1}             # no model: the heuristic
-        monkeypatch.setattr(autotune, "load_model", lambda: Ranker())
-        assert decide(*args) == {"A": 3}             # the model's zero-shot pick
+        monkeypatch.setattr(autotune, "load_model", lambda device=None: Ranker() if device == "cpu" else None)
+        assert decide(*args) == {"A": 3}             # the model's zero-shot pick, the decision device's weights
         assert timed == []                           # nothing timed during capture
         assert autotune.lookup("toy", g, "cap", 16, torch.float32, "cpu") is None   # nor stored
         monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)

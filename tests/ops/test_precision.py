@@ -212,7 +212,7 @@ def test_keep_first_times_the_first_candidate_even_off_the_shortlist(monkeypatch
             return list(range(len(candidates)))[::-1]
 
     timed = []
-    monkeypatch.setattr(autotune, "load_model", lambda: Backwards())
+    monkeypatch.setattr(autotune, "load_model", lambda *_: Backwards())
     monkeypatch.setattr(autotune, "autotune_enabled", lambda *a, **k: True)
     monkeypatch.setattr(autotune, "_time_pairs", lambda run, configs, *a, **k: [
         timed.append(c["i"]) or ((1.0, 0.0) if c["i"] == 0 else (0.95, 0.0)) for c in configs])

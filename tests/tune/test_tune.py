@@ -246,6 +246,42 @@ def test_shipped_model_loads_and_predicts_fast():
     assert (time.perf_counter() - start) / 20 < 5e-3   # < 1 ms on a quiet machine; CI is shared
 
 
+def test_a_gpu_with_its_own_weights_gets_them_and_others_the_default(tmp_path, monkeypatch):
+    """``load_model(device)`` reads ``cost_model_spmm.<device-slug>.json`` where the package
+    ships one and the default weights for any other GPU (and for None)."""
+    from sparsegnn.tune import model as model_mod
+
+    default = load_model().to_json()
+    own = dict(default, layers=[dict(layer) for layer in default["layers"]])
+    own["layers"][-1] = dict(own["layers"][-1], b=[b + 1.0 for b in own["layers"][-1]["b"]])
+    (tmp_path / model_mod.MODEL_FILE).write_text(json.dumps(default))
+    (tmp_path / "cost_model_spmm.acme-gpu-9000-80gb.json").write_text(json.dumps(own))
+    monkeypatch.setattr(model_mod, "DATA_DIR", tmp_path)
+    model_mod.load_model.cache_clear()
+    model_mod._load_file.cache_clear()
+    try:
+        assert model_mod.model_file("ACME GPU 9000 (80GB)") == "cost_model_spmm.acme-gpu-9000-80gb.json"
+        assert model_mod.model_file("ACME GPU 8000") == model_mod.MODEL_FILE == model_mod.model_file(None)
+        stats = graph_stats_cached(_graph())
+        cands = spmm_candidates(200, 1500, 64, 4, stats.deg_max)
+        base = model_mod.load_model("ACME GPU 8000").predict(stats, 64, 4, cands)
+        assert np.allclose(model_mod.load_model("ACME GPU 9000 (80GB)").predict(stats, 64, 4, cands), base + 1.0)
+        assert np.allclose(model_mod.load_model().predict(stats, 64, 4, cands), base)
+    finally:
+        model_mod.load_model.cache_clear()
+        model_mod._load_file.cache_clear()
+
+
+def test_the_tuner_ranks_with_the_weights_of_the_device_it_decides_for(fresh_store, monkeypatch):
+    """``decide`` asks ``load_model`` for the decision's device (the store's name for it)."""
+    asked = []
+    monkeypatch.setattr(autotune, "load_model", lambda device=None: asked.append(device))
+    monkeypatch.setenv("SPARSEGNN_TUNE", "model")
+    g = _graph(seed=3)
+    decide("spmm", g, "t", 64, torch.float32, "cpu", [{"A": 1}, {"A": 2}], lambda cfg: None)
+    assert asked == ["cpu"]
+
+
 def test_cost_model_forward_is_the_documented_mlp():
     rng = np.random.default_rng(0)
     d = build_inputs(GraphStats(100, 1000, 10.0, 3.0, 40, 9.0, 15.0, 30.0, 0.0, 0.0, 0.1, 0.2), 32, 4,
@@ -262,14 +298,31 @@ def test_cost_model_forward_is_the_documented_mlp():
         CostModel(dict(spec, mean=spec["mean"][:-1], std=spec["std"][:-1]))
 
 
-def test_shipped_model_matches_the_inputs_it_is_given():
-    from sparsegnn.tune.model import INPUT_NAMES, INPUTS_VERSION
+def _shipped_weights():
+    """Every weights file the package ships: the default and each GPU's own."""
+    from sparsegnn.tune.model import DATA_DIR, MODEL_FILE
 
-    spec = load_model().to_json()
+    files = sorted(p.name for p in DATA_DIR.glob("cost_model_spmm*.json"))
+    assert MODEL_FILE in files
+    return files
+
+
+@pytest.mark.parametrize("name", _shipped_weights())
+def test_shipped_model_matches_the_inputs_it_is_given(name):
+    from sparsegnn.tune.model import INPUT_NAMES, INPUTS_VERSION, _load_file
+
+    spec = _load_file(name).to_json()
     assert spec["inputs_version"] == INPUTS_VERSION and spec["input_names"] == list(INPUT_NAMES)
     assert len(spec["mean"]) == len(INPUT_NAMES)
     with pytest.raises(ValueError, match="CostModel"):
         CostModel(dict(spec, inputs_version=INPUTS_VERSION + 1))
+
+
+def test_the_h200_gets_the_weights_fitted_on_it():
+    from sparsegnn.tune.model import model_file
+
+    assert model_file("NVIDIA H200") == "cost_model_spmm.nvidia-h200.json" in _shipped_weights()
+    assert load_model("NVIDIA H200") is not load_model("NVIDIA H100 80GB HBM3")
 
 
 def _data_files(info):
@@ -283,7 +336,8 @@ def _data_files(info):
     return out
 
 
-def test_the_shipped_model_names_committed_training_data():
+@pytest.mark.parametrize("name", _shipped_weights())
+def test_the_shipped_model_names_committed_training_data(name):
     """The weights name sweep files of this repository whose content (a gzipped file's
     decompressed bytes, as ``scripts/fit_cost_model.data_info`` hashes it) has the recorded
     sha256."""
@@ -291,9 +345,13 @@ def test_the_shipped_model_names_committed_training_data():
     import hashlib
     from pathlib import Path
 
+    from sparsegnn.tune.model import _load_file
+
     root = Path(__file__).resolve().parents[2]
-    data = _data_files(load_model().to_json()["data"])
-    assert len(data) == 2
+    from sparsegnn.tune.model import MODEL_FILE
+
+    data = _data_files(_load_file(name).to_json()["data"])
+    assert len(data) == (2 if name == MODEL_FILE else 4)   # the H100 sweep and its extra; the H200's four sweeps
     for path, sha in data:
         raw = (root / path).read_bytes()
         assert hashlib.sha256(gzip.decompress(raw) if path.endswith(".gz") else raw).hexdigest() == sha, path
@@ -617,3 +675,16 @@ def test_sweep_builds_a_family_graph_under_any_group():
     assert not set(names) & set(sweep_tune.GROUPS["families"])
     graph, source = sweep_tune.load_graph("bipartite/10000/random", "bipartite-sizes", "cpu")
     assert source is None and graph.num_edges > 0 and graph.num_src == 3 * graph.num_nodes
+
+
+
+def test_a_resumed_sweep_skips_what_it_timed_by_group_and_name(tmp_path):
+    """``--skip-done`` skips a graph already in the file under the same group only: the paper
+    group's ``cora`` is a stand-in, not the real graph the real group timed."""
+    from scripts import sweep_tune
+
+    out = tmp_path / "sweep.jsonl"
+    work = [("cora", "real"), ("citeseer", "real"), ("cora", "paper")]
+    assert sweep_tune.not_done(work, str(out)) == work                       # no file yet
+    out.write_text(json.dumps({"graph": "cora", "group": "real", "ms": 1.0}) + "\n\n")
+    assert sweep_tune.not_done(work, str(out)) == [("citeseer", "real"), ("cora", "paper")]

@@ -230,13 +230,13 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
     if _capturing():
         if usable(shared):         # a class-mate's decision will do until the capture is over
             return shared["config"]
-        return _zero_shot(graph, num_feats, dtype, candidates, ranked)
+        return _zero_shot(graph, num_feats, dtype, device, candidates, ranked)
     _COUNTS["decisions"] += 1
     if callable(candidates):
         candidates = candidates()
     mode = tune_mode()
     config, ms, source = candidates[0], None, "heuristic"
-    model = load_model() if ranked and mode in ("auto", "model", "shortlist") else None
+    model = load_model(device_name(device)) if ranked and mode in ("auto", "model", "shortlist") else None
     order = list(range(len(candidates)))
     if model is not None and len(candidates) > 1:
         order = model.rank(graph_stats_cached(graph), num_feats, dtype.itemsize, candidates)
@@ -294,12 +294,12 @@ def _capturing() -> bool:
     return reuse.syncs_forbidden()
 
 
-def _zero_shot(graph, num_feats: int, dtype: torch.dtype, candidates, ranked: bool) -> Dict[str, int]:
+def _zero_shot(graph, num_feats: int, dtype: torch.dtype, device, candidates, ranked: bool) -> Dict[str, int]:
     """The cost model's pick (the first candidate without a model), neither timed, stored nor
     memoised: ``decide`` decides properly on the first call after the capture."""
     if callable(candidates):
         candidates = candidates()
-    model = load_model() if ranked and tune_mode() != "off" else None
+    model = load_model(device_name(device)) if ranked and tune_mode() != "off" else None
     if model is None or len(candidates) == 1:
         return candidates[0]
     return candidates[model.rank(graph_stats_cached(graph), num_feats, dtype.itemsize, candidates)[0]]

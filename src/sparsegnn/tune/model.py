@@ -27,7 +27,8 @@ whole candidate list (``rank`` and ``predict`` are, at run time and in the fit).
 computed from the same ``GraphStats``, F and element size that ``features.py`` gets;
 ``features.signature`` is not involved.
 
-The weights are plain JSON (never a pickle) under ``tune/data/``, written by
+The weights are plain JSON (never a pickle) under ``tune/data/``, one file per GPU they were
+fitted on where the package ships one (``model_file``; else the H100's), written by
 ``scripts/fit_cost_model.py`` from sweep data of ``scripts/sweep_tune.py`` (the JSON records the
 data files' names and checksums), timed as the tuner times (CUDA-graph replays).  An ensemble of
 small MLPs is stored as one MLP (the members' hidden layers side by side, block diagonal, the
@@ -46,6 +47,7 @@ import numpy as np
 
 from ..kernels.configs import spmm_chunk
 from .features import GraphStats
+from .store import device_slug
 
 DATA_DIR = Path(__file__).parent / "data"
 MODEL_FILE = "cost_model_spmm.json"
@@ -380,10 +382,34 @@ class CostModel:
         return self.spec
 
 
+def model_file(device: Optional[str] = None) -> str:
+    """The weights' file name for a device: ``cost_model_spmm.<device-slug>.json`` when the
+    package ships weights fitted on that GPU (timings, and so the best configs, differ between
+    GPUs: weights fitted on the H200's family graphs picked within 10 % of the best on 58 % of
+    the H100 sweeps' cases, 87 % the other way round), else the default ``MODEL_FILE``
+    (fitted on the H100).
+
+    Args:
+        device: a device name as ``torch.cuda.get_device_name`` gives it (``"NVIDIA H200"``),
+            or None for the default.
+    """
+    if device:
+        name = f"cost_model_spmm.{device_slug(device)}.json"
+        if (DATA_DIR / name).exists():
+            return name
+    return MODEL_FILE
+
+
 @functools.lru_cache(maxsize=None)
-def load_model(name: str = MODEL_FILE) -> Optional[CostModel]:
-    """The shipped model, or None when no weights are shipped (then the tuner times every
-    candidate, and zero-shot picks fall back to the heuristic)."""
+def load_model(device: Optional[str] = None) -> Optional[CostModel]:
+    """The shipped model for ``device`` (a GPU's name; ``model_file``), or None when no weights
+    are shipped (then the tuner times every candidate, and zero-shot picks fall back to the
+    heuristic)."""
+    return _load_file(model_file(device))
+
+
+@functools.lru_cache(maxsize=None)
+def _load_file(name: str) -> Optional[CostModel]:
     path = DATA_DIR / name
     if not path.exists():
         return None

@@ -66,7 +66,7 @@ from typing import Any, Dict, Iterator, Optional, Set
 
 import filelock
 
-__all__ = ["DecisionStore", "store_for_device", "tune_cache_dir", "reset_stores"]
+__all__ = ["DecisionStore", "store_for_device", "tune_cache_dir", "reset_stores", "device_slug"]
 
 #: Version of the database layout (SQLite's ``user_version``).  Version 1 was the JSON file;
 #: a database of a higher version is moved aside, never overwritten.
@@ -110,7 +110,7 @@ def tune_cache_dir() -> Optional[Path]:
         return None
 
 
-def _slug(device_name: str) -> str:
+def device_slug(device_name: str) -> str:
     """``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"`` (runs of other characters -> one '-')."""
     return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "device"
 
@@ -673,7 +673,7 @@ def store_for_device(device_name: str) -> DecisionStore:
         store = _STORES.get(device_name)
         if store is None:
             directory = tune_cache_dir()
-            slug = _slug(device_name)
+            slug = device_slug(device_name)
             path = directory / f"{slug}.sqlite" if directory is not None else None
             legacy = directory / f"{slug}.json" if directory is not None else None
             store = _STORES[device_name] = DecisionStore(path, device=device_name, legacy=legacy)
