@@ -282,6 +282,63 @@ def test_the_tuner_ranks_with_the_weights_of_the_device_it_decides_for(fresh_sto
     assert asked == ["cpu"]
 
 
+class _Picks:
+    """A cost model that ranks the candidates in a fixed order."""
+
+    def __init__(self, order):
+        self.order = order
+
+    def rank(self, stats, num_feats, elem, candidates):
+        return list(self.order)
+
+
+def test_a_model_pick_is_redecided_under_other_weights_and_a_timed_one_is_kept(fresh_store, monkeypatch):
+    """A stored pick of the cost model (source ``model``) holds for the weights that made it
+    (records without ``weights`` are the default's): on a device whose weights differ it is
+    decided again; a timed pick is kept whatever the weights."""
+    from sparsegnn.tune.model import MODEL_FILE
+    from sparsegnn.tune.store import reset_stores
+
+    weights = {"file": "cost_model_spmm.acme.json"}
+    monkeypatch.setattr(autotune, "model_file", lambda device=None: weights["file"])
+    monkeypatch.setattr(autotune, "load_model", lambda device=None: _Picks([1, 0] if weights["file"] == "a" else [0, 1]))
+    monkeypatch.setenv("SPARSEGNN_TUNE", "model")
+    g, cands = _graph(seed=5), [{"A": 1}, {"A": 2}]
+    args = ("spmm", g, "w", 64, torch.float32, "cpu", cands, lambda cfg: None)
+
+    weights["file"] = "a"
+    before = tuner_invocations()
+    assert decide(*args) == {"A": 2}
+    assert lookup("spmm", g, "w", 64, torch.float32, "cpu")["weights"] == "a"
+    reset_stores()                                    # a new process: the record is on disk
+    assert decide(*args) == {"A": 2} and tuner_invocations() == before + 1   # same weights: kept
+    weights["file"] = "b"
+    reset_stores()
+    assert decide(*args) == {"A": 1} and tuner_invocations() == before + 2   # other weights: decided again
+    assert lookup("spmm", g, "w", 64, torch.float32, "cpu")["weights"] == "b"
+
+    # a record from before weights were recorded counts as the default's
+    store = store_for_device("cpu")
+    key = autotune.decision_key("spmm", g, "w", 64, torch.float32)
+    record = dict(store.get_record(key))
+    assert record.pop("weights") == "b" and store.get_record(key + "#" + autotune.fingerprint(g)) is None
+    store.put(key, record.pop("config"), **{k: v for k, v in record.items() if k != "time"})
+    weights["file"] = MODEL_FILE
+    reset_stores()
+    assert decide(*args) == {"A": 1} and tuner_invocations() == before + 2   # the default's: kept
+
+    # a timed pick does not depend on the weights
+    monkeypatch.setenv("SPARSEGNN_TUNE", "exhaustive")
+    set_timer(lambda run, cfg: 1.0 if cfg["A"] == 2 else 3.0)
+    g2 = _graph(seed=6)
+    args2 = ("spmm", g2, "w", 64, torch.float32, "cpu", cands, lambda cfg: None)
+    assert decide(*args2) == {"A": 2}
+    weights["file"] = "c"
+    reset_stores()
+    n = tuner_invocations()
+    assert decide(*args2) == {"A": 2} and tuner_invocations() == n
+
+
 def test_cost_model_forward_is_the_documented_mlp():
     rng = np.random.default_rng(0)
     d = build_inputs(GraphStats(100, 1000, 10.0, 3.0, 40, 9.0, 15.0, 30.0, 0.0, 0.0, 0.1, 0.2), 32, 4,

@@ -18,6 +18,11 @@ the policy (``SPARSEGNN_TUNE``) decides:
 - ``exhaustive``: every candidate timed;
 - ``off`` (or ``SPARSEGNN_AUTOTUNE=0``): the heuristic, the first candidate.
 
+A stored pick of the model that timed no alternative (``model``, or ``auto`` under
+``TINY_MS``) records the weights that made it (``tune.model.model_file`` of the device) and
+is decided again under other weights (a new release, a GPU that gained its own); timed picks
+hold whatever the weights.
+
 While a CUDA graph is being captured nothing can be timed: a decision missing then is the
 model's zero-shot pick (the heuristic without a model), used for that call only and neither
 stored nor memoised.
@@ -44,7 +49,7 @@ from .._failed_capture import CleanupCUDAGraph
 from .._streams import side_stream
 from ..kernels import interpreting
 from .features import graph_stats_cached, signature
-from .model import load_model
+from .model import MODEL_FILE, load_model, model_file
 from . import reuse
 from .reuse import invested
 from .store import store_for_device
@@ -209,15 +214,19 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
         return (candidates() if callable(candidates) else candidates)[0]
     key = decision_key(op, graph, detail, num_feats, dtype)
     own_key = key + "#" + fingerprint(graph)
-    store = store_for_device(device_name(device))
+    name = device_name(device)
+    store = store_for_device(name)
     hot = _HOT.get(own_key)
     if hot is not None and hot[0] is store:  # validated before: no copy, no lock (the per-call path)
         return hot[1]
     usable = lambda rec: rec is not None and (space is None or all(  # noqa: E731
         k in space and v in space[k] for k, v in rec["config"].items()))
-    # a heuristic stand-in (tuning was off or impossible when it was stored) is replaced once
-    # this process can predict or time; until a capture is over it will do
-    provisional = lambda rec: rec.get("source") == "heuristic" and tune_mode() != "off"  # noqa: E731
+    # a heuristic stand-in (tuning was off or impossible when it was stored), or a pick of other
+    # cost-model weights than this device's (records without ``weights`` are the default's), is
+    # replaced once this process can predict or time; until a capture is over it will do
+    weights = model_file(name) if ranked else None
+    provisional = lambda rec: tune_mode() != "off" and (rec.get("source") == "heuristic" or (  # noqa: E731
+        rec.get("source") == "model" and rec.get("weights", MODEL_FILE) != weights))
     own, shared = store.get_record(own_key), store.get_record(key)
     if not usable(own):
         own = shared if usable(shared) and _class_applies(shared, own_key) else None
@@ -236,7 +245,7 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
         candidates = candidates()
     mode = tune_mode()
     config, ms, source = candidates[0], None, "heuristic"
-    model = load_model(device_name(device)) if ranked and mode in ("auto", "model", "shortlist") else None
+    model = load_model(name) if ranked and mode in ("auto", "model", "shortlist") else None
     order = list(range(len(candidates)))
     if model is not None and len(candidates) > 1:
         order = model.rank(graph_stats_cached(graph), num_feats, dtype.itemsize, candidates)
@@ -273,16 +282,19 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
                 source = "exhaustive"
             elif len(to_time) > 1:
                 source = "shortlist"
-    # what a report shows beside the pick: the default's (first candidate's) time and the best
-    timed = {"first_ms": times.get(0), "best_ms": min(times.values())} if len(times) > 1 else {}
+    # what a report shows beside the pick: the default's (first candidate's) time and the best;
+    # a model's pick (untimed, or timed alone) holds for the weights that made it
+    extra = {"first_ms": times.get(0), "best_ms": min(times.values())} if len(times) > 1 else {}
+    if source == "model":
+        extra["weights"] = weights
     if usable(shared) and not provisional(shared) and shared.get("fp") != own_key:   # a new member of a timed class
-        store.put(own_key, config, ms=ms, source=source, **timed)
+        store.put(own_key, config, ms=ms, source=source, **extra)
         if source != "heuristic":
             meta = {k: v for k, v in shared.items() if k not in ("config", "ms", "source", "time")}
             store.put(key, shared["config"], ms=shared.get("ms"), source=shared.get("source", "tuned"),
                       **dict(meta, graphs=shared.get("graphs", 1) + 1))
     else:
-        store.put(key, config, ms=ms, source=source, fp=own_key, graphs=1, **timed)
+        store.put(key, config, ms=ms, source=source, fp=own_key, graphs=1, **extra)
     if source != "heuristic" or mode == "off":
         _HOT[own_key] = (store, config)
     return config
