@@ -339,6 +339,36 @@ def test_a_model_pick_is_redecided_under_other_weights_and_a_timed_one_is_kept(f
     assert decide(*args2) == {"A": 2} and tuner_invocations() == n
 
 
+def test_a_class_mates_own_model_pick_is_decided_again_once_under_other_weights(fresh_store, monkeypatch):
+    """A class-mate with a model pick of its own, met first under new weights, is decided again
+    once: its own record is renewed with the class's, not left stale for every later process."""
+    from sparsegnn.tune.store import reset_stores
+
+    weights = {"file": "a"}
+    monkeypatch.setattr(autotune, "model_file", lambda device=None: weights["file"])
+    monkeypatch.setattr(autotune, "load_model", lambda device=None: _Picks([1, 0] if weights["file"] == "a" else [0, 1]))
+    monkeypatch.setenv("SPARSEGNN_TUNE", "model")
+    g0, g1 = _graph(seed=1), _graph(seed=2)
+    assert signature(graph_stats_cached(g0)) == signature(graph_stats_cached(g1))
+    assert autotune.fingerprint(g0) != autotune.fingerprint(g1)
+    cands = [{"A": 1}, {"A": 2}]
+    pick = lambda g: decide("toy", g, "m", 16, torch.float32, "cpu", cands, lambda c: None)  # noqa: E731
+    before = tuner_invocations()
+    assert pick(g0) == {"A": 2} and pick(g1) == {"A": 2} and tuner_invocations() == before + 2
+    assert lookup("toy", g1, "m", 16, torch.float32, "cpu")["weights"] == "a"     # g1's own record
+    weights["file"] = "b"
+    reset_stores()
+    assert pick(g1) == {"A": 1} and tuner_invocations() == before + 3             # decided again
+    counts = []
+    for _ in range(3):                                                              # later processes
+        reset_stores()
+        n = tuner_invocations()
+        assert pick(g1) == {"A": 1} and tuner_invocations() == n                    # g1: never again
+        assert pick(g0) == {"A": 1}    # g0 joins the renewed class (decided on itself once)
+        counts.append(tuner_invocations())
+    assert counts[0] <= before + 4 and counts[1] == counts[2] == counts[0]          # then nothing more
+
+
 def test_cost_model_forward_is_the_documented_mlp():
     rng = np.random.default_rng(0)
     d = build_inputs(GraphStats(100, 1000, 10.0, 3.0, 40, 9.0, 15.0, 30.0, 0.0, 0.0, 0.1, 0.2), 32, 4,

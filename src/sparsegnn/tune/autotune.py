@@ -20,8 +20,8 @@ the policy (``SPARSEGNN_TUNE``) decides:
 
 A stored pick of the model that timed no alternative (``model``, or ``auto`` under
 ``TINY_MS``) records the weights that made it (``tune.model.model_file`` of the device) and
-is decided again under other weights (a new release, a GPU that gained its own); timed picks
-hold whatever the weights.
+is decided again under other weights (a new version of the package, a GPU that gained its
+own); timed picks hold whatever the weights.
 
 While a CUDA graph is being captured nothing can be timed: a decision missing then is the
 model's zero-shot pick (the heuristic without a model), used for that call only and neither
@@ -228,6 +228,7 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
     provisional = lambda rec: tune_mode() != "off" and (rec.get("source") == "heuristic" or (  # noqa: E731
         rec.get("source") == "model" and rec.get("weights", MODEL_FILE) != weights))
     own, shared = store.get_record(own_key), store.get_record(key)
+    had_own = usable(own)
     if not usable(own):
         own = shared if usable(shared) and _class_applies(shared, own_key) else None
     if usable(own):
@@ -295,6 +296,8 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
                       **dict(meta, graphs=shared.get("graphs", 1) + 1))
     else:
         store.put(key, config, ms=ms, source=source, fp=own_key, graphs=1, **extra)
+        if had_own:   # a provisional record of its own, not left to be decided again in every process
+            store.put(own_key, config, ms=ms, source=source, **extra)
     if source != "heuristic" or mode == "off":
         _HOT[own_key] = (store, config)
     return config
