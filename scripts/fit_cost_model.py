@@ -264,6 +264,43 @@ def noise_bound(cases, ratios, reps=300, seed=0):
     return float(np.mean(hits)), np.percentile(hits, [5, 95])
 
 
+def _weights(name: str) -> CostModel:
+    """The weights file ``name``: a path, else a file the package ships (``tune/data``)."""
+    from sparsegnn.tune.model import _load_file
+
+    path = Path(name)
+    model = CostModel(json.loads(path.read_text())) if path.exists() else _load_file(name)
+    if model is None:
+        raise ValueError(f"fit_cost_model --score: no weights file {name!r}")
+    return model
+
+
+def score_report(paths, names, label: str) -> str:
+    """Markdown: each weights file's zero-shot pick and top-3 shortlist on every case of the
+    sweep files ``paths`` (nothing fitted, nothing held out), per group or family and dtype."""
+    cases = load_cases(paths)
+    geo = lambda v: math.exp(sum(math.log(x) for x in v) / len(v))  # noqa: E731
+    lines = [f"# Cost-model weights scored on {label}", "",
+             f"{len(cases)} cases (graph x F x dtype) on {len({c['graph'] for c in cases})} graphs; every weights "
+             "file ranks every case's candidates, nothing is refitted or held out. Within 10%: the zero-shot pick "
+             "takes at most 1.1x the case's best timing.", "",
+             "| weights | group or family | dtype | zero-shot within 10% | zero-shot geomean / best | worst | top-3 geomean / best |",
+             "|---|---|---|---|---|---|---|"]
+    for name in names:
+        rows = evaluate(_weights(name), cases)
+        family_of = {c["key"]: c["family"] for c in cases}
+        groups = collections.defaultdict(list)
+        for r in rows:
+            groups[(family_of[r["key"]], r["key"][3])].append(r)
+            groups[("all", r["key"][3])].append(r)
+        for (family, dtype), rs in sorted(groups.items()):
+            ok = sum(r["pick"] <= 1.1 for r in rs)
+            lines.append(f"| {Path(name).name} | {family} | {dtype} | {ok}/{len(rs)} ({100 * ok / len(rs):.0f}%) | "
+                         f"{geo([r['pick'] for r in rs]):.3f} | {max(r['pick'] for r in rs):.2f} | "
+                         f"{geo([r['top3'] for r in rs]):.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("data", nargs="+", help="sweep file(s) whose graphs are evaluated leave-graph-out")
@@ -283,7 +320,13 @@ def main() -> int:
     parser.add_argument("--shipped", action="store_true",
                         help="also score the model the package ships on every case (nothing refitted)")
     parser.add_argument("--label", default="sweep data", help="what the report's title says the data is")
+    parser.add_argument("--score", nargs="+", default=None, metavar="WEIGHTS",
+                        help="fit nothing: score these weights files (names under tune/data, or paths) on the data")
     args = parser.parse_args()
+    if args.score:
+        Path(args.report).write_text(score_report(args.data + args.extra, args.score, args.label))
+        print(Path(args.report).read_text())
+        return 0
     torch.set_num_threads(args.threads)
     hyper = dict(members=args.members, hidden=args.hidden, epochs=args.epochs, tau=args.tau, seed=args.seed)
     t0 = time.perf_counter()

@@ -775,3 +775,27 @@ def test_a_resumed_sweep_skips_what_it_timed_by_group_and_name(tmp_path):
     assert sweep_tune.not_done(work, str(out)) == work                       # no file yet
     out.write_text(json.dumps({"graph": "cora", "group": "real", "ms": 1.0}) + "\n\n")
     assert sweep_tune.not_done(work, str(out)) == [("citeseer", "real"), ("cora", "paper")]
+
+
+def test_fit_script_scores_weights_without_fitting(tmp_path, monkeypatch):
+    """``fit_cost_model --score W``: W ranks every case; with all outputs equal (last layer
+    zeroed) it picks each case's first candidate, so a case whose first config is 5x the best
+    misses and the other passes."""
+    from scripts import fit_cost_model as fcm
+
+    spec = load_model().to_json()
+    flat = dict(spec, layers=spec["layers"][:-1] + [{"W": [[0.0] * len(spec["layers"][-1]["W"][0])], "b": [0.0]}])
+    weights = tmp_path / "flat.json"
+    weights.write_text(json.dumps(flat))
+    stats = GraphStats(100, 1000, 10.0, 3.0, 40, 9.0, 15.0, 30.0, 0.0, 0.0, 0.1, 0.2).as_dict()
+    cfgs = [{"BLOCK_F": 32, "BLOCK_E": 4, "num_warps": 1, "FLAT": 1}, {"BLOCK_F": 64, "BLOCK_E": 4, "num_warps": 1, "FLAT": 1}]
+    rows = [{"graph": g, "group": "real", "F": 32, "dtype": "float32", "config": c, "ms": ms, "rel_err": 0.0,
+             "cusparse_ms": 1.0, "stats": stats}
+            for g, times in (("fast_first", (1.0, 2.0)), ("slow_first", (5.0, 1.0))) for c, ms in zip(cfgs, times)]
+    data = tmp_path / "sweep.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = tmp_path / "scores.md"
+    monkeypatch.setattr(sys, "argv", ["fit", str(data), "--score", str(weights), "--report", str(report)])
+    assert fcm.main() == 0
+    line = next(l for l in report.read_text().splitlines() if l.startswith("| flat.json | all |"))
+    assert "| 1/2 (50%) |" in line and "| 5.00 |" in line
