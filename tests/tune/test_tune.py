@@ -369,6 +369,28 @@ def test_a_class_mates_own_model_pick_is_decided_again_once_under_other_weights(
     assert counts[0] <= before + 4 and counts[1] == counts[2] == counts[0]          # then nothing more
 
 
+def test_the_class_owner_decided_again_keeps_the_class_count(fresh_store, monkeypatch):
+    """The graph a class record was decided on, decided again (its pick made by other weights),
+    keeps the count of graphs the class was decided on: its mates' own decisions still count."""
+    from sparsegnn.tune.store import reset_stores
+
+    weights = {"file": "a"}
+    monkeypatch.setattr(autotune, "model_file", lambda device=None: weights["file"])
+    monkeypatch.setattr(autotune, "load_model", lambda device=None: _Picks([1, 0] if weights["file"] == "a" else [0, 1]))
+    monkeypatch.setenv("SPARSEGNN_TUNE", "model")
+    g0, g1 = _graph(seed=1), _graph(seed=2)
+    pick = lambda g: decide("toy", g, "o", 16, torch.float32, "cpu", [{"A": 1}, {"A": 2}], lambda c: None)  # noqa: E731
+    key = autotune.decision_key("toy", g0, "o", 16, torch.float32)
+    assert pick(g0) == {"A": 2} and pick(g1) == {"A": 2}
+    assert store_for_device("cpu").get_record(key)["graphs"] == 2
+    weights["file"] = "b"
+    reset_stores()
+    before = tuner_invocations()
+    assert pick(g0) == {"A": 1} and tuner_invocations() == before + 1
+    record = store_for_device("cpu").get_record(key)
+    assert record["fp"].endswith(autotune.fingerprint(g0)) and record["graphs"] == 2 and record["weights"] == "b"
+
+
 def test_cost_model_forward_is_the_documented_mlp():
     rng = np.random.default_rng(0)
     d = build_inputs(GraphStats(100, 1000, 10.0, 3.0, 40, 9.0, 15.0, 30.0, 0.0, 0.0, 0.1, 0.2), 32, 4,

@@ -295,7 +295,9 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
             store.put(key, shared["config"], ms=shared.get("ms"), source=shared.get("source", "tuned"),
                       **dict(meta, graphs=shared.get("graphs", 1) + 1))
     else:
-        store.put(key, config, ms=ms, source=source, fp=own_key, graphs=1, **extra)
+        same = shared is not None and shared.get("fp") == own_key   # the class's own graph decided again
+        store.put(key, config, ms=ms, source=source, fp=own_key, graphs=shared.get("graphs", 1) if same else 1,
+                  **extra)
         if had_own:   # a provisional record of its own, not left to be decided again in every process
             store.put(own_key, config, ms=ms, source=source, **extra)
     if source != "heuristic" or mode == "off":
