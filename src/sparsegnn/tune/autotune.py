@@ -229,7 +229,7 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
         rec.get("source") == "model" and rec.get("weights", MODEL_FILE) != weights))
     own, shared = store.get_record(own_key), store.get_record(key)
     had_own = usable(own)
-    if not usable(own):
+    if not had_own:
         own = shared if usable(shared) and _class_applies(shared, own_key) else None
     if usable(own):
         if not provisional(own):
