@@ -86,3 +86,16 @@ def test_choices_renders_the_sections_of_its_runs(tmp_path):
     assert "fp32, F >= 128: geomean 3.00x cuSPARSE" in text and "bf16: geomean 2.00x cuSPARSE bf16" in text
     saved = json.loads((tmp_path / "out" / "choices.json").read_text())
     assert saved["precision"] == rows and saved["meta"]["exact"]["device"] == "GPU-B"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the tuning report times CUDA kernels")
+def test_tuning_report_rows_for_every_policy():
+    from sparsegnn.benchmark import POLICIES, tuning_markdown, tuning_report
+
+    rows = tuning_report(["cora"], [32], [torch.float32], real=False)
+    assert sorted(r["policy"] for r in rows) == sorted(POLICIES)
+    for r in rows:
+        assert r["config"] is not None and r["ms"] > 0 and r["tune_s"] > 0
+        assert 1 <= r["model_rank_of_best"] <= r["candidates"]
+    assert next(r for r in rows if r["policy"] == "exhaustive")["vs_exhaustive"] == 1.0
+    assert "| cora | 32 | float32 |" in tuning_markdown(rows)
