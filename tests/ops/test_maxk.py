@@ -297,6 +297,45 @@ def test_cbsr_schedules_follow_k_and_deterministic_mode():
     assert torch.allclose(atomic, first, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA CBSR kernels need a GPU (and CuPy)")
+@pytest.mark.parametrize("k", [32, 64])
+def test_cbsr_forward_schedule_timed_on_an_invested_graph(fresh_store, monkeypatch, k):
+    """On a graph invested in, the tuner times the forward rule's schedule (the SpGEMM here)
+    against the dense product and keeps the faster unless it is within 3 % of the rule's;
+    whichever runs, the output and the gradient match the float64 reference (empty rows, self
+    loops, duplicates, edge weights, mean)."""
+    from sparsegnn.kernels import cbsr_cuda
+    from sparsegnn.ops.cbsr import FORWARD_FAMILY, forward_schedule
+    from sparsegnn.tune import autotune, set_timer
+    from sparsegnn.tune.store import reset_stores
+
+    if not cbsr_cuda.available():
+        pytest.skip("CuPy is not installed")
+    ei, w = sg.datasets.random_graph(300, 4000, seed=17, num_isolated=3, num_empty_rows=5, num_self_loops=4,
+                                     num_duplicates=9, weighted=True)
+    adj = dense_adjacency(ei, 300, w)
+    adj = adj / dense_adjacency(ei, 300).sum(1, keepdim=True).clamp(min=1)
+    up = torch.randn(300, 256, dtype=torch.float64)
+    for other_ms, want in ((0.5, 1), (0.99, 0), (2.0, 0)):   # path 1 faster / within 3 % / slower
+        monkeypatch.setenv("SPARSEGNN_TUNE_CACHE", str(fresh_store / f"{k}-{other_ms}"))
+        reset_stores()
+        set_timer(lambda run, cfg, other_ms=other_ms: other_ms if cfg.get("path") == 1 else 1.0)
+        g = Graph.from_edge_index(ei, w, num_nodes=300).to(DEVICE)
+        x = torch.randn(300, 256, device=DEVICE, requires_grad=True)
+        y = sg.spmm(g, sg.maxk(x, k), reduce="mean", edge_weight=g.edge_val, backend="triton")
+        y.backward(up.float().to(DEVICE))
+        xd = x.detach().double().cpu().requires_grad_()
+        kept = sg.maxk(x.detach(), k, dense=True).cpu() != 0
+        ref = adj @ (xd * kept)
+        ref.backward(up)
+        assert float((y.double().cpu() - ref).norm() / ref.norm()) < 1e-6
+        assert float((x.grad.double().cpu() - xd.grad).norm() / xd.grad.norm()) < 1e-6
+        c = sg.maxk(x.detach(), k)
+        assert forward_schedule(c.values, c.index, 256, "triton", g) == "spgemm"   # the rule's: path 0
+        record = autotune.lookup(FORWARD_FAMILY, g, f"k{k}|mean|w1", 256, torch.float32, DEVICE)
+        assert record is not None and record["config"] == {"path": want}, (other_ms, record)
+
+
 def _cbsr_linear_case(n, f_in, f_out, k, seed, device=DEVICE):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, f_in, generator=g)

@@ -9,7 +9,9 @@ row), ``A' = A`` (sum) or ``D^-1 A`` (mean), weights ``w``:
   sampled at the kept positions only; ``dw_e = s_i <dY_i, X_j>`` (``s_i = 1`` or ``1/deg_i``).
 
 Backends: ``"triton"`` runs the CBSR kernels where they pay (``forward_schedule``,
-``backward_schedule``): the forward in shared memory through CUDA (``kernels/cbsr_cuda.py``,
+``backward_schedule`` give the rules; on a graph invested in, the tuner times the forward
+rule's schedule against the other and keeps the faster, ``FORWARD_FAMILY``):
+the forward in shared memory through CUDA (``kernels/cbsr_cuda.py``,
 CuPy; fp32 values, F <= 256; deterministic), the backward as MaxK-GNN's outer product through
 CUDA (each ``dY`` row read once, products reduced into ``dvalues`` with atomics: not
 bit-reproducible).  Elsewhere (large k, bf16, no CuPy, deterministic mode, other backends)
@@ -31,7 +33,8 @@ from torch.autograd.function import once_differentiable
 from ..formats.cbsr import CBSR
 from ..graph import Graph
 from ._dispatch import aggregate, aggregate_transposed, choose_backend, spmm_weight_grad
-from ._triton import plan_of
+from ..tune.reuse import use as reuse_use
+from ._triton import SPMM_FAMILY, plan_of, _kernels
 from torch.compiler import is_compiling as compiling  # dynamo tracing: the custom ops (``_library``) take over
 
 
@@ -63,6 +66,12 @@ def _rows_balanced(graph: Graph) -> bool:
     return plan_of(graph).max_degree <= _HUB_RATIO * max(graph.num_edges / warps, 16.0)
 
 
+def _cbsr_kernel_fits(values: Tensor, index: Tensor, num_cols: int, backend: str) -> bool:
+    """Whether the SpGEMM is a candidate at all: the Triton backend, operands the CUDA kernel
+    takes, and ``4 k <= F`` (past it the kernel loses everywhere measured: ``forward_schedule``)."""
+    return backend == "triton" and 4 * values.shape[1] <= num_cols and _cuda_kernels(values, index)
+
+
 def forward_schedule(values: Tensor, index: Tensor, num_cols: int, backend: str, graph: Optional[Graph] = None) -> str:
     """``"spgemm"`` (the CUDA shared-memory kernel) or ``"dense"`` (our SpMM of the densified
     features).  Reddit stand-in, F = 256, H100: SpGEMM 5.4 / 6.2 / 10.0 / 19.7 ms at k = 8 / 32 /
@@ -90,6 +99,41 @@ def backward_schedule(values: Tensor, index: Tensor, num_cols: int, grad: Tensor
     return "outer" if (8 * k <= num_cols or small) and (graph is None or _rows_balanced(graph)) else "dense"
 
 
+#: The tuner's family of the forward's timed schedule choice (``{"path": 0}`` the rule's
+#: schedule, ``{"path": 1}`` the other).  Its dense schedule runs the row kernel, so it carries
+#: that kernel's version and is made again when it changes.  The backward keeps its rule: timed
+#: alone, its dense schedule (the transposed product, then a gather) measured 205 us a call on
+#: wikipedia at k = 16 against 154 us for the outer product, yet in the replayed step it runs
+#: in ~67 us against 150 us: picked by timing, the step went from 1.51 to 1.77 ms (H200).
+FORWARD_FAMILY = "cbsr_fwd@1+" + SPMM_FAMILY
+_PATH_SPACE = {"path": (0, 1)}
+#: A schedule other than the rule's is taken only when it times this much faster: two
+#: schedules within noise of each other keep the rule's (its choice does not flip between runs).
+_KEEP_RULE = 0.03
+
+
+def _timed_schedule(family: str, rule: str, other: str, graph: Graph, values: Tensor, num_cols: int,
+                    weight: Optional[Tensor], reduce: str, run) -> str:
+    """``rule`` or ``other``, whichever the tuner times faster for this graph, ``k``, width and
+    reduction (``decide``; GPU time: a MaxK model's step is replayed by default; ``warm``: in a
+    step the operands were written by the kernel just before).  A graph not invested in, a
+    CUDA-graph capture or a tuner turned off keep the rule's schedule.
+
+    The rule is fitted on the Reddit stand-in and the H100; whether the SpGEMM beats the dense
+    product turns on the graph and the GPU (H200, k = 64 of 256: the dense product wins on
+    artist, 1.6M edges, and on cora; the SpGEMM on deezer, ppi, PROTEINS), which a rule
+    cannot see."""
+    # the CBSR kernels need the graph's plan (``plan_of``): the graph is invested in on its first
+    # MaxK aggregation (``tune.reuse.use`` counts a planned graph as invested), so decided here
+    reuse_use(graph, num_cols, values.element_size())
+    paths = (rule, other)
+    detail = f"k{values.shape[1]}|{reduce}|w{int(weight is not None)}"
+    config = _kernels().decide(family, graph, detail, num_cols, values.dtype, values.device,
+                               [{"path": 0}, {"path": 1}], lambda cfg: run(paths[cfg["path"]]),
+                               space=_PATH_SPACE, ranked=False, keep_first=_KEEP_RULE, warm=True)
+    return paths[config["path"]]
+
+
 def _kernel_weights(graph: Graph, weight: Optional[Tensor], reduce: str):
     """``(w, s)`` of the CUDA kernels: fp32 edge weights in the graph's CSR order (None for
     ones) and the per-row scale (``1 / deg`` for mean, else None), ``w'_e = w_e s_row(e)``."""
@@ -105,13 +149,20 @@ def cbsr_forward(graph: Graph, values: Tensor, index: Tensor, num_cols: int, wei
     Shapes:
         values, index: [M, k]; weight: [E] or None -> [N, num_cols].
     """
-    if forward_schedule(values, index, num_cols, backend, graph) == "spgemm":
-        from ..kernels import cbsr_cuda
+    def run(schedule: str) -> Tensor:
+        if schedule == "spgemm":
+            from ..kernels import cbsr_cuda
 
-        w, scale = _kernel_weights(graph, weight, reduce)
-        return cbsr_cuda.spgemm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
-                                          values, index, graph.num_nodes, num_cols, scale)
-    return aggregate(backend, graph, CBSR(values, index, num_cols).to_dense(), weight, reduce)
+            w, scale = _kernel_weights(graph, weight, reduce)
+            return cbsr_cuda.spgemm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
+                                              values, index, graph.num_nodes, num_cols, scale)
+        return aggregate(backend, graph, CBSR(values, index, num_cols).to_dense(), weight, reduce)
+
+    schedule = forward_schedule(values, index, num_cols, backend, graph)
+    if _cbsr_kernel_fits(values, index, num_cols, backend):
+        other = "dense" if schedule == "spgemm" else "spgemm"
+        schedule = _timed_schedule(FORWARD_FAMILY, schedule, other, graph, values, num_cols, weight, reduce, run)
+    return run(schedule)
 
 
 def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor, num_cols: int,
@@ -126,16 +177,19 @@ def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor,
         grad_out: [N, num_cols] contiguous; values, index: [M, k]; weight: [E] or None ->
         dvalues [M, k] of values' dtype, dw [E] of weight's dtype.
     """
-    grad_values = grad_weight = None
-    if need_values and backward_schedule(values, index, num_cols, grad_out, backend, graph) == "outer":
-        from ..kernels import cbsr_cuda
+    def run(schedule: str) -> Tensor:
+        if schedule == "outer":
+            from ..kernels import cbsr_cuda
 
-        w, scale = _kernel_weights(graph, weight, reduce)
-        grad_values = cbsr_cuda.sspmm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
-                                                grad_out, index, values.shape[0], scale)
-    elif need_values:
+            w, scale = _kernel_weights(graph, weight, reduce)
+            return cbsr_cuda.sspmm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
+                                             grad_out, index, values.shape[0], scale)
         dense = aggregate_transposed(backend, graph, grad_out, weight, reduce)
-        grad_values = dense.gather(1, index.long()).to(values.dtype)
+        return dense.gather(1, index.long()).to(values.dtype)
+
+    grad_values = grad_weight = None
+    if need_values:
+        grad_values = run(backward_schedule(values, index, num_cols, grad_out, backend, graph))
     if weight is not None and need_weight:
         x = CBSR(values, index, num_cols).to_dense()
         grad_weight = spmm_weight_grad(backend, graph, grad_out, x.to(grad_out.dtype), 0, reduce).to(weight.dtype)
