@@ -299,13 +299,15 @@ def test_cbsr_schedules_follow_k_and_deterministic_mode():
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA CBSR kernels need a GPU (and CuPy)")
 @pytest.mark.parametrize("k", [32, 64])
-def test_cbsr_forward_schedule_timed_on_an_invested_graph(fresh_store, monkeypatch, k):
-    """On a graph invested in, the tuner times the forward rule's schedule (the SpGEMM here)
-    against the dense product and keeps the faster unless it is within 3 % of the rule's;
-    whichever runs, the output and the gradient match the float64 reference (empty rows, self
-    loops, duplicates, edge weights, mean)."""
+@pytest.mark.parametrize("hub", [False, True])
+def test_cbsr_forward_schedule_timed_on_an_invested_graph(fresh_store, monkeypatch, k, hub):
+    """On a graph invested in, the tuner times the forward rule's schedule (the SpGEMM, or the
+    dense product where a hub holds a warp) against the other; the other runs only when it is
+    more than 3 % faster, the record names the schedule that runs, and whichever runs, the
+    output and the gradient match the float64 reference (empty rows, self loops, duplicates,
+    edge weights, mean)."""
     from sparsegnn.kernels import cbsr_cuda
-    from sparsegnn.ops.cbsr import FORWARD_FAMILY, forward_schedule
+    from sparsegnn.ops.cbsr import FORWARD_FAMILY, FORWARD_SCHEDULES, forward_schedule
     from sparsegnn.tune import autotune, set_timer
     from sparsegnn.tune.store import reset_stores
 
@@ -313,16 +315,30 @@ def test_cbsr_forward_schedule_timed_on_an_invested_graph(fresh_store, monkeypat
         pytest.skip("CuPy is not installed")
     ei, w = sg.datasets.random_graph(300, 4000, seed=17, num_isolated=3, num_empty_rows=5, num_self_loops=4,
                                      num_duplicates=9, weighted=True)
+    if hub:      # one row of 3,999 edges: the rule takes the dense product
+        ei = torch.cat([ei, torch.stack([torch.arange(1, 4000) % 300, torch.zeros(3999, dtype=torch.long)])], 1)
+        w = torch.cat([w, torch.rand(3999) + 0.5])
+    rule = "dense" if hub else "spgemm"
+    other = "spgemm" if hub else "dense"
     adj = dense_adjacency(ei, 300, w)
     adj = adj / dense_adjacency(ei, 300).sum(1, keepdim=True).clamp(min=1)
     up = torch.randn(300, 256, dtype=torch.float64)
-    for other_ms, want in ((0.5, 1), (0.99, 0), (2.0, 0)):   # path 1 faster / within 3 % / slower
-        monkeypatch.setenv("SPARSEGNN_TUNE_CACHE", str(fresh_store / f"{k}-{other_ms}"))
+    spgemm_calls = []
+    real_spgemm = cbsr_cuda.spgemm_cbsr_cuda
+    monkeypatch.setattr(cbsr_cuda, "spgemm_cbsr_cuda", lambda *a, **kw: spgemm_calls.append(1) or real_spgemm(*a, **kw))
+    for other_ms, runs in ((0.5, other), (0.99, rule), (2.0, rule)):   # the other faster / within 3 % / slower
+        monkeypatch.setenv("SPARSEGNN_TUNE_CACHE", str(fresh_store / f"{k}-{hub}-{other_ms}"))
         reset_stores()
-        set_timer(lambda run, cfg, other_ms=other_ms: other_ms if cfg.get("path") == 1 else 1.0)
+        fast = FORWARD_SCHEDULES.index(other)
+        set_timer(lambda run, cfg, other_ms=other_ms: other_ms if cfg.get("path") == fast else 1.0)
         g = Graph.from_edge_index(ei, w, num_nodes=300).to(DEVICE)
         x = torch.randn(300, 256, device=DEVICE, requires_grad=True)
-        y = sg.spmm(g, sg.maxk(x, k), reduce="mean", edge_weight=g.edge_val, backend="triton")
+        c = sg.maxk(x, k)
+        assert forward_schedule(c.values, c.index, 256, "triton", g) == rule
+        sg.spmm(g, c, reduce="mean", edge_weight=g.edge_val, backend="triton")   # decides (the timer runs nothing)
+        spgemm_calls.clear()
+        y = sg.spmm(g, c, reduce="mean", edge_weight=g.edge_val, backend="triton")
+        assert bool(spgemm_calls) == (runs == "spgemm"), (other_ms, runs)
         y.backward(up.float().to(DEVICE))
         xd = x.detach().double().cpu().requires_grad_()
         kept = sg.maxk(x.detach(), k, dense=True).cpu() != 0
@@ -330,10 +346,8 @@ def test_cbsr_forward_schedule_timed_on_an_invested_graph(fresh_store, monkeypat
         ref.backward(up)
         assert float((y.double().cpu() - ref).norm() / ref.norm()) < 1e-6
         assert float((x.grad.double().cpu() - xd.grad).norm() / xd.grad.norm()) < 1e-6
-        c = sg.maxk(x.detach(), k)
-        assert forward_schedule(c.values, c.index, 256, "triton", g) == "spgemm"   # the rule's: path 0
         record = autotune.lookup(FORWARD_FAMILY, g, f"k{k}|mean|w1", 256, torch.float32, DEVICE)
-        assert record is not None and record["config"] == {"path": want}, (other_ms, record)
+        assert record is not None and FORWARD_SCHEDULES[record["config"]["path"]] == runs, (other_ms, record)
 
 
 def _cbsr_linear_case(n, f_in, f_out, k, seed, device=DEVICE):

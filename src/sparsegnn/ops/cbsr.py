@@ -33,7 +33,7 @@ from torch.autograd.function import once_differentiable
 from ..formats.cbsr import CBSR
 from ..graph import Graph
 from ._dispatch import aggregate, aggregate_transposed, choose_backend, spmm_weight_grad
-from ..tune.reuse import use as reuse_use
+from ..tune.reuse import invested as reuse_invested, policy as reuse_policy, use as reuse_use
 from ._triton import SPMM_FAMILY, plan_of, _kernels
 from torch.compiler import is_compiling as compiling  # dynamo tracing: the custom ops (``_library``) take over
 
@@ -99,39 +99,45 @@ def backward_schedule(values: Tensor, index: Tensor, num_cols: int, grad: Tensor
     return "outer" if (8 * k <= num_cols or small) and (graph is None or _rows_balanced(graph)) else "dense"
 
 
-#: The tuner's family of the forward's timed schedule choice (``{"path": 0}`` the rule's
-#: schedule, ``{"path": 1}`` the other).  Its dense schedule runs the row kernel, so it carries
-#: that kernel's version and is made again when it changes.  The backward keeps its rule: timed
-#: alone, its dense schedule (the transposed product, then a gather) measured 205 us a call on
-#: wikipedia at k = 16 against 154 us for the outer product, yet in the replayed step it runs
-#: in ~67 us against 150 us: picked by timing, the step went from 1.51 to 1.77 ms (H200).
-FORWARD_FAMILY = "cbsr_fwd@1+" + SPMM_FAMILY
+#: The tuner's family of the forward's timed schedule choice: ``{"path": i}`` runs
+#: ``FORWARD_SCHEDULES[i]`` (the rule's schedule is the first candidate).  Its dense schedule runs
+#: the row kernel, so it carries that kernel's version and is made again when it changes.  The
+#: backward keeps its rule: timed alone, its dense schedule (the transposed product, then a
+#: gather) measured 205 us a call on wikipedia at k = 16 against 154 us for the outer product,
+#: yet in the replayed step it runs in ~67 us against 150 us: picked by timing, the step went
+#: from 1.51 to 1.77 ms (H200).
+FORWARD_FAMILY = "cbsr_fwd@2+" + SPMM_FAMILY
+FORWARD_SCHEDULES = ("spgemm", "dense")
 _PATH_SPACE = {"path": (0, 1)}
 #: A schedule other than the rule's is taken only when it times this much faster: two
 #: schedules within noise of each other keep the rule's (its choice does not flip between runs).
 _KEEP_RULE = 0.03
 
 
-def _timed_schedule(family: str, rule: str, other: str, graph: Graph, values: Tensor, num_cols: int,
-                    weight: Optional[Tensor], reduce: str, run) -> str:
-    """``rule`` or ``other``, whichever the tuner times faster for this graph, ``k``, width and
-    reduction (``decide``; GPU time: a MaxK model's step is replayed by default; ``warm``: in a
-    step the operands were written by the kernel just before).  A graph not invested in, a
-    CUDA-graph capture or a tuner turned off keep the rule's schedule.
+def _timed_forward_schedule(rule: str, graph: Graph, values: Tensor, num_cols: int, weight: Optional[Tensor],
+                            reduce: str, run) -> str:
+    """The rule's forward schedule or the other, whichever the tuner times faster for this
+    graph, ``k``, width and reduction (``decide``; GPU time: a MaxK model's step is replayed by
+    default; ``warm``: in a step the operands were written by the kernel just before).  The
+    stored decision names the schedule, so a class-mate whose rule differs reads it as meant.
+    Where nothing can be decided (a graph not invested in, ``SPARSEGNN_INVEST=never``, a
+    capture with no stored decision) the rule's schedule runs.
 
     The rule is fitted on the Reddit stand-in and the H100; whether the SpGEMM beats the dense
     product turns on the graph and the GPU (H200, k = 64 of 256: the dense product wins on
     artist, 1.6M edges, and on cora; the SpGEMM on deezer, ppi, PROTEINS), which a rule
     cannot see."""
-    # the CBSR kernels need the graph's plan (``plan_of``): the graph is invested in on its first
-    # MaxK aggregation (``tune.reuse.use`` counts a planned graph as invested), so decided here
-    reuse_use(graph, num_cols, values.element_size())
-    paths = (rule, other)
+    # the SpGEMM needs the graph's plan, built by the rule (``_rows_balanced``): a planned graph
+    # counts as invested (``tune.reuse.use``), so the first MaxK aggregation decides here
+    if not reuse_invested(graph) and reuse_policy() != "never":
+        reuse_use(graph, num_cols, values.element_size())
+    order = (rule, "dense" if rule == "spgemm" else "spgemm")
     detail = f"k{values.shape[1]}|{reduce}|w{int(weight is not None)}"
-    config = _kernels().decide(family, graph, detail, num_cols, values.dtype, values.device,
-                               [{"path": 0}, {"path": 1}], lambda cfg: run(paths[cfg["path"]]),
+    config = _kernels().decide(FORWARD_FAMILY, graph, detail, num_cols, values.dtype, values.device,
+                               [{"path": FORWARD_SCHEDULES.index(s)} for s in order],
+                               lambda cfg: run(FORWARD_SCHEDULES[cfg["path"]]),
                                space=_PATH_SPACE, ranked=False, keep_first=_KEEP_RULE, warm=True)
-    return paths[config["path"]]
+    return FORWARD_SCHEDULES[config["path"]]
 
 
 def _kernel_weights(graph: Graph, weight: Optional[Tensor], reduce: str):
@@ -160,8 +166,7 @@ def cbsr_forward(graph: Graph, values: Tensor, index: Tensor, num_cols: int, wei
 
     schedule = forward_schedule(values, index, num_cols, backend, graph)
     if _cbsr_kernel_fits(values, index, num_cols, backend):
-        other = "dense" if schedule == "spgemm" else "spgemm"
-        schedule = _timed_schedule(FORWARD_FAMILY, schedule, other, graph, values, num_cols, weight, reduce, run)
+        schedule = _timed_forward_schedule(schedule, graph, values, num_cols, weight, reduce, run)
     return run(schedule)
 
 
