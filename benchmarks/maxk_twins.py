@@ -9,7 +9,10 @@ and of its ReLU twin ``MaxKGNN(conv=..., nonlinearity="relu")`` (the same struct
 * as the model runs by default (``replay=None``: its forward and backward replayed from CUDA
   graphs once the same inputs come back, where the activations fit the replay budget; eager
   otherwise, e.g. on the 115M-edge Reddit stand-in), the column of record; and
-* eager (``replay=False``), to show what the replay is worth on each side.
+* eager (``replay=False``), to show what the replay is worth on each side;
+* on request (``--modes ...,captured``, CUDA only), the whole step captured as one CUDA graph
+  (``make_train_step(compile="capture")``, a capturable Adam): no host time left, so the
+  ratio is the two steps' GPU work (a small graph's default steps are host-bound).
 
 The twin and every ``k`` of one conv and mode are timed side by side (:func:`interleaved`: after
 each one's first call and ``--warmup`` steps, ``--rounds`` rounds of ``--steps`` steps each in a
@@ -46,6 +49,8 @@ from sparsegnn.training import make_optimizer, make_train_step
 DEFAULT_GRAPHS = ("reddit", "cora", "citeseer", "deezer", "lastfm", "twitch", "wikipedia", "roadnet-pa-excerpt",
                   "reddit-threads-10k", "PROTEINS_full", "ENZYMES", "pubmed", "ppi", "flickr", "artist", "yelp")
 MODES = ("default", "eager")
+#: Every mode a run may ask for (``captured``: CUDA only, not run by default).
+ALL_MODES = MODES + ("captured",)
 
 
 def configs(ks: Sequence[int]) -> List[Optional[int]]:
@@ -64,8 +69,9 @@ def _steps_of(graph, inputs: Dict[str, object], conv: str, k: Optional[int], mod
     kw = {"nonlinearity": "relu"} if k is None else {"k": k}
     net = sgnn.MaxKGNN(x.shape[1], inputs["classes"], conv=conv, hidden=hidden,
                        replay=None if mode == "default" else False, **kw).to(device).train()
-    step = make_train_step(net, make_optimizer(net, "none", lr=0.01, weight_decay=5e-4), x, layers.bare(graph),
-                           inputs["train_idx"], inputs["y_train"])
+    compile = "capture" if mode == "captured" else "none"
+    step = make_train_step(net, make_optimizer(net, compile, lr=0.01, weight_decay=5e-4), x, layers.bare(graph),
+                           inputs["train_idx"], inputs["y_train"], compile=compile)
     step.model = net
     return step
 
@@ -206,8 +212,10 @@ def markdown(rows: List[dict], meta: Dict[str, object]) -> str:
              "3 layers, dropout 0.5); "
              "`python -m benchmarks.maxk_twins`. x ReLU = ReLU ms / MaxK ms (> 1: MaxK faster). "
              "`default`: the model as built (`replay=None`: forward and backward replayed from CUDA graphs once "
-             "the inputs repeat and the activations fit the budget); `eager`: `replay=False`. "
-             "The graph is reused every step.", ""]
+             "the inputs repeat and the activations fit the budget); `eager`: `replay=False`"
+             + ("; `captured`: the whole step (forward, loss, backward, Adam) one CUDA graph "
+                "(`make_train_step(compile=\"capture\")`), no host time" if "captured" in meta.get("modes", MODES)
+                else "") + ". The graph is reused every step.", ""]
     for mode in meta.get("modes", MODES):
         s = summary(rows, mode)
         if not s["cases"]:
@@ -216,17 +224,23 @@ def markdown(rows: List[dict], meta: Dict[str, object]) -> str:
         lines.append(f"- **{mode}**: {s['cases']} cases, geomean {s['geomean']:.2f}x ReLU, worst "
                      f"{s['worst']['x_relu']:.2f}x ({_case(s['worst'])}); below 1.0x: {len(s['below'])} ({below})"
                      + (f"; {s['failed']} failed" if s["failed"] else ""))
+    captured = any(r["mode"] == "captured" for r in rows)
     lines += ["", "| graph | edges | conv | k | ReLU ms | MaxK ms | x ReLU | replayed (ReLU / MaxK) | ReLU eager ms | "
-              "MaxK eager ms | x ReLU eager |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "MaxK eager ms | x ReLU eager |" + (" ReLU captured ms | MaxK captured ms | x ReLU captured |"
+                                                 if captured else ""),
+              "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if captured else "")]
     short = lambda state: "-" if not state else state.split(",")[0].split(":")[0]  # noqa: E731
-    by_mode = {mode: {(r["graph"], r["conv"], r["k"]): r for r in ratios(rows, mode)} for mode in MODES}
+    by_mode = {mode: {(r["graph"], r["conv"], r["k"]): r for r in ratios(rows, mode)} for mode in ALL_MODES}
     fmt = lambda v: format(v, ".2f") if v is not None else "-"  # noqa: E731
     cases = dict.fromkeys((r["graph"], r["conv"], r["k"], r["edges"]) for r in rows if r["k"] is not None)
     for graph, conv, k, edges in cases:
         d, e = by_mode["default"].get((graph, conv, k), {}), by_mode["eager"].get((graph, conv, k), {})
+        c = by_mode["captured"].get((graph, conv, k), {})
         lines.append(f"| {graph} | {edges:,} | {conv} | {k} | {fmt(d.get('relu_ms'))} | {fmt(d.get('maxk_ms'))} | "
                      f"{fmt(d.get('x_relu'))} | {short(d.get('relu_replay'))} / {short(d.get('maxk_replay'))} | "
-                     f"{fmt(e.get('relu_ms'))} | {fmt(e.get('maxk_ms'))} | {fmt(e.get('x_relu'))} |")
+                     f"{fmt(e.get('relu_ms'))} | {fmt(e.get('maxk_ms'))} | {fmt(e.get('x_relu'))} |"
+                     + (f" {fmt(c.get('relu_ms'))} | {fmt(c.get('maxk_ms'))} | {fmt(c.get('x_relu'))} |" if captured
+                        else ""))
     errors = [r for r in rows if r.get("error")]
     if errors:
         lines += ["", "Errors:"] + [f"- {_case(r)} {r['mode']}: {r['error']}" for r in errors]
@@ -292,9 +306,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="benchmarks/local")
     args = parser.parse_args(argv)
-    bad = [c for c in args.convs if c not in ("sage", "gcn", "gin")] + [m for m in args.modes if m not in MODES]
+    bad = [c for c in args.convs if c not in ("sage", "gcn", "gin")] + [m for m in args.modes if m not in ALL_MODES]
     if bad:
         parser.error(f"unknown conv / mode: {', '.join(bad)}")
+    if "captured" in args.modes and not args.device.startswith("cuda"):
+        parser.error("--modes captured needs a CUDA device (the step is captured as a CUDA graph)")
     if not (args.graphs and args.convs and args.modes):
         parser.error("--graphs, --convs and --modes need at least one name each")
     device = torch.device(args.device)

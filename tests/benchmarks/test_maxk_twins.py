@@ -97,3 +97,18 @@ def test_a_failure_in_a_timed_round_fails_that_config_only():
                       rounds=3, budget_ms=1e9)
     assert out["flaky"]["ms"] is None and out["flaky"]["error"] == "RuntimeError: lost the device"
     assert out["ok"]["rounds"] == 3 and out["ok"]["error"] is None and out["ok"]["replay"] is None
+
+
+def test_captured_mode_needs_cuda(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["--modes", "captured", "--device", "cpu", "--out", str(tmp_path)])
+
+
+def test_markdown_adds_the_captured_columns_when_a_run_has_them():
+    rows = [dict(graph="g", edges=10, conv="sage", k=k, mode=mode, ms=ms * (3.0 if mode == "captured" else 1.0),
+                 replay=None) for mode in ("default", "eager", "captured") for k, ms in ((None, 2.0), (4, 1.0))]
+    text = markdown(rows, {"device": "test", "modes": ["default", "eager", "captured"]})
+    line = next(row for row in text.splitlines() if row.startswith("| g |"))
+    assert line.endswith("| 6.00 | 3.00 | 2.00 |") and "ReLU captured ms" in text
+    assert "ReLU captured ms" not in markdown([r for r in rows if r["mode"] != "captured"],
+                                              {"device": "test", "modes": ["default", "eager"]})
