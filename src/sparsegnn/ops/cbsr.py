@@ -77,8 +77,7 @@ def forward_schedule(values: Tensor, index: Tensor, num_cols: int, backend: str,
     features).  Reddit stand-in, F = 256, H100: SpGEMM 5.4 / 6.2 / 10.0 / 19.7 ms at k = 8 / 32 /
     64 / 128 against 15.0 ms dense, so the SpGEMM runs while ``4 k <= F``; Triton's atomic
     form (18.1 ms at k = 8) never beat the dense product (removed; ``docs/design/maxk.md``)."""
-    k = values.shape[1]
-    fits = backend == "triton" and 4 * k <= num_cols and _cuda_kernels(values, index)
+    fits = _cbsr_kernel_fits(values, index, num_cols, backend)
     return "spgemm" if fits and (graph is None or _rows_balanced(graph)) else "dense"   # None: no hub check
 
 
@@ -182,19 +181,16 @@ def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor,
         grad_out: [N, num_cols] contiguous; values, index: [M, k]; weight: [E] or None ->
         dvalues [M, k] of values' dtype, dw [E] of weight's dtype.
     """
-    def run(schedule: str) -> Tensor:
-        if schedule == "outer":
-            from ..kernels import cbsr_cuda
-
-            w, scale = _kernel_weights(graph, weight, reduce)
-            return cbsr_cuda.sspmm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
-                                             grad_out, index, values.shape[0], scale)
-        dense = aggregate_transposed(backend, graph, grad_out, weight, reduce)
-        return dense.gather(1, index.long()).to(values.dtype)
-
     grad_values = grad_weight = None
-    if need_values:
-        grad_values = run(backward_schedule(values, index, num_cols, grad_out, backend, graph))
+    if need_values and backward_schedule(values, index, num_cols, grad_out, backend, graph) == "outer":
+        from ..kernels import cbsr_cuda
+
+        w, scale = _kernel_weights(graph, weight, reduce)
+        grad_values = cbsr_cuda.sspmm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
+                                                grad_out, index, values.shape[0], scale)
+    elif need_values:
+        dense = aggregate_transposed(backend, graph, grad_out, weight, reduce)
+        grad_values = dense.gather(1, index.long()).to(values.dtype)
     if weight is not None and need_weight:
         x = CBSR(values, index, num_cols).to_dense()
         grad_weight = spmm_weight_grad(backend, graph, grad_out, x.to(grad_out.dtype), 0, reduce).to(weight.dtype)
