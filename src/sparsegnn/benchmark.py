@@ -166,16 +166,13 @@ def _environ(**values: Optional[str]):
 
 def tuning_report(graphs: List[str], dims: List[int], dtypes: List[torch.dtype], real: bool = True,
                   data_dir=None) -> List[Dict]:
-    """One row per case and policy: pick, its kernel ms, first-call (tuning) seconds.
-
-    Every graph is invested in on its first call (``SPARSEGNN_INVEST=always``): under the
-    amortisation rule a first call takes the first-contact kernels and stores no decision."""
+    """One row per case and policy: pick, its kernel ms, first-call (tuning) seconds (the graph
+    is planned first, so its first call is an invested one: ``tune.reuse``)."""
     from .kernels import configs
     from .kernels.spmm_csr import spmm_planned
 
     rows = []
-    with _environ(SPARSEGNN_TUNE_CACHE="off", SPARSEGNN_TUNE=os.environ.get("SPARSEGNN_TUNE"),
-                  SPARSEGNN_INVEST="always"):
+    with _environ(SPARSEGNN_TUNE_CACHE="off", SPARSEGNN_TUNE=os.environ.get("SPARSEGNN_TUNE")):
         for name in graphs:
             base = bench_graph(name, device="cuda", data_dir=data_dir, real=real)
             # the CSR tuner's report: without ptr (a small batch would take the batched kernels, untuned)
