@@ -339,6 +339,40 @@ def test_a_model_pick_is_redecided_under_other_weights_and_a_timed_one_is_kept(f
     assert decide(*args2) == {"A": 2} and tuner_invocations() == n
 
 
+def test_weights_refitted_under_the_same_name_make_their_picks_again(fresh_store, monkeypatch, tmp_path):
+    """A stored model pick records its weights file tagged with a digest of its bytes: new
+    weights under the same file name (a refit) decide again, the same bytes keep the pick."""
+    from sparsegnn.tune import model as model_mod
+    from sparsegnn.tune.store import reset_stores
+
+    data = tmp_path / "weights"
+    data.mkdir()
+    name = "cost_model_spmm.acme.json"
+    monkeypatch.setattr(model_mod, "DATA_DIR", data)
+    monkeypatch.setattr(autotune, "model_file", lambda device=None: name)
+    order = {"now": [1, 0]}
+    monkeypatch.setattr(autotune, "load_model", lambda device=None: _Picks(order["now"]))
+    monkeypatch.setenv("SPARSEGNN_TUNE", "model")
+    args = ("spmm", _graph(seed=7), "w", 64, torch.float32, "cpu", [{"A": 1}, {"A": 2}], lambda cfg: None)
+    (data / name).write_text('{"fit": 1}')
+    model_mod._weights_digest.cache_clear()
+    try:
+        before = tuner_invocations()
+        assert decide(*args) == {"A": 2}
+        first = lookup(*args[:6])["weights"]
+        assert first.startswith(name + "#")
+        reset_stores()
+        assert decide(*args) == {"A": 2} and tuner_invocations() == before + 1     # same bytes: kept
+        (data / name).write_text('{"fit": 2}')
+        model_mod._weights_digest.cache_clear()
+        order["now"] = [0, 1]
+        reset_stores()
+        assert decide(*args) == {"A": 1} and tuner_invocations() == before + 2     # refitted: decided again
+        assert lookup(*args[:6])["weights"] not in (first, name)
+    finally:
+        model_mod._weights_digest.cache_clear()
+
+
 def test_a_class_mates_own_model_pick_is_decided_again_once_under_other_weights(fresh_store, monkeypatch):
     """A class-mate with a model pick of its own, met first under new weights, is decided again
     once: its own record is renewed with the class's, not left stale for every later process."""

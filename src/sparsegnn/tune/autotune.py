@@ -19,9 +19,10 @@ the policy (``SPARSEGNN_TUNE``) decides:
 - ``off`` (or ``SPARSEGNN_AUTOTUNE=0``): the heuristic, the first candidate.
 
 A stored pick of the model that timed no alternative (``model``, or ``auto`` under
-``TINY_MS``) records the weights that made it (``tune.model.model_file`` of the device) and
-is decided again under other weights (a new version of the package, a GPU that gained its
-own); timed picks hold whatever the weights.
+``TINY_MS``) records the weights that made it (``tune.model.model_file`` of the device, tagged
+with a digest of its bytes: ``tune.model.weights_id``) and is decided again under other weights
+(a new version of the package, a GPU that gained its own, its weights refitted); timed picks
+hold whatever the weights.
 
 While a CUDA graph is being captured nothing can be timed: a decision missing then is the
 model's zero-shot pick (the heuristic without a model), used for that call only and neither
@@ -49,7 +50,7 @@ from .._failed_capture import CleanupCUDAGraph
 from .._streams import side_stream
 from ..kernels import interpreting
 from .features import graph_stats_cached, signature
-from .model import MODEL_FILE, load_model, model_file
+from .model import MODEL_FILE, load_model, model_file, weights_id
 from . import reuse
 from .reuse import invested
 from .store import store_for_device
@@ -224,9 +225,9 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
     # a heuristic stand-in (tuning was off or impossible when it was stored), or a pick of other
     # cost-model weights than this device's (records without ``weights`` are the default's), is
     # replaced once this process can predict or time; until a capture is over it will do
-    weights = model_file(name) if ranked else None
+    weights = weights_id(model_file(name)) if ranked else None
     provisional = lambda rec: tune_mode() != "off" and (rec.get("source") == "heuristic" or (  # noqa: E731
-        rec.get("source") == "model" and rec.get("weights", MODEL_FILE) != weights))
+        rec.get("source") == "model" and rec.get("weights", weights_id(MODEL_FILE)) != weights))
     own, shared = store.get_record(own_key), store.get_record(key)
     had_own = usable(own)
     if not had_own:

@@ -38,6 +38,7 @@ with the features, all in Python/numpy).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -398,6 +399,22 @@ def model_file(device: Optional[str] = None) -> str:
         if (DATA_DIR / name).exists():
             return name
     return MODEL_FILE
+
+
+def weights_id(name: str) -> str:
+    """``name`` tagged with a digest of the file's bytes (``cost_model_spmm.json#1a2b3c4d``), or
+    ``name`` itself where the package ships no such file: what a stored pick of the model
+    records as the weights that made it, so that weights refitted under the same file name
+    (a GPU's own, fitted on more data) make their picks again."""
+    return _weights_digest(str(DATA_DIR / name), name)
+
+
+@functools.lru_cache(maxsize=None)
+def _weights_digest(path: str, name: str) -> str:
+    file = Path(path)
+    if not file.is_file():
+        return name
+    return f"{name}#{hashlib.blake2b(file.read_bytes(), digest_size=4).hexdigest()}"
 
 
 @functools.lru_cache(maxsize=None)
