@@ -369,6 +369,16 @@ def test_weights_refitted_under_the_same_name_make_their_picks_again(fresh_store
         reset_stores()
         assert decide(*args) == {"A": 1} and tuner_invocations() == before + 2     # refitted: decided again
         assert lookup(*args[:6])["weights"] not in (first, name)
+        # a record of an earlier version names the file bare: decided again once, then kept
+        store = store_for_device("cpu")
+        key = autotune.decision_key(*args[:5])
+        record = dict(store.get_record(key))
+        store.put(key, record.pop("config"), **dict({k: v for k, v in record.items() if k != "time"}, weights=name))
+        order["now"] = [1, 0]
+        reset_stores()
+        assert decide(*args) == {"A": 2} and tuner_invocations() == before + 3
+        reset_stores()
+        assert decide(*args) == {"A": 2} and tuner_invocations() == before + 3
     finally:
         model_mod._weights_digest.cache_clear()
 

@@ -223,11 +223,14 @@ def decide(op: str, graph, detail: str, num_feats: int, dtype: torch.dtype, devi
     usable = lambda rec: rec is not None and (space is None or all(  # noqa: E731
         k in space and v in space[k] for k, v in rec["config"].items()))
     # a heuristic stand-in (tuning was off or impossible when it was stored), or a pick of other
-    # cost-model weights than this device's (records without ``weights`` are the default's), is
-    # replaced once this process can predict or time; until a capture is over it will do
+    # cost-model weights than this device's (records without ``weights``, or naming the default
+    # file without a digest, are the default's), is replaced once this process can predict or
+    # time; until a capture is over it will do
     weights = weights_id(model_file(name)) if ranked else None
+    made_by = lambda rec: (weights_id(MODEL_FILE) if rec.get("weights", MODEL_FILE) == MODEL_FILE  # noqa: E731
+                           else rec["weights"])
     provisional = lambda rec: tune_mode() != "off" and (rec.get("source") == "heuristic" or (  # noqa: E731
-        rec.get("source") == "model" and rec.get("weights", weights_id(MODEL_FILE)) != weights))
+        rec.get("source") == "model" and made_by(rec) != weights))
     own, shared = store.get_record(own_key), store.get_record(key)
     had_own = usable(own)
     if not had_own:
