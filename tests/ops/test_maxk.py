@@ -545,6 +545,26 @@ def test_layer_norm_maxk_backward_rows_per_program(programs):
         torch.testing.assert_close(got.cpu().double(), want.grad, rtol=1e-5, atol=1e-5 * want.grad.abs().max())
 
 
+@pytest.mark.parametrize("n,f,k,idx_dtype,dtype", [(13, 48, 6, torch.uint8, torch.float32),
+                                                   (70, 256, 64, torch.uint8, torch.bfloat16),
+                                                   (5, 300, 3, torch.int16, torch.float16),
+                                                   (0, 32, 4, torch.uint8, torch.float32)])
+def test_gather_kept_kernel_equals_torch_gather(n, f, k, idx_dtype, dtype):
+    """The one-pass gather of MaxK's dense backward schedules equals ``gather`` on int64 columns
+    then the cast, for several row counts (programs of many rows, a partial last one, none),
+    index dtypes and a non-contiguous (column-sliced) dense operand."""
+    from sparsegnn.kernels.maxk import gather_kept
+
+    gen = torch.Generator().manual_seed(n + f + k)
+    wide = torch.randn(n, f + 7, generator=gen).to(DEVICE)             # fp32, as the gradients are
+    dense = wide[:, 3:3 + f]                                      # row stride f + 7
+    index = torch.sort(torch.rand(n, f, generator=gen).argsort(1)[:, :k], 1).values.to(idx_dtype).to(DEVICE)
+    got = gather_kept(dense, index, dtype)
+    want = dense.gather(1, index.long()).to(dtype)
+    assert got.dtype == dtype and got.shape == (n, k)
+    assert torch.equal(got, want)
+
+
 def test_layer_norm_maxk_fuses_only_the_parameter_dtypes_layer_norm_takes():
     """fp32 parameters with a half / bf16 x fuse (as F.layer_norm takes them); other mixes go to the
     composition, where F.layer_norm accepts or refuses them itself."""

@@ -293,8 +293,9 @@ def layer_norm_maxk_backward(grad_values: Tensor, index: Tensor, x: Tensor, weig
         sms = sm_count(x.device) if x.is_cuda else 4
         programs = 16 * sms
     programs = max(1, min(programs, num_rows))
-    dw = torch.empty((programs, num_feats), dtype=torch.float32, device=x.device)
-    db = torch.empty((programs, num_feats), dtype=torch.float32, device=x.device)
+    # the partial rows of dw and db in one tensor: one reduction sums both (a kernel fewer a call)
+    partial = torch.empty((2, programs, num_feats), dtype=torch.float32, device=x.device)
+    dw, db = partial[0], partial[1]
     if num_rows == 0:
         return dx, weight.new_zeros(num_feats), weight.new_zeros(num_feats)
     nr = _register_rows(num_feats)
@@ -302,7 +303,41 @@ def layer_norm_maxk_backward(grad_values: Tensor, index: Tensor, x: Tensor, weig
            (x, grad_values.contiguous(), index.contiguous(), weight.contiguous(), center, rstd, dx, dw, db,
             num_rows, num_feats, x.stride(0), k),
            dict(NR=nr, KB=triton.next_power_of_2(k), EVEN=num_feats == 32 * nr), maxk_config(32 * nr)["num_warps"])
-    return dx, dw.sum(0).to(weight.dtype), db.sum(0).to(weight.dtype)
+    sums = partial.sum(1).to(weight.dtype)
+    return dx, sums[0], sums[1]
+
+
+@triton.jit
+def _gather_kept_kernel(dense_ptr, idx_ptr, out_ptr, num_rows, stride_d, k, ROWS: tl.constexpr, KB: tl.constexpr):
+    """``out[i, s] = dense[i, index[i, s]]`` for ``ROWS`` rows a program (columns of any integer dtype)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    kk = tl.arange(0, KB)[None, :]
+    mask = (rows < num_rows) & (kk < k)
+    r64 = rows.to(tl.int64)
+    col = tl.load(idx_ptr + r64 * k + kk, mask=mask, other=0).to(tl.int64)
+    v = tl.load(dense_ptr + r64 * stride_d + col, mask=mask, other=0.0)
+    tl.store(out_ptr + r64 * k + kk, v.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def gather_kept(dense: Tensor, index: Tensor, dtype: torch.dtype) -> Tensor:
+    """``dense`` sampled at a CBSR's kept columns, in ``dtype``: ``out[i, s] = dense[i, index[i, s]]``
+    in one pass reading the (uint8 / int) columns as they are, where ``dense.gather(1,
+    index.long())`` is two kernels (the int64 columns, the gather), which a small graph's step
+    pays in launches (the backward of MaxK's dense schedules, per layer).
+
+    Shapes:
+        dense: [N, F] (unit column stride); index: [N, k] -> [N, k].
+    """
+    num_rows, k = index.shape
+    out = torch.empty((num_rows, k), dtype=dense.dtype, device=dense.device)
+    if num_rows == 0 or k == 0:
+        return out.to(dtype)
+    dense = dense if dense.stride(1) == 1 else dense.contiguous()
+    kb = triton.next_power_of_2(k)
+    rows = max(1, min(64, 1024 // kb))
+    launch(_gather_kept_kernel, (triton.cdiv(num_rows, rows),),
+           (dense, index.contiguous(), out, num_rows, dense.stride(0), k), dict(ROWS=rows, KB=kb), 4)
+    return out.to(dtype)        # a cast kernel only where the gradient's dtype differs (torch rounds)
 
 
 def maxk_config(block_f: int) -> Dict[str, int]:

@@ -32,6 +32,7 @@ from torch.autograd.function import once_differentiable
 
 from ..formats.cbsr import CBSR
 from ..graph import Graph
+from ..kernels import triton_available
 from ._dispatch import aggregate, aggregate_transposed, choose_backend, spmm_weight_grad
 from ..tune.reuse import invested as reuse_invested, policy as reuse_policy, use as reuse_use
 from ._triton import SPMM_FAMILY, plan_of, _kernels
@@ -100,12 +101,13 @@ def backward_schedule(values: Tensor, index: Tensor, num_cols: int, grad: Tensor
 
 #: The tuner's family of the forward's timed schedule choice: ``{"path": i}`` runs
 #: ``FORWARD_SCHEDULES[i]`` (the rule's schedule is the first candidate).  Its dense schedule runs
-#: the row kernel, so it carries that kernel's version and is made again when it changes.  The
+#: the row kernel, so it carries that kernel's version and is made again when it changes (and its
+#: own version moves when the dense schedule does: @3 densifies in one pass, a launch fewer).  The
 #: backward keeps its rule: timed alone, its dense schedule (the transposed product, then a
 #: gather) measured 205 us a call on wikipedia at k = 16 against 154 us for the outer product,
 #: yet in the replayed step it runs in ~67 us against 150 us: picked by timing, the step went
 #: from 1.51 to 1.77 ms (H200).
-FORWARD_FAMILY = "cbsr_fwd@2+" + SPMM_FAMILY
+FORWARD_FAMILY = "cbsr_fwd@3+" + SPMM_FAMILY
 FORWARD_SCHEDULES = ("spgemm", "dense")
 _PATH_SPACE = {"path": (0, 1)}
 #: A schedule other than the rule's is taken only when it times this much faster: two
@@ -161,7 +163,7 @@ def cbsr_forward(graph: Graph, values: Tensor, index: Tensor, num_cols: int, wei
             w, scale = _kernel_weights(graph, weight, reduce)
             return cbsr_cuda.spgemm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
                                               values, index, graph.num_nodes, num_cols, scale)
-        return aggregate(backend, graph, CBSR(values, index, num_cols).to_dense(), weight, reduce)
+        return aggregate(backend, graph, densify(values, index, num_cols), weight, reduce)
 
     schedule = forward_schedule(values, index, num_cols, backend, graph)
     if _cbsr_kernel_fits(values, index, num_cols, backend):
@@ -190,9 +192,9 @@ def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor,
                                                 grad_out, index, values.shape[0], scale)
     elif need_values:
         dense = aggregate_transposed(backend, graph, grad_out, weight, reduce)
-        grad_values = dense.gather(1, index.long()).to(values.dtype)
+        grad_values = gather_kept(dense, index, values.dtype)
     if weight is not None and need_weight:
-        x = CBSR(values, index, num_cols).to_dense()
+        x = densify(values, index, num_cols)
         grad_weight = spmm_weight_grad(backend, graph, grad_out, x.to(grad_out.dtype), 0, reduce).to(weight.dtype)
     return grad_values, grad_weight
 
@@ -237,6 +239,21 @@ def densify(values: Tensor, index: Tensor, num_cols: int) -> Tensor:
 
         return cbsr_cuda.densify_cuda(values, index, num_cols)
     return CBSR(values, index, num_cols).to_dense()
+
+
+def gather_kept(dense: Tensor, index: Tensor, dtype: torch.dtype) -> Tensor:
+    """``dense`` at the kept columns of a CBSR, in ``dtype``: ``out[i, s] = dense[i, index[i, s]]``
+    (the backward formulas' sampling), one Triton pass on CUDA (``kernels.maxk.gather_kept``:
+    the columns read as stored, no int64 copy, no cast kernel), else ``torch.gather``.
+
+    Shapes:
+        dense: [N, F]; index: [N, k] -> [N, k].
+    """
+    if not compiling() and dense.is_cuda and dense.dim() == 2 and triton_available():
+        from ..kernels.maxk import gather_kept as gather_kernel
+
+        return gather_kernel(dense, index, dtype)
+    return dense.gather(1, index.long()).to(dtype)
 
 
 def root_schedule(values: Tensor, index: Tensor, weight: Tensor, backend: str) -> str:
@@ -294,7 +311,7 @@ def linear_backward(grad_out: Tensor, values: Tensor, index: Tensor, num_cols: i
         grad_values, grad_bias = cbsr_cuda.cbsr_root_grad_cuda(grad_out, index, weight_t.contiguous(),
                                                                bias_grad=need_bias)
     elif need_values:
-        grad_values = grad_out.mm(weight_t.t()).gather(1, index.long()).to(values.dtype)
+        grad_values = gather_kept(grad_out.mm(weight_t.t()), index, values.dtype)
     if need_weight:
         grad_weight = grad_out.t().mm(densify(values, index, num_cols))
     if need_bias and grad_bias is None:
