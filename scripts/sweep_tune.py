@@ -270,7 +270,7 @@ def main() -> int:
     args = parser.parse_args()
     work = [(g, grp) for grp in args.groups.split(",") for g in GROUPS[grp]]
     if args.graphs:
-        work = [(g, "custom") for g in args.graphs.split(",")]
+        work = [(g, "extra" if g in EXTRA else "custom") for g in args.graphs.split(",")]
     dims = [int(d) for d in args.dims.split(",")]
     if args.dry_run:
         return dry_run(work, dims, args.dtypes.split(","), args.passes)

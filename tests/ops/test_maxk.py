@@ -563,6 +563,20 @@ def test_gather_kept_kernel_equals_torch_gather(n, f, k, idx_dtype, dtype):
     want = dense.gather(1, index.long()).to(dtype)
     assert got.dtype == dtype and got.shape == (n, k)
     assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="does not match"):
+        gather_kept(dense[:-1] if n else dense[:, :0], index if n else index[:, :1].expand(0, 1), dtype)
+
+
+def test_layer_norm_maxk_parameter_gradients_do_not_share_storage():
+    """The fused backward sums dw and db in one reduction; the two gradients that autograd keeps
+    as ``weight.grad`` and ``bias.grad`` must still be separate tensors (an in-place resize or a
+    save of one must not reach the other)."""
+    norm = torch.nn.LayerNorm(40).to(DEVICE)
+    x = torch.randn(9, 40, device=DEVICE)
+    sg.layer_norm_maxk(x, 5, norm.weight, norm.bias, backend="triton").values.sum().backward()   # the fused kernels
+    w, b = norm.weight.grad, norm.bias.grad
+    assert w is not None and b is not None
+    assert w.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()
 
 
 def test_layer_norm_maxk_fuses_only_the_parameter_dtypes_layer_norm_takes():

@@ -293,7 +293,7 @@ def layer_norm_maxk_backward(grad_values: Tensor, index: Tensor, x: Tensor, weig
         sms = sm_count(x.device) if x.is_cuda else 4
         programs = 16 * sms
     programs = max(1, min(programs, num_rows))
-    # the partial rows of dw and db in one tensor: one reduction sums both (a kernel fewer a call)
+    # the partial rows of dw and db in one tensor: one reduction sums both
     partial = torch.empty((2, programs, num_feats), dtype=torch.float32, device=x.device)
     dw, db = partial[0], partial[1]
     if num_rows == 0:
@@ -304,7 +304,9 @@ def layer_norm_maxk_backward(grad_values: Tensor, index: Tensor, x: Tensor, weig
             num_rows, num_feats, x.stride(0), k),
            dict(NR=nr, KB=triton.next_power_of_2(k), EVEN=num_feats == 32 * nr), maxk_config(32 * nr)["num_warps"])
     sums = partial.sum(1).to(weight.dtype)
-    return dx, sums[0], sums[1]
+    # db copied out (an [F] copy is cheaper than a second reduction): the two gradients must not
+    # share a storage (autograd keeps them as .grad of two parameters)
+    return dx, sums[0], sums[1].clone()
 
 
 @triton.jit
@@ -329,6 +331,8 @@ def gather_kept(dense: Tensor, index: Tensor, dtype: torch.dtype) -> Tensor:
         dense: [N, F] (unit column stride); index: [N, k] -> [N, k].
     """
     num_rows, k = index.shape
+    if dense.dim() != 2 or dense.shape[0] != num_rows or k > dense.shape[1]:
+        raise ValueError(f"gather_kept(): dense {tuple(dense.shape)} does not match index {tuple(index.shape)}")
     out = torch.empty((num_rows, k), dtype=dense.dtype, device=dense.device)
     if num_rows == 0 or k == 0:
         return out.to(dtype)

@@ -389,8 +389,7 @@ def layer_norm_maxk_backward_op(grad_values: Tensor, index: Tensor, x: Tensor, w
                                 rstd: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     from ..kernels.maxk import layer_norm_maxk_backward
 
-    dx, dw, db = layer_norm_maxk_backward(grad_values, index, x, weight, center, rstd)
-    return _fresh(dx), dw.clone(), db.clone()     # dw, db: rows of one [2, F] sum (outputs may not alias)
+    return tuple(_fresh(t) for t in layer_norm_maxk_backward(grad_values, index, x, weight, center, rstd))
 
 
 @layer_norm_maxk_backward_op.register_fake
