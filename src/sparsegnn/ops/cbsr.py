@@ -244,7 +244,8 @@ def densify(values: Tensor, index: Tensor, num_cols: int) -> Tensor:
 def gather_kept(dense: Tensor, index: Tensor, dtype: torch.dtype) -> Tensor:
     """``dense`` at the kept columns of a CBSR, in ``dtype``: ``out[i, s] = dense[i, index[i, s]]``
     (the backward formulas' sampling), one Triton pass on CUDA (``kernels.maxk.gather_kept``:
-    the columns read as stored, no int64 copy, no cast kernel), else ``torch.gather``.
+    the columns read as stored, no int64 copy; a cast only where the dtypes differ), else
+    ``torch.gather``.
 
     Shapes:
         dense: [N, F]; index: [N, k] -> [N, k].
