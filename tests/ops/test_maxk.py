@@ -567,6 +567,114 @@ def test_gather_kept_kernel_equals_torch_gather(n, f, k, idx_dtype, dtype):
         gather_kept(dense[:-1] if n else dense[:, :0], index if n else index[:, :1].expand(0, 1), dtype)
 
 
+@pytest.mark.parametrize("n,f,k,idx_dtype,dtype", [(13, 48, 6, torch.uint8, torch.float32),
+                                                   (70, 256, 64, torch.uint8, torch.bfloat16),
+                                                   (5, 300, 3, torch.int16, torch.float32),
+                                                   (0, 32, 4, torch.uint8, torch.float32)])
+def test_gin_self_term_kernels_equal_torch_scatter_and_gather(n, f, k, idx_dtype, dtype):
+    """GIN's self term from a CBSR in one pass each way: ``add_kept_`` equals
+    ``scatter_add_`` of ``(1 + eps) values`` on int64 columns, and ``gather_kept`` with ``also``
+    equals the two gathers summed, in float64 terms to fp32 rounding; sliced operands
+    (row stride > width), several row counts, index dtypes, bf16 values into an fp32 result."""
+    from sparsegnn.kernels.maxk import add_kept_, gather_kept
+
+    gen = torch.Generator().manual_seed(3 * n + f + k)
+    index = torch.sort(torch.rand(n, f, generator=gen).argsort(1)[:, :k], 1).values.to(idx_dtype).to(DEVICE)
+    values = torch.randn(n, k, generator=gen).to(dtype).to(DEVICE)
+    eps = torch.tensor([0.37]).to(DEVICE)
+    wide = torch.randn(n, f + 5, generator=gen).to(DEVICE)
+    out, before = wide[:, 2:2 + f], wide.clone()
+    want = out.double().cpu().scatter_add(1, index.long().cpu(), values.double().cpu() * 1.37)
+    assert add_kept_(out, values, index, eps) is out
+    torch.testing.assert_close(out.double().cpu(), want, rtol=1e-6, atol=1e-6)
+    assert torch.equal(wide[:, :2], before[:, :2]) and torch.equal(wide[:, 2 + f:], before[:, 2 + f:])
+    dense, also = torch.randn(n, f, generator=gen).to(DEVICE), torch.randn(n, f + 1, generator=gen)[:, 1:].to(DEVICE)
+    got = gather_kept(dense, index, dtype, also, eps)
+    cols = index.long().cpu()
+    want = dense.double().cpu().gather(1, cols) + 1.37 * also.double().cpu().gather(1, cols)
+    assert got.dtype == dtype and got.shape == (n, k)
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(got.double().cpu(), want, rtol=tol, atol=tol)
+    with pytest.raises(ValueError, match="one-element eps"):
+        gather_kept(dense, index, dtype, also, None)
+    with pytest.raises(ValueError, match="do not match"):
+        add_kept_(out, values[:, :-1] if k > 1 else values[:0], index, eps)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA CBSR kernels need a GPU (and CuPy)")
+@pytest.mark.parametrize("k", [5, 32, 40])
+def test_cuda_cbsr_kernels_with_gin_self_term_match_float64(k):
+    """The SpGEMM with GIN's self term in its accumulator and the outer product with the self
+    term's gradient, against float64 ``A X + (1 + eps) X`` and ``(A^T dY + (1 + eps) dY)`` sampled
+    at the kept columns: empty rows and isolated nodes (their self term only), a hub, self loops,
+    duplicate edges, edge weights, k below / above a warp."""
+    from sparsegnn.kernels import cbsr_cuda
+    from sparsegnn.ops._triton import plan_of
+    from sparsegnn.ops.cbsr import _kernel_weights
+
+    if not cbsr_cuda.available():
+        pytest.skip("CuPy is not installed")
+    ei, w = sg.datasets.random_graph(300, 4000, seed=13, num_isolated=4, num_empty_rows=6, num_self_loops=4,
+                                     num_duplicates=9, weighted=True)
+    hub = torch.stack([torch.arange(300), torch.full((300,), 7)])
+    ei, w = torch.cat([ei, hub], 1), torch.cat([w, torch.rand(300) + 0.5])
+    g = Graph.from_edge_index(ei, w, num_nodes=300).to(DEVICE)
+    c = sg.maxk(torch.randn(300, 256, device=DEVICE), k)
+    eps = torch.tensor([-0.6], device=DEVICE)
+    plan = plan_of(g)
+    weight, _ = _kernel_weights(g, g.edge_val, "sum")
+    adj = dense_adjacency(ei, 300, w)
+    x = c.to_dense().double().cpu()
+    out = cbsr_cuda.spgemm_cbsr_cuda(g.rowptr, plan.rows_by_degree, plan.col32, weight, c.values, c.index, 300, 256,
+                                     None, eps)
+    want = adj @ x + 0.4 * x
+    assert float((out.double().cpu() - want).norm() / want.norm()) < 1e-6
+    up = torch.randn(300, 256, device=DEVICE)
+    got = cbsr_cuda.sspmm_cbsr_cuda(g.rowptr, plan.rows_by_degree, plan.col32, weight, up, c.index, 300, None, eps)
+    want = (adj.t() @ up.double().cpu() + 0.4 * up.double().cpu()).gather(1, c.index.long().cpu())
+    assert float((got.double().cpu() - want).norm() / want.norm()) < 1e-6
+    empty = (g.rowptr[1:] == g.rowptr[:-1]).cpu()
+    assert empty.any()          # rows with no edges still get their self term
+    torch.testing.assert_close(got.cpu()[empty].double(), want[empty], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="self term"):
+        cbsr_cuda.spgemm_cbsr_cuda(g.rowptr, plan.rows_by_degree, plan.col32, weight, c.values, c.index, 300, 256,
+                                   g.inv_degree(torch.float32), eps)
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("k", [3, 40])
+def test_gin_aggregate_of_cbsr_matches_float64_with_eps_gradient(backend, k):
+    """``gin_aggregate`` of a CBSR (the self term inside the aggregation, on every schedule the
+    backend takes: the CUDA kernels at 4 k <= F, the dense product with the one-pass self term
+    past it) against float64 ``A X + (1 + eps) X`` of the densified selection, forward and the
+    gradients of the values, the edge values and eps."""
+    from sparsegnn.ops.spmm import gin_aggregate
+
+    if backend == "triton" and DEVICE != "cuda" and k == 40:
+        pytest.skip("one Triton size through the interpreter is enough on the CPU")
+    ei, w = sg.datasets.random_graph(60, 500, seed=14, num_isolated=3, num_empty_rows=4, num_self_loops=3,
+                                     num_duplicates=5, weighted=True)
+    w = w.to(DEVICE).requires_grad_(True)
+    g = Graph.from_edge_index(ei.to(DEVICE), w, num_nodes=60)
+    h = torch.randn(60, 160, device=DEVICE, requires_grad=True)
+    c = sg.maxk(h, k)
+    eps = torch.tensor([0.25], device=DEVICE, requires_grad=True)
+    out = gin_aggregate(g, c, eps, backend=backend)
+    up = torch.randn(60, 160, device=DEVICE)
+    grads = torch.autograd.grad((out * up).sum(), (h, w, eps))
+    h64, w64, eps64 = (t.detach().double().cpu().requires_grad_(True) for t in (h, w, eps))
+    x64 = sg.maxk(h64, k, dense=True)
+    adj = torch.zeros(60, 60, dtype=torch.float64).index_put((ei[1], ei[0]), w64, accumulate=True)
+    ref = adj @ x64 + (1 + eps64) * x64
+    torch.testing.assert_close(out.double().cpu(), ref, rtol=1e-5, atol=1e-5)
+    want = torch.autograd.grad((ref * up.double().cpu()).sum(), (h64, w64, eps64))
+    for name, got, expect in zip(("x", "edge values", "eps"), grads, want):
+        torch.testing.assert_close(got.double().cpu(), expect, rtol=1e-4, atol=1e-4, msg=name)
+    bipartite = Graph.from_edge_index(torch.tensor([[0, 59], [1, 0]], device=DEVICE), num_nodes=2, num_src=60)
+    with pytest.raises(ValueError, match="one row of x per target"):
+        gin_aggregate(bipartite, c, eps, backend=backend)
+
+
 def test_layer_norm_maxk_parameter_gradients_do_not_share_storage():
     """The fused backward sums dw and db in one reduction; the two gradients that autograd keeps
     as ``weight.grad`` and ``bias.grad`` must still be separate tensors (an in-place resize or a

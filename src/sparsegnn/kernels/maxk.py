@@ -310,38 +310,97 @@ def layer_norm_maxk_backward(grad_values: Tensor, index: Tensor, x: Tensor, weig
 
 
 @triton.jit
-def _gather_kept_kernel(dense_ptr, idx_ptr, out_ptr, num_rows, stride_d, k, ROWS: tl.constexpr, KB: tl.constexpr):
-    """``out[i, s] = dense[i, index[i, s]]`` for ``ROWS`` rows a program (columns of any integer dtype)."""
+def _gather_kept_kernel(dense_ptr, idx_ptr, out_ptr, also_ptr, eps_ptr, num_rows, stride_d, stride_a, k,
+                        ROWS: tl.constexpr, KB: tl.constexpr, ALSO: tl.constexpr):
+    """``out[i, s] = dense[i, index[i, s]]`` (``ALSO``: ``+ (1 + eps) also[i, index[i, s]]``, summed
+    in fp32) for ``ROWS`` rows a program (columns of any integer dtype)."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
     kk = tl.arange(0, KB)[None, :]
     mask = (rows < num_rows) & (kk < k)
     r64 = rows.to(tl.int64)
     col = tl.load(idx_ptr + r64 * k + kk, mask=mask, other=0).to(tl.int64)
     v = tl.load(dense_ptr + r64 * stride_d + col, mask=mask, other=0.0)
+    if ALSO:
+        gain = 1.0 + tl.load(eps_ptr).to(tl.float32)
+        a = tl.load(also_ptr + r64 * stride_a + col, mask=mask, other=0.0)
+        v = v.to(tl.float32) + gain * a.to(tl.float32)
     tl.store(out_ptr + r64 * k + kk, v.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def gather_kept(dense: Tensor, index: Tensor, dtype: torch.dtype) -> Tensor:
+def _kept_rows(k: int):
+    """``(KB, ROWS)`` of the row-block kernels over a CBSR's ``k`` kept entries (~1024 a program)."""
+    kb = triton.next_power_of_2(k)
+    return kb, max(1, min(64, 1024 // kb))
+
+
+def gather_kept(dense: Tensor, index: Tensor, dtype: torch.dtype, also: Optional[Tensor] = None,
+                eps: Optional[Tensor] = None) -> Tensor:
     """``dense`` sampled at a CBSR's kept columns, in ``dtype``: ``out[i, s] = dense[i, index[i, s]]``
     in one pass reading the (uint8 / int) columns as they are, where ``dense.gather(1,
     index.long())`` is two kernels (the int64 columns, the gather), which a small graph's step
-    pays in launches (the backward of MaxK's dense schedules, per layer).
+    pays in launches (the backward of MaxK's dense schedules, per layer).  With ``also`` and
+    ``eps`` (GIN's self term): ``+ (1 + eps) also[i, index[i, s]]`` in the same pass (fp32 sum,
+    the result in ``dense``'s dtype before the cast to ``dtype``).
 
     Shapes:
-        dense: [N, F] (unit column stride); index: [N, k] -> [N, k].
+        dense, also: [N, F] (unit column stride); index: [N, k]; eps: [1] -> [N, k].
     """
     num_rows, k = index.shape
     if dense.dim() != 2 or dense.shape[0] != num_rows or k > dense.shape[1]:
         raise ValueError(f"gather_kept(): dense {tuple(dense.shape)} does not match index {tuple(index.shape)}")
+    if (also is None) != (eps is None) or (also is not None and (also.shape != dense.shape or eps.numel() != 1)):
+        raise ValueError(f"gather_kept(): also must match dense {tuple(dense.shape)} and come with a one-element eps")
     out = torch.empty((num_rows, k), dtype=dense.dtype, device=dense.device)
     if num_rows == 0 or k == 0:
         return out.to(dtype)
     dense = dense if dense.stride(1) == 1 else dense.contiguous()
-    kb = triton.next_power_of_2(k)
-    rows = max(1, min(64, 1024 // kb))
+    if also is not None:
+        also = also if also.stride(1) == 1 else also.contiguous()
+    kb, rows = _kept_rows(k)
     launch(_gather_kept_kernel, (triton.cdiv(num_rows, rows),),
-           (dense, index.contiguous(), out, num_rows, dense.stride(0), k), dict(ROWS=rows, KB=kb), 4)
+           (dense, index.contiguous(), out, dense if also is None else also, dense if eps is None else eps,
+            num_rows, dense.stride(0), dense.stride(0) if also is None else also.stride(0), k),
+           dict(ROWS=rows, KB=kb, ALSO=also is not None), 4)
     return out.to(dtype)        # a cast kernel only where the gradient's dtype differs (torch rounds)
+
+
+@triton.jit
+def _add_kept_kernel(out_ptr, val_ptr, idx_ptr, eps_ptr, num_rows, stride_o, k, ROWS: tl.constexpr,
+                     KB: tl.constexpr):
+    """``out[i, index[i, s]] += (1 + eps) values[i, s]`` for ``ROWS`` rows a program, in fp32: a
+    row's columns are distinct, so no two lanes touch one entry (no atomics)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    kk = tl.arange(0, KB)[None, :]
+    mask = (rows < num_rows) & (kk < k)
+    r64 = rows.to(tl.int64)
+    col = tl.load(idx_ptr + r64 * k + kk, mask=mask, other=0).to(tl.int64)
+    v = tl.load(val_ptr + r64 * k + kk, mask=mask, other=0.0).to(tl.float32)
+    gain = 1.0 + tl.load(eps_ptr).to(tl.float32)
+    at = out_ptr + r64 * stride_o + col
+    o = tl.load(at, mask=mask, other=0.0).to(tl.float32)
+    tl.store(at, (o + gain * v).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def add_kept_(out: Tensor, values: Tensor, index: Tensor, eps: Tensor) -> Tensor:
+    """GIN's self term added in place from a CBSR, ``out[i, index[i, s]] += (1 + eps) values[i, s]``,
+    in one pass (where ``out.scatter_add_(1, index.long(), (1 + eps) * values)`` is three kernels).
+    Returns ``out``.
+
+    Shapes:
+        out: [N, F] (unit column stride); values, index: [N, k]; eps: [1] -> out.
+    """
+    num_rows, k = index.shape
+    if (out.dim() != 2 or out.shape[0] != num_rows or k > out.shape[1] or values.shape != index.shape
+            or out.stride(1) != 1 or eps.numel() != 1):
+        raise ValueError(f"add_kept_(): out {tuple(out.shape)} (unit column stride), values {tuple(values.shape)}, "
+                         f"index {tuple(index.shape)} and a one-element eps ({tuple(eps.shape)}) do not match")
+    if num_rows == 0 or k == 0:
+        return out
+    kb, rows = _kept_rows(k)
+    launch(_add_kept_kernel, (triton.cdiv(num_rows, rows),),
+           (out, values.contiguous(), index.contiguous(), eps.detach(), num_rows, out.stride(0), k),
+           dict(ROWS=rows, KB=kb), 4)
+    return out
 
 
 def maxk_config(block_f: int) -> Dict[str, int]:

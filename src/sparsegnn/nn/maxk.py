@@ -50,7 +50,7 @@ from ..ops.dropout import dropout as dropout_fn
 from ..ops._dispatch import check_backend
 from ..ops.cbsr import cbsr_linear
 from ..ops.maxk import maxk
-from ..ops.spmm import spmm
+from ..ops.spmm import gin_aggregate, spmm
 from ._graph_input import GraphInputMixin, graph_kind, identity
 from ._inputs import GraphArg, node_counts, split_features
 from ._linear import Linear
@@ -332,12 +332,7 @@ class MaxKGINConv(_MaxKConv):
         graph, x = self._inputs_and_graph(x, edge_index, edge_weight, identity,
                                           sparse_values=graph_kind(edge_index) != "sparse_tensor")
         c = self.activate(self.nn(x) if self.linear_first else x)
-        aggregated = spmm(graph, c, reduce="sum", backend=self.backend)
-        if isinstance(c, CBSR):     # the self term from the kept entries (distinct columns: a scatter-add)
-            # (autocast: the values and eps may be wider than the aggregate; scatter_add_ does not promote)
-            out = aggregated.scatter_add_(1, c.long_index(), (c.values * (1 + self.eps)).to(aggregated.dtype))
-        else:
-            out = aggregated + (1 + self.eps) * c
+        out = gin_aggregate(graph, c, self.eps, backend=self.backend)  # CBSR: the self term inside the aggregation
         return out if self.linear_first else self.nn(out)
 
     def __repr__(self) -> str:

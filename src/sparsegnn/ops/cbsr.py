@@ -116,7 +116,7 @@ _KEEP_RULE = 0.03
 
 
 def _timed_forward_schedule(rule: str, graph: Graph, values: Tensor, num_cols: int, weight: Optional[Tensor],
-                            reduce: str, run) -> str:
+                            reduce: str, run, with_self: bool = False) -> str:
     """The rule's forward schedule or the other, whichever the tuner times faster for this
     graph, ``k``, width and reduction (``decide``; GPU time: a MaxK model's step is replayed by
     default; ``warm``: in a step the operands were written by the kernel just before).  The
@@ -133,7 +133,7 @@ def _timed_forward_schedule(rule: str, graph: Graph, values: Tensor, num_cols: i
     if not reuse_invested(graph) and reuse_policy() != "never":
         reuse_use(graph, num_cols, values.element_size())
     order = (rule, "dense" if rule == "spgemm" else "spgemm")
-    detail = f"k{values.shape[1]}|{reduce}|w{int(weight is not None)}"
+    detail = f"k{values.shape[1]}|{reduce}|w{int(weight is not None)}" + ("|self" if with_self else "")
     config = _kernels().decide(FORWARD_FAMILY, graph, detail, num_cols, values.dtype, values.device,
                                [{"path": FORWARD_SCHEDULES.index(s)} for s in order],
                                lambda cfg: run(FORWARD_SCHEDULES[cfg["path"]]),
@@ -149,50 +149,62 @@ def _kernel_weights(graph: Graph, weight: Optional[Tensor], reduce: str):
 
 
 def cbsr_forward(graph: Graph, values: Tensor, index: Tensor, num_cols: int, weight: Optional[Tensor], reduce: str,
-                 backend: str) -> Tensor:
+                 backend: str, self_eps: Optional[Tensor] = None) -> Tensor:
     """``Y = A' X`` for the CBSR ``X = (values, index, num_cols)`` on the ``forward_schedule``
-    (the eager autograd.Function and the custom op ``sparsegnn::spmm_cbsr`` both run this).
+    (the eager autograd.Function and the custom op ``sparsegnn::spmm_cbsr`` both run this);
+    with ``self_eps`` GIN's ``Y = A' X + (1 + eps) X`` (square graph): inside the SpGEMM for a
+    sum, else one pass over the kept entries after the aggregation (``add_kept_``).
 
     Shapes:
-        values, index: [M, k]; weight: [E] or None -> [N, num_cols].
+        values, index: [M, k]; weight: [E] or None; self_eps: [1] or None -> [N, num_cols].
     """
     def run(schedule: str) -> Tensor:
         if schedule == "spgemm":
             from ..kernels import cbsr_cuda
 
             w, scale = _kernel_weights(graph, weight, reduce)
-            return cbsr_cuda.spgemm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
-                                              values, index, graph.num_nodes, num_cols, scale)
-        return aggregate(backend, graph, densify(values, index, num_cols), weight, reduce)
+            fused = self_eps is not None and scale is None
+            out = cbsr_cuda.spgemm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
+                                             values, index, graph.num_nodes, num_cols, scale,
+                                             self_eps if fused else None)
+            return add_kept_(out, values, index, self_eps) if self_eps is not None and not fused else out
+        out = aggregate(backend, graph, densify(values, index, num_cols), weight, reduce)
+        return out if self_eps is None else add_kept_(out, values, index, self_eps)
 
     schedule = forward_schedule(values, index, num_cols, backend, graph)
     if _cbsr_kernel_fits(values, index, num_cols, backend):
-        schedule = _timed_forward_schedule(schedule, graph, values, num_cols, weight, reduce, run)
+        schedule = _timed_forward_schedule(schedule, graph, values, num_cols, weight, reduce, run,
+                                           self_eps is not None)
     return run(schedule)
 
 
 def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor, num_cols: int,
                   weight: Optional[Tensor], reduce: str, backend: str, need_values: bool,
-                  need_weight: bool) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+                  need_weight: bool, self_eps: Optional[Tensor] = None) -> Tuple[Optional[Tensor], Optional[Tensor]]:
     """``(dvalues, dw)`` of :func:`cbsr_forward` for the upstream gradient ``dY`` (module doc):
-    ``dvalues[j, s] = (A'^T dY)[j, index[j, s]]`` on the ``backward_schedule``, ``dw_e =
+    ``dvalues[j, s] = (A'^T dY)[j, index[j, s]]`` on the ``backward_schedule`` (with
+    ``self_eps``: ``+ (1 + eps) dY[j, index[j, s]]``, in the same kernel), ``dw_e =
     s_i <dY_i, X_j>``; None for a gradient not asked for (``need_values`` / ``need_weight``;
     ``dw`` also without weight).
 
     Shapes:
-        grad_out: [N, num_cols] contiguous; values, index: [M, k]; weight: [E] or None ->
-        dvalues [M, k] of values' dtype, dw [E] of weight's dtype.
+        grad_out: [N, num_cols] contiguous; values, index: [M, k]; weight: [E] or None;
+        self_eps: [1] or None -> dvalues [M, k] of values' dtype, dw [E] of weight's dtype.
     """
     grad_values = grad_weight = None
     if need_values and backward_schedule(values, index, num_cols, grad_out, backend, graph) == "outer":
         from ..kernels import cbsr_cuda
 
         w, scale = _kernel_weights(graph, weight, reduce)
+        fused = self_eps is not None and scale is None
         grad_values = cbsr_cuda.sspmm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
-                                                grad_out, index, values.shape[0], scale)
+                                                grad_out, index, values.shape[0], scale, self_eps if fused else None)
+        if self_eps is not None and not fused:
+            grad_values += gather_kept(grad_out, index, grad_values.dtype) * (1 + self_eps.to(grad_values.dtype))
     elif need_values:
         dense = aggregate_transposed(backend, graph, grad_out, weight, reduce)
-        grad_values = gather_kept(dense, index, values.dtype)
+        grad_values = gather_kept(dense, index, values.dtype, also=None if self_eps is None else grad_out,
+                                  eps=self_eps)
     if weight is not None and need_weight:
         x = densify(values, index, num_cols)
         grad_weight = spmm_weight_grad(backend, graph, grad_out, x.to(grad_out.dtype), 0, reduce).to(weight.dtype)
@@ -202,29 +214,37 @@ def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor,
 class _CBSRSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, graph: Graph, values: Tensor, index: Tensor, num_cols: int, weight: Optional[Tensor],
-                reduce: str, backend: str) -> Tensor:
+                reduce: str, backend: str, self_eps: Optional[Tensor]) -> Tensor:
         ctx.graph, ctx.reduce, ctx.backend = graph, reduce, backend
-        ctx.save_for_backward(values, index, weight)
+        ctx.save_for_backward(values, index, weight, self_eps)
         ctx.num_cols = num_cols
-        return cbsr_forward(graph, values, index, num_cols, weight, reduce, backend)
+        return cbsr_forward(graph, values, index, num_cols, weight, reduce, backend, self_eps)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        values, index, weight = ctx.saved_tensors
-        grad_values, grad_weight = cbsr_backward(ctx.graph, grad_out.contiguous(), values, index, ctx.num_cols, weight,
+        values, index, weight, self_eps = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        grad_values, grad_weight = cbsr_backward(ctx.graph, grad_out, values, index, ctx.num_cols, weight,
                                                  ctx.reduce, ctx.backend, ctx.needs_input_grad[1],
-                                                 ctx.needs_input_grad[4])
-        return None, grad_values, None, None, grad_weight, None, None
+                                                 ctx.needs_input_grad[4], self_eps)
+        grad_eps = None
+        if self_eps is not None and ctx.needs_input_grad[7]:    # d eps = sum_{i, s} values[i, s] dY[i, index[i, s]]
+            wide = torch.promote_types(torch.promote_types(grad_out.dtype, values.dtype), torch.float32)
+            kept = gather_kept(grad_out, index, wide)
+            grad_eps = (kept * values.to(wide)).sum().reshape(self_eps.shape).to(self_eps.dtype)
+        return None, grad_values, None, None, grad_weight, None, None, grad_eps
 
 
-def spmm_cbsr(graph: Graph, x: CBSR, weight: Optional[Tensor], reduce: str, backend: str) -> Tensor:
-    """``A' x`` for CBSR features (module doc); differentiable in ``x.values`` and ``weight``.
+def spmm_cbsr(graph: Graph, x: CBSR, weight: Optional[Tensor], reduce: str, backend: str,
+              self_eps: Optional[Tensor] = None) -> Tensor:
+    """``A' x`` for CBSR features (module doc); with ``self_eps`` GIN's ``A' x + (1 + eps) x``
+    (a square graph); differentiable in ``x.values``, ``weight`` and ``self_eps``.
 
     Shapes:
-        x: CBSR of [M, F] (k per row); weight: [E] or None -> [N, F].
+        x: CBSR of [M, F] (k per row); weight: [E] or None; self_eps: [1] or None -> [N, F].
     """
-    return _CBSRSpMM.apply(graph, x.values, x.index, x.num_cols, weight, reduce, backend)
+    return _CBSRSpMM.apply(graph, x.values, x.index, x.num_cols, weight, reduce, backend, self_eps)
 
 
 def densify(values: Tensor, index: Tensor, num_cols: int) -> Tensor:
@@ -241,20 +261,39 @@ def densify(values: Tensor, index: Tensor, num_cols: int) -> Tensor:
     return CBSR(values, index, num_cols).to_dense()
 
 
-def gather_kept(dense: Tensor, index: Tensor, dtype: torch.dtype) -> Tensor:
+def gather_kept(dense: Tensor, index: Tensor, dtype: torch.dtype, also: Optional[Tensor] = None,
+                eps: Optional[Tensor] = None) -> Tensor:
     """``dense`` at the kept columns of a CBSR, in ``dtype``: ``out[i, s] = dense[i, index[i, s]]``
-    (the backward formulas' sampling), one Triton pass on CUDA (``kernels.maxk.gather_kept``:
-    the columns read as stored, no int64 copy; a cast only where the dtypes differ), else
-    ``torch.gather``.
+    (the backward formulas' sampling; with ``also`` and ``eps``, GIN's self term: ``+ (1 + eps)
+    also[i, index[i, s]]``), one Triton pass on CUDA (``kernels.maxk.gather_kept``: the columns
+    read as stored, no int64 copy; a cast only where the dtypes differ), else ``torch.gather``.
 
     Shapes:
-        dense: [N, F]; index: [N, k] -> [N, k].
+        dense, also: [N, F]; index: [N, k]; eps: [1] -> [N, k].
     """
     if not compiling() and dense.is_cuda and dense.dim() == 2 and triton_available():
         from ..kernels.maxk import gather_kept as gather_kernel
 
-        return gather_kernel(dense, index, dtype)
-    return dense.gather(1, index.long()).to(dtype)
+        return gather_kernel(dense, index, dtype, also, eps)
+    cols = index.long()
+    out = dense.gather(1, cols)
+    if also is not None:
+        out = out + (1 + eps) * also.gather(1, cols)
+    return out.to(dtype)
+
+
+def add_kept_(out: Tensor, values: Tensor, index: Tensor, eps: Tensor) -> Tensor:
+    """GIN's self term from a CBSR, in place: ``out[i, index[i, s]] += (1 + eps) values[i, s]``;
+    one Triton pass on CUDA (``kernels.maxk.add_kept_``), else ``scatter_add_``.  Returns ``out``.
+
+    Shapes:
+        out: [N, F]; values, index: [N, k]; eps: [1] -> out.
+    """
+    if not compiling() and out.is_cuda and out.dim() == 2 and triton_available():
+        from ..kernels.maxk import add_kept_ as add_kernel
+
+        return add_kernel(out, values, index, eps)
+    return out.scatter_add_(1, index.long(), (values * (1 + eps)).to(out.dtype))
 
 
 def root_schedule(values: Tensor, index: Tensor, weight: Tensor, backend: str) -> str:

@@ -183,9 +183,10 @@ def _weight_in_graph_order(graph: Graph, edge_weight: Optional[Tensor], input_or
     return graph.to_graph_order(edge_weight) if input_order else edge_weight
 
 
-def _spmm_of_cbsr(graph, x: CBSR, reduce: str, edge_weight: Optional[Tensor], backend: str, precision: str) -> Tensor:
+def _spmm_of_cbsr(graph, x: CBSR, reduce: str, edge_weight: Optional[Tensor], backend: str, precision: str,
+                  self_eps: Optional[Tensor] = None) -> Tensor:
     """``spmm`` of CBSR features: sum / mean, exact (``ops.cbsr``; the custom op
-    ``sparsegnn::spmm_cbsr`` under torch.compile)."""
+    ``sparsegnn::spmm_cbsr`` under torch.compile); ``self_eps``: ``+ (1 + eps) x`` (``gin_aggregate``)."""
     from .cbsr import spmm_cbsr
 
     fn = "spmm"
@@ -199,12 +200,34 @@ def _spmm_of_cbsr(graph, x: CBSR, reduce: str, edge_weight: Optional[Tensor], ba
         graph, input_order = as_graph(graph, fn, num_nodes=x.shape[0], per_edge=edge_weight is not None)
     if x.shape[0] != graph.num_src:     # the message on failure only (a symbolic shape cannot be formatted)
         raise ValueError(f"{fn}(): x has {x.shape[0]} rows, the graph {graph.num_src} source nodes")
+    if self_eps is not None and (x.shape[0] != graph.num_nodes or self_eps.numel() != 1):
+        raise ValueError(f"{fn}(): the self term (1 + eps) x needs one row of x per target node ({graph.num_nodes}, "
+                         f"got {x.shape[0]}) and a one-element eps (got {tuple(self_eps.shape)})")
     edge_weight = _weight_in_graph_order(graph, edge_weight, input_order, fn, max_dim=1)
     if compiling():  # the custom op: graph tensors stay out of the traced program (devices checked there)
         check(backend in BACKENDS, fn, f"backend must be one of {BACKENDS}, got {backend!r}")
-        return torch.ops.sparsegnn.spmm_cbsr(x.values, x.index, x.num_cols, edge_weight, graph.key, reduce, backend)
+        out = torch.ops.sparsegnn.spmm_cbsr(x.values, x.index, x.num_cols, edge_weight, graph.key, reduce, backend)
+        if self_eps is None:
+            return out
+        return out.scatter_add(1, x.long_index(), (x.values * (1 + self_eps)).to(out.dtype))
     check_same_device(fn, graph=graph.rowptr, x=x.values, edge_weight=edge_weight)
-    return spmm_cbsr(graph, x, edge_weight, reduce, choose_backend(fn, backend, x.values))
+    return spmm_cbsr(graph, x, edge_weight, reduce, choose_backend(fn, backend, x.values), self_eps)
+
+
+def gin_aggregate(graph, x, eps: Tensor, backend: str = "auto") -> Tensor:
+    r"""GIN's aggregation :math:`(1 + \epsilon) x_i + \sum_{j \to i} w_{ji} x_j` (the graph's own
+    edge values, or ones).  For CBSR features (MaxK) the self term is added inside the
+    aggregation: in the CUDA SpGEMM's accumulator and the outer-product backward, else one pass
+    over the kept entries, where ``spmm(...).scatter_add_(1, index.long(), (1 + eps) values)``
+    takes three launches forward and three back (the int64 columns, the product, the scatter;
+    their gathers and a sum of two gradients).  ``eps`` may need a gradient.
+
+    Shapes:
+        x: [N, F] or CBSR of [N, F]; eps: [1] -> [N, F].
+    """
+    if isinstance(x, CBSR):
+        return _spmm_of_cbsr(graph, x, "sum", None, backend, "ieee", self_eps=eps)
+    return spmm(graph, x, reduce="sum", backend=backend) + (1 + eps) * x
 
 
 def spmm(
