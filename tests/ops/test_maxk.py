@@ -642,37 +642,59 @@ def test_cuda_cbsr_kernels_with_gin_self_term_match_float64(k):
 
 
 @pytest.mark.parametrize("backend", ["reference", "triton"])
-@pytest.mark.parametrize("k", [3, 40])
-def test_gin_aggregate_of_cbsr_matches_float64_with_eps_gradient(backend, k):
-    """``gin_aggregate`` of a CBSR (the self term inside the aggregation, on every schedule the
-    backend takes: the CUDA kernels at 4 k <= F, the dense product with the one-pass self term
-    past it) against float64 ``A X + (1 + eps) X`` of the densified selection, forward and the
-    gradients of the values, the edge values and eps."""
+@pytest.mark.parametrize("k", [3, 41])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cbsr_aggregation_with_gin_self_term_matches_float64(backend, k, reduce, dtype):
+    """The CBSR aggregation with GIN's self term (``gin_aggregate`` for a sum, ``spmm_cbsr``
+    with ``self_eps`` for a mean, whose ``1 / deg`` must not scale the self term) against float64
+    ``A' X + (1 + eps) X`` of the densified selection, forward and the gradients of the values,
+    the edge values and eps.  At F = 160, k = 3 is a candidate of the CUDA kernels (forward by
+    timing, backward the outer product; with the self term inside them for a sum, after them
+    for a mean) and k = 41 (4 k > F) takes the dense product both ways with the one-pass
+    self-term kernels.  float64 (the reference backend's) stays exact, on a GPU too: its self
+    term by torch, not the fp32 Triton passes; the Triton backend refuses it."""
+    from sparsegnn.ops.cbsr import spmm_cbsr
     from sparsegnn.ops.spmm import gin_aggregate
 
-    if backend == "triton" and DEVICE != "cuda" and k == 40:
-        pytest.skip("one Triton size through the interpreter is enough on the CPU")
+    if backend == "triton" and DEVICE != "cuda" and (k == 41 or dtype == torch.float64 or reduce == "mean"):
+        pytest.skip("one Triton case through the interpreter is enough on the CPU")
+    if backend == "triton" and dtype == torch.float64:     # not a Triton dtype: a clear error, nothing computed
+        c = sg.maxk(torch.randn(60, 160, device=DEVICE, dtype=dtype), k)
+        g = Graph.from_edge_index(torch.randint(0, 60, (2, 300), device=DEVICE), num_nodes=60)
+        with pytest.raises(ValueError, match="backend='triton' supports float32"):
+            gin_aggregate(g, c, torch.zeros(1, device=DEVICE, dtype=dtype), backend=backend)
+        return
     ei, w = sg.datasets.random_graph(60, 500, seed=14, num_isolated=3, num_empty_rows=4, num_self_loops=3,
                                      num_duplicates=5, weighted=True)
-    w = w.to(DEVICE).requires_grad_(True)
+    w = w.to(DEVICE, dtype).requires_grad_(True)
     g = Graph.from_edge_index(ei.to(DEVICE), w, num_nodes=60)
-    h = torch.randn(60, 160, device=DEVICE, requires_grad=True)
+    h = torch.randn(60, 160, device=DEVICE, dtype=dtype, requires_grad=True)
     c = sg.maxk(h, k)
-    eps = torch.tensor([0.25], device=DEVICE, requires_grad=True)
-    out = gin_aggregate(g, c, eps, backend=backend)
-    up = torch.randn(60, 160, device=DEVICE)
+    eps = torch.tensor([0.25], device=DEVICE, dtype=dtype, requires_grad=True)
+    if reduce == "sum":
+        out = gin_aggregate(g, c, eps, backend=backend)
+    else:
+        out = spmm_cbsr(g, c, g.edge_val, "mean", backend, self_eps=eps)
+    up = torch.randn(60, 160, device=DEVICE, dtype=dtype)
     grads = torch.autograd.grad((out * up).sum(), (h, w, eps))
     h64, w64, eps64 = (t.detach().double().cpu().requires_grad_(True) for t in (h, w, eps))
     x64 = sg.maxk(h64, k, dense=True)
     adj = torch.zeros(60, 60, dtype=torch.float64).index_put((ei[1], ei[0]), w64, accumulate=True)
+    if reduce == "mean":
+        adj = adj / dense_adjacency(ei, 60).sum(1, keepdim=True).clamp(min=1)
     ref = adj @ x64 + (1 + eps64) * x64
-    torch.testing.assert_close(out.double().cpu(), ref, rtol=1e-5, atol=1e-5)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(out.double().cpu(), ref, rtol=tol, atol=tol)
     want = torch.autograd.grad((ref * up.double().cpu()).sum(), (h64, w64, eps64))
     for name, got, expect in zip(("x", "edge values", "eps"), grads, want):
-        torch.testing.assert_close(got.double().cpu(), expect, rtol=1e-4, atol=1e-4, msg=name)
+        torch.testing.assert_close(got.double().cpu(), expect, rtol=10 * tol, atol=10 * tol, msg=name)
     bipartite = Graph.from_edge_index(torch.tensor([[0, 59], [1, 0]], device=DEVICE), num_nodes=2, num_src=60)
     with pytest.raises(ValueError, match="one row of x per target"):
         gin_aggregate(bipartite, c, eps, backend=backend)
+    if DEVICE == "cuda":
+        with pytest.raises(ValueError, match="one device"):
+            gin_aggregate(g, c, eps.detach().cpu(), backend=backend)
 
 
 def test_layer_norm_maxk_parameter_gradients_do_not_share_storage():

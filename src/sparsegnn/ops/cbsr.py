@@ -261,17 +261,23 @@ def densify(values: Tensor, index: Tensor, num_cols: int) -> Tensor:
     return CBSR(values, index, num_cols).to_dense()
 
 
+#: Result dtypes whose self-term sums the Triton passes form (in fp32); float64 stays with torch (exact).
+_TRITON_SUMS = (torch.float32, torch.float16, torch.bfloat16)
+
+
 def gather_kept(dense: Tensor, index: Tensor, dtype: torch.dtype, also: Optional[Tensor] = None,
                 eps: Optional[Tensor] = None) -> Tensor:
     """``dense`` at the kept columns of a CBSR, in ``dtype``: ``out[i, s] = dense[i, index[i, s]]``
     (the backward formulas' sampling; with ``also`` and ``eps``, GIN's self term: ``+ (1 + eps)
     also[i, index[i, s]]``), one Triton pass on CUDA (``kernels.maxk.gather_kept``: the columns
-    read as stored, no int64 copy; a cast only where the dtypes differ), else ``torch.gather``.
+    read as stored, no int64 copy; a cast only where the dtypes differ; the self term's sum in
+    fp32, so float64 takes torch), else ``torch.gather``.
 
     Shapes:
         dense, also: [N, F]; index: [N, k]; eps: [1] -> [N, k].
     """
-    if not compiling() and dense.is_cuda and dense.dim() == 2 and triton_available():
+    if (not compiling() and dense.is_cuda and dense.dim() == 2 and triton_available()
+            and (also is None or dense.dtype in _TRITON_SUMS)):
         from ..kernels.maxk import gather_kept as gather_kernel
 
         return gather_kernel(dense, index, dtype, also, eps)
@@ -284,12 +290,13 @@ def gather_kept(dense: Tensor, index: Tensor, dtype: torch.dtype, also: Optional
 
 def add_kept_(out: Tensor, values: Tensor, index: Tensor, eps: Tensor) -> Tensor:
     """GIN's self term from a CBSR, in place: ``out[i, index[i, s]] += (1 + eps) values[i, s]``;
-    one Triton pass on CUDA (``kernels.maxk.add_kept_``), else ``scatter_add_``.  Returns ``out``.
+    one Triton pass on CUDA for fp32 / fp16 / bf16 ``out`` (``kernels.maxk.add_kept_``, fp32 sums),
+    else ``scatter_add_`` (float64 exact).  Returns ``out``.
 
     Shapes:
         out: [N, F]; values, index: [N, k]; eps: [1] -> out.
     """
-    if not compiling() and out.is_cuda and out.dim() == 2 and triton_available():
+    if not compiling() and out.is_cuda and out.dim() == 2 and triton_available() and out.dtype in _TRITON_SUMS:
         from ..kernels.maxk import add_kept_ as add_kernel
 
         return add_kernel(out, values, index, eps)

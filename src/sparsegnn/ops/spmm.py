@@ -210,7 +210,7 @@ def _spmm_of_cbsr(graph, x: CBSR, reduce: str, edge_weight: Optional[Tensor], ba
         if self_eps is None:
             return out
         return out.scatter_add(1, x.long_index(), (x.values * (1 + self_eps)).to(out.dtype))
-    check_same_device(fn, graph=graph.rowptr, x=x.values, edge_weight=edge_weight)
+    check_same_device(fn, graph=graph.rowptr, x=x.values, edge_weight=edge_weight, eps=self_eps)
     return spmm_cbsr(graph, x, edge_weight, reduce, choose_backend(fn, backend, x.values), self_eps)
 
 
