@@ -787,3 +787,119 @@ def test_layer_norm_maxk_on_the_gpu_at_width_256(dtype, tol):
     for got, want in zip(leaves, ref):
         err = (got.grad.cpu().double() - want.grad).norm() / want.grad.norm()
         assert err < (1e-5 if dtype == torch.float32 else 1e-2), err
+
+
+@pytest.mark.parametrize("variant", ["sum", "mean", "gin"])
+@pytest.mark.parametrize("k", [5, 41])
+def test_bound_cbsr_aggregation_repeats_match_float64_and_follow_the_values(fresh_store, monkeypatch, variant, k):
+    """A repeat eager CBSR aggregation runs the form the first call resolved (``ops.cbsr._Bound``:
+    no schedule derived again) and still matches float64 forward and backward, on a graph with
+    duplicates, self loops, empty rows and isolated nodes; an in-place update of the edge
+    values, and a new generation of decision stores, make it resolve again (nothing stale).
+    On a GPU, k = 5 of F = 160 takes the CUDA kernels, k = 41 the dense product; on the CPU
+    (Triton's interpreter) the dense product."""
+    from sparsegnn.ops import cbsr
+    from sparsegnn.ops.cbsr import spmm_cbsr
+    from sparsegnn.ops.spmm import gin_aggregate
+    from sparsegnn.tune.store import reset_stores
+
+    if DEVICE != "cuda" and k == 41:
+        pytest.skip("one width through the interpreter is enough on the CPU")
+    n, f = 60, 160 if DEVICE == "cuda" else 24
+    k = min(k, f // 4)
+    ei, w = sg.datasets.random_graph(n, 500, seed=21, num_isolated=3, num_empty_rows=4, num_self_loops=3,
+                                     num_duplicates=5, weighted=True)
+    g = Graph.from_edge_index(ei.to(DEVICE), w.to(DEVICE), num_nodes=n)
+    eps = torch.tensor([0.25], device=DEVICE)
+    derived = []
+    real_schedule = cbsr.forward_schedule
+    monkeypatch.setattr(cbsr, "forward_schedule", lambda *a, **kw: derived.append(1) or real_schedule(*a, **kw))
+
+    def call(seed):
+        h = torch.randn(n, f, generator=torch.Generator().manual_seed(seed)).to(DEVICE).requires_grad_(True)
+        c = sg.maxk(h, k)
+        if variant == "gin":
+            out = gin_aggregate(g, c, eps, backend="triton")
+        else:
+            out = spmm_cbsr(g, c, g.edge_val, variant, "triton")
+        up = torch.randn(n, f, generator=torch.Generator().manual_seed(seed + 1)).to(DEVICE)
+        out.backward(up)
+        src, dst = g.edge_index().cpu()     # the graph's (CSR) order, which edge_val follows
+        adj = torch.zeros(n, n, dtype=torch.float64).index_put((dst, src), g.edge_val.double().cpu(), accumulate=True)
+        if variant == "mean":
+            adj = adj / dense_adjacency(ei, n).sum(1, keepdim=True).clamp(min=1)
+        h64 = h.detach().double().cpu().requires_grad_(True)
+        x64 = sg.maxk(h64, k, dense=True)
+        ref = adj @ x64 + ((1 + eps.double().cpu()) * x64 if variant == "gin" else 0)
+        ref.backward(up.double().cpu())
+        torch.testing.assert_close(out.detach().double().cpu(), ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(h.grad.double().cpu(), h64.grad, rtol=1e-5, atol=1e-5)
+
+    call(1)
+    assert any(slot == "cbsr_run" for slot, _ in g.cache), list(g.cache)
+    derived.clear()
+    call(2)
+    assert not derived                      # the bound form ran: no schedule derived
+    with torch.no_grad():
+        g.edge_val.mul_(-1.5)               # in place: a new version of the values
+    call(3)
+    assert derived                          # resolved again for the new values
+    derived.clear()
+    call(4)
+    assert not derived
+    reset_stores()                          # a new generation of decisions
+    call(5)
+    assert derived
+
+
+def test_bound_cbsr_aggregation_is_kept_only_once_its_schedule_is_decided(monkeypatch):
+    """A schedule chosen while the graph was not invested in is the rule's, untimed: a graph
+    invested by that call's own aggregation keeps no bound form until a later call decides
+    (else the untimed choice would run for good).  Simulated on any machine: the SpGEMM made a
+    candidate, the decision stubbed to the dense product, the graph invested only after it."""
+    from sparsegnn.ops import cbsr
+
+    n, f = 30, 24
+    ei, w = sg.datasets.random_graph(n, 150, seed=5, num_empty_rows=2, num_duplicates=3, weighted=True)
+    g = Graph.from_edge_index(ei.to(DEVICE), w.to(DEVICE), num_nodes=n)
+    invested = iter([False])            # at the first decision only: not invested yet
+    monkeypatch.setattr(cbsr, "_cbsr_kernel_fits", lambda *a: True)
+    monkeypatch.setattr(cbsr, "forward_schedule", lambda *a: "dense")
+    monkeypatch.setattr(cbsr, "_timed_forward_schedule", lambda *a, **kw: "dense")
+    real_invested = cbsr.reuse_invested
+    monkeypatch.setattr(cbsr, "reuse_invested", lambda graph: next(invested, real_invested(graph)))
+    c = sg.maxk(torch.randn(n, f, device=DEVICE), 4)
+    want = dense_adjacency(g.edge_index().cpu(), n, g.edge_val) @ c.to_dense().double().cpu()
+    for kept in (False, True):
+        out = cbsr.spmm_cbsr(g, c, g.edge_val, "sum", "triton")
+        torch.testing.assert_close(out.double().cpu(), want, rtol=1e-5, atol=1e-5)
+        assert any(slot == "cbsr_run" for slot, _ in g.cache) == kept
+
+
+@pytest.mark.parametrize("variant", ["sum", "gin"])
+def test_bound_cbsr_aggregation_does_not_keep_its_graph_alive(variant):
+    """The bound form lives in the graph's cache and holds none of the graph: the graph (and its
+    device memory) goes with its last reference, no cycle collection needed."""
+    import gc
+    import weakref
+
+    from sparsegnn.ops.spmm import gin_aggregate
+
+    n, f = 40, 160 if DEVICE == "cuda" else 24
+    ei, _ = sg.datasets.random_graph(n, 300, seed=6, num_empty_rows=2, num_self_loops=2)
+    g = Graph.from_edge_index(ei.to(DEVICE), num_nodes=n)
+    eps = torch.tensor([0.5], device=DEVICE)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(2):
+            h = torch.randn(n, f, device=DEVICE, requires_grad=True)
+            c = sg.maxk(h, 5)
+            out = gin_aggregate(g, c, eps, backend="triton") if variant == "gin" else sg.spmm(g, c, backend="triton")
+            out.sum().backward()
+        assert any(slot == "cbsr_run" for slot, _ in g.cache)
+        ref = weakref.ref(g)
+        del g, out, c, h
+        assert ref() is None
+    finally:
+        gc.enable()

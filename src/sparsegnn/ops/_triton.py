@@ -242,6 +242,26 @@ def bound_call(graph: Graph, x: Tensor, reduce: str, precision: str = "ieee",
     return run(x)
 
 
+def bound_launch(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str):
+    """The launch ``_spmm_triton`` bound for ``A x`` with ``weight`` (None or the graph's own
+    values) in an earlier call, still valid for the values and the decision stores, for a caller
+    that resolves a call once and keeps the launch (``ops.cbsr``'s bound aggregation, stamped
+    with the same generation and values); None where there is none (no such call yet, a graph
+    not invested in, a batch the batched kernels may take, other values, a capture or its
+    warm-up).  Nothing is decided or timed here: ``x`` gives only the signature.
+
+    Shapes:
+        x: [*, F] of the operand's dtype and device -> a callable ``[M, F] -> [N, F]``.
+    """
+    if (weight is not None and (weight is not graph.edge_val or weight.dim() != 1)) or graph.transient:
+        return None
+    device = x.get_device()                            # -1 on the host (the interpreter's launches)
+    if _may_batch(graph) or (device >= 0 and cuda_syncs_forbidden()) or (device < 0 and not x.is_cpu):
+        return None
+    return graph.cache.get("spmm_run", _run_key(graph, x, weight, reduce, False, device, False),
+                           values=weight, stamp=_run_stamp(weight))
+
+
 def _bound_spmm(graph: Graph, x: Tensor, weight: Optional[Tensor], reduce: str):
     """The tuner's config for ``A x`` (``weight``: the graph's own or owned values), bound to the
     graph (``spmm_csr.bind_planned``): a repeat call skips ``decide`` and the specialisation

@@ -32,9 +32,10 @@ from torch.autograd.function import once_differentiable
 
 from ..formats.cbsr import CBSR
 from ..graph import Graph
-from ..kernels import triton_available
+from ..kernels import current_stream_key, triton_available
 from ._dispatch import aggregate, aggregate_transposed, choose_backend, spmm_weight_grad
-from ..tune.reuse import invested as reuse_invested, policy as reuse_policy, use as reuse_use
+from ..tune.reuse import cuda_syncs_forbidden, invested as reuse_invested, policy as reuse_policy, use as reuse_use
+from ..tune.store import stores_generation
 from ._triton import SPMM_FAMILY, plan_of, _kernels
 from torch.compiler import is_compiling as compiling  # dynamo tracing: the custom ops (``_library``) take over
 
@@ -148,16 +149,111 @@ def _kernel_weights(graph: Graph, weight: Optional[Tensor], reduce: str):
     return w, (graph.inv_degree(torch.float32) if reduce == "mean" else None)
 
 
+class _Bound:
+    """A CBSR aggregation resolved for one graph and call signature (``k``, width, reduce,
+    weights or not, self term or not, dtypes, device, stream, deterministic mode): the forward's
+    schedule with its operands prepared (the SpGEMM's plan tensors and kernel weights, or the
+    dense product's bound launch, ``_triton.bound_launch``), and the backward's schedule once a
+    backward has resolved it.  A repeat eager call runs these instead of deriving them again
+    (``forward_schedule``'s checks, the timed decision's lookup, the weights, the dispatch of
+    the dense product): on a small graph host time is most of a call (cora, F = 256, k = 32:
+    157 us a forward on the full path against ~15 us for a bound dense call).  Kept in the
+    graph's ``"cbsr_run"`` slot (``_binding`` gives key and stamp)."""
+
+    __slots__ = ("num_cols", "weight", "reduce", "backend", "fused", "spgemm", "dense", "outer")
+
+    def __init__(self, graph: Graph, schedule: str, values: Tensor, num_cols: int, weight: Optional[Tensor],
+                 reduce: str, backend: str, with_self: bool) -> None:
+        # the graph itself is not held (its cache holds this): what is needed of it, and the
+        # graph passed to ``backward``
+        self.num_cols, self.weight, self.reduce, self.backend = num_cols, weight, reduce, backend
+        w, scale = _kernel_weights(graph, weight, reduce)
+        self.fused = with_self and scale is None
+        self.spgemm = self.dense = self.outer = None
+        if schedule == "spgemm":
+            from ..kernels import cbsr_cuda
+
+            plan, rowptr, n = plan_of(graph), graph.rowptr, graph.num_nodes
+            self.spgemm = lambda v, i, eps: cbsr_cuda.spgemm_cbsr_cuda(  # noqa: E731
+                rowptr, plan.rows_by_degree, plan.col32, w, v, i, n, num_cols, scale, eps)
+        else:
+            from ._triton import bound_launch
+
+            # the launch for what ``densify`` gives: values' dtype
+            self.dense = bound_launch(graph, values.new_empty((0, num_cols)), weight, reduce)
+
+    def forward(self, values: Tensor, index: Tensor, self_eps: Optional[Tensor]) -> Tensor:
+        """``cbsr_forward`` on the resolved schedule."""
+        if self.spgemm is not None:
+            out = self.spgemm(values, index, self_eps if self.fused else None)
+            return add_kept_(out, values, index, self_eps) if self_eps is not None and not self.fused else out
+        out = self.dense(densify(values, index, self.num_cols))
+        return out if self_eps is None else add_kept_(out, values, index, self_eps)
+
+    def backward(self, graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor,
+                 self_eps: Optional[Tensor]) -> Tensor:
+        """``dvalues`` of ``cbsr_forward`` (``cbsr_backward``'s), the schedule resolved once per
+        gradient dtype and deterministic mode (read when the backward runs): the outer product's
+        launch prepared, else the dense formula."""
+        signature = (grad_out.dtype, torch.are_deterministic_algorithms_enabled())
+        if self.outer is None or self.outer[0] != signature:
+            self.outer = (signature, self._outer(graph, grad_out, values, index))
+        run = self.outer[1]
+        if run is not None:
+            return run(grad_out, index, self_eps)
+        return _dense_grad_values(graph, grad_out, values, index, self.weight, self.reduce, self.backend,
+                                  self_eps)
+
+    def _outer(self, graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor):
+        if backward_schedule(values, index, self.num_cols, grad_out, self.backend, graph) != "outer":
+            return None
+        return _outer_launch(graph, self.weight, self.reduce, values.shape[0])
+
+
+def _binding(graph: Graph, values: Tensor, index: Tensor, num_cols: int, weight: Optional[Tensor], reduce: str,
+             backend: str, with_self: bool):
+    """``(key, stamp)`` of this call's ``"cbsr_run"`` entry (``_Bound``), or None where none may
+    be kept or used: another backend, a transient graph, a CUDA-graph capture or its warm-up
+    (decisions there are provisional), weights other than the graph's own (a caller's tensor,
+    likely new every call, as ``_triton`` binds no launch to them).  The stamp holds the
+    decision stores' generation and the weights' address (the dense launch is bound to it);
+    the cache checks their version."""
+    device = values.get_device()                       # -1 on the host (the interpreter's launches)
+    if backend != "triton" or graph.transient or (device >= 0 and cuda_syncs_forbidden()) or (
+            device < 0 and not values.is_cpu) or (weight is not None and weight is not graph.edge_val):
+        return None
+    key = (values.shape[1], num_cols, reduce, weight is not None, with_self, values.dtype, index.dtype, device,
+           current_stream_key(device), torch.are_deterministic_algorithms_enabled())
+    return key, (stores_generation(), 0 if weight is None else weight.data_ptr())
+
+
 def cbsr_forward(graph: Graph, values: Tensor, index: Tensor, num_cols: int, weight: Optional[Tensor], reduce: str,
                  backend: str, self_eps: Optional[Tensor] = None) -> Tensor:
+    """``cbsr_forward_bound``'s result (see there), without the bound aggregation."""
+    return cbsr_forward_bound(graph, values, index, num_cols, weight, reduce, backend, self_eps)[0]
+
+
+def cbsr_forward_bound(graph: Graph, values: Tensor, index: Tensor, num_cols: int, weight: Optional[Tensor],
+                       reduce: str, backend: str, self_eps: Optional[Tensor] = None) -> Tuple[Tensor, Optional[_Bound]]:
     """``Y = A' X`` for the CBSR ``X = (values, index, num_cols)`` on the ``forward_schedule``
     (the eager autograd.Function and the custom op ``sparsegnn::spmm_cbsr`` both run this);
     with ``self_eps`` GIN's ``Y = A' X + (1 + eps) X`` (square graph): inside the SpGEMM for a
     sum, else one pass over the kept entries after the aggregation (``add_kept_``).
 
+    Returns ``(Y, bound)``: ``bound`` the call's resolved form (``_Bound``), found or made
+    here, for its backward and the next call; None where none is kept (``_binding``; a graph
+    not invested in, whose schedule is not decided yet).
+
     Shapes:
         values, index: [M, k]; weight: [E] or None; self_eps: [1] or None -> [N, num_cols].
     """
+    binding = _binding(graph, values, index, num_cols, weight, reduce, backend, self_eps is not None)
+    if binding is not None and BIND:
+        bound = graph.cache.get("cbsr_run", binding[0], values=weight, stamp=binding[1])
+        if bound is not None:
+            reuse_use(graph, num_cols, values.element_size())      # counted as every call on the graph is
+            return bound.forward(values, index, self_eps), bound
+
     def run(schedule: str) -> Tensor:
         if schedule == "spgemm":
             from ..kernels import cbsr_cuda
@@ -172,43 +268,81 @@ def cbsr_forward(graph: Graph, values: Tensor, index: Tensor, num_cols: int, wei
         return out if self_eps is None else add_kept_(out, values, index, self_eps)
 
     schedule = forward_schedule(values, index, num_cols, backend, graph)
+    settled = True      # the schedule is the one every later call would take
     if _cbsr_kernel_fits(values, index, num_cols, backend):
         schedule = _timed_forward_schedule(schedule, graph, values, num_cols, weight, reduce, run,
                                            self_eps is not None)
-    return run(schedule)
+        # decided by the tuner only on a graph invested in (else the rule's, untimed): a graph
+        # invested by this call's own aggregation below decides on its next call
+        settled = reuse_invested(graph)
+    out = run(schedule)
+    if binding is None or not BIND or not settled or not reuse_invested(graph):
+        return out, None
+    bound = _Bound(graph, schedule, values, num_cols, weight, reduce, backend, self_eps is not None)
+    if bound.spgemm is None and bound.dense is None:     # no launch to keep (``bound_launch`` declined)
+        return out, None
+    graph.cache.put("cbsr_run", bound, binding[0], values=weight, stamp=binding[1])
+    return out, bound
+
+
+#: Whether eager calls keep and reuse their resolved form (``_Bound``); off: every call takes
+#: the full path (for measuring what the bound form saves).
+BIND = True
 
 
 def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor, num_cols: int,
                   weight: Optional[Tensor], reduce: str, backend: str, need_values: bool,
-                  need_weight: bool, self_eps: Optional[Tensor] = None) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+                  need_weight: bool, self_eps: Optional[Tensor] = None,
+                  bound: Optional[_Bound] = None) -> Tuple[Optional[Tensor], Optional[Tensor]]:
     """``(dvalues, dw)`` of :func:`cbsr_forward` for the upstream gradient ``dY`` (module doc):
     ``dvalues[j, s] = (A'^T dY)[j, index[j, s]]`` on the ``backward_schedule`` (with
     ``self_eps``: ``+ (1 + eps) dY[j, index[j, s]]``, in the same kernel), ``dw_e =
     s_i <dY_i, X_j>``; None for a gradient not asked for (``need_values`` / ``need_weight``;
-    ``dw`` also without weight).
+    ``dw`` also without weight).  ``bound``: the forward's resolved form (``_Bound``), whose
+    backward schedule is resolved once.
 
     Shapes:
         grad_out: [N, num_cols] contiguous; values, index: [M, k]; weight: [E] or None;
         self_eps: [1] or None -> dvalues [M, k] of values' dtype, dw [E] of weight's dtype.
     """
     grad_values = grad_weight = None
-    if need_values and backward_schedule(values, index, num_cols, grad_out, backend, graph) == "outer":
-        from ..kernels import cbsr_cuda
-
-        w, scale = _kernel_weights(graph, weight, reduce)
-        fused = self_eps is not None and scale is None
-        grad_values = cbsr_cuda.sspmm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
-                                                grad_out, index, values.shape[0], scale, self_eps if fused else None)
-        if self_eps is not None and not fused:
-            grad_values += gather_kept(grad_out, index, grad_values.dtype) * (1 + self_eps.to(grad_values.dtype))
+    if need_values and bound is not None:
+        grad_values = bound.backward(graph, grad_out, values, index, self_eps)
+    elif need_values and backward_schedule(values, index, num_cols, grad_out, backend, graph) == "outer":
+        grad_values = _outer_launch(graph, weight, reduce, values.shape[0])(grad_out, index, self_eps)
     elif need_values:
-        dense = aggregate_transposed(backend, graph, grad_out, weight, reduce)
-        grad_values = gather_kept(dense, index, values.dtype, also=None if self_eps is None else grad_out,
-                                  eps=self_eps)
+        grad_values = _dense_grad_values(graph, grad_out, values, index, weight, reduce, backend, self_eps)
     if weight is not None and need_weight:
         x = densify(values, index, num_cols)
         grad_weight = spmm_weight_grad(backend, graph, grad_out, x.to(grad_out.dtype), 0, reduce).to(weight.dtype)
     return grad_values, grad_weight
+
+
+def _outer_launch(graph: Graph, weight: Optional[Tensor], reduce: str, num_src: int):
+    """``run(grad_out, index, self_eps) -> dvalues`` by the CUDA outer product (``"outer"``
+    schedule), its graph operands and kernel weights resolved now; a mean's self term is added
+    after it (the kernel's scale would weigh it by ``1 / deg``)."""
+    from ..kernels import cbsr_cuda
+
+    w, scale = _kernel_weights(graph, weight, reduce)
+    plan, rowptr = plan_of(graph), graph.rowptr     # not the graph: a bound form keeps this (``_Bound``)
+
+    def run(grad_out: Tensor, index: Tensor, self_eps: Optional[Tensor]) -> Tensor:
+        fused = self_eps is not None and scale is None
+        grad_values = cbsr_cuda.sspmm_cbsr_cuda(rowptr, plan.rows_by_degree, plan.col32, w, grad_out, index,
+                                                num_src, scale, self_eps if fused else None)
+        if self_eps is not None and not fused:
+            grad_values += gather_kept(grad_out, index, grad_values.dtype) * (1 + self_eps.to(grad_values.dtype))
+        return grad_values
+    return run
+
+
+def _dense_grad_values(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor, weight: Optional[Tensor],
+                       reduce: str, backend: str, self_eps: Optional[Tensor]) -> Tensor:
+    """``dvalues`` by the dense formula: ``A'^T dY`` by our SpMM, sampled at the kept entries
+    (with ``self_eps``, ``+ (1 + eps) dY`` sampled in the same pass)."""
+    dense = aggregate_transposed(backend, graph, grad_out, weight, reduce)
+    return gather_kept(dense, index, values.dtype, also=None if self_eps is None else grad_out, eps=self_eps)
 
 
 class _CBSRSpMM(torch.autograd.Function):
@@ -218,7 +352,8 @@ class _CBSRSpMM(torch.autograd.Function):
         ctx.graph, ctx.reduce, ctx.backend = graph, reduce, backend
         ctx.save_for_backward(values, index, weight, self_eps)
         ctx.num_cols = num_cols
-        return cbsr_forward(graph, values, index, num_cols, weight, reduce, backend, self_eps)
+        out, ctx.bound = cbsr_forward_bound(graph, values, index, num_cols, weight, reduce, backend, self_eps)
+        return out
 
     @staticmethod
     @once_differentiable
@@ -227,7 +362,7 @@ class _CBSRSpMM(torch.autograd.Function):
         grad_out = grad_out.contiguous()
         grad_values, grad_weight = cbsr_backward(ctx.graph, grad_out, values, index, ctx.num_cols, weight,
                                                  ctx.reduce, ctx.backend, ctx.needs_input_grad[1],
-                                                 ctx.needs_input_grad[4], self_eps)
+                                                 ctx.needs_input_grad[4], self_eps, ctx.bound)
         grad_eps = None
         if self_eps is not None and ctx.needs_input_grad[7]:    # d eps = sum_{i, s} values[i, s] dY[i, index[i, s]]
             wide = torch.promote_types(torch.promote_types(grad_out.dtype, values.dtype), torch.float32)
