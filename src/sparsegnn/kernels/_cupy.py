@@ -4,7 +4,9 @@ atomics); every caller keeps a Triton or reference path for where :func:`availab
 from __future__ import annotations
 
 import functools
+import struct
 import warnings
+from typing import Optional
 
 import torch
 
@@ -43,28 +45,43 @@ def _stream(device: torch.device):
 DIRECT = True
 #: Per (kernel, device): the ``CUfunction`` and the dynamic shared memory it is allowed.
 _FUNCTIONS: dict = {}
-_CTYPES: dict = {}
+#: ``struct`` codes of the NumPy / CuPy scalar types a launch takes, and the formats made of them.
+_CODES: dict = {}
+_FORMATS: dict = {}
+#: ``cuLaunchKernel``'s ``extra`` markers: the arguments as one buffer, its size, the end.
+_BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0
 
 
-def _ctypes_of(value):
-    """The ctypes value of a NumPy / CuPy scalar argument (KeyError for other types)."""
-    if not _CTYPES:
-        import ctypes
-
+def _codes() -> dict:
+    if not _CODES:
         import numpy
 
-        _CTYPES.update({numpy.uint64: ctypes.c_uint64, numpy.int64: ctypes.c_int64, numpy.int32: ctypes.c_int32,
-                        numpy.uint32: ctypes.c_uint32, numpy.float32: ctypes.c_float,
-                        numpy.float64: ctypes.c_double})
-    return _CTYPES[type(value)](value)
+        _CODES.update({numpy.uint64: "Q", numpy.int64: "q", numpy.int32: "i", numpy.uint32: "I", numpy.float32: "f",
+                       numpy.float64: "d"})
+    return _CODES
 
 
-def _direct(kernel, grid: int, threads: int, args: tuple, device: torch.device, shared_mem: int) -> bool:
-    """``cuLaunchKernel`` with the arguments packed by ctypes, skipping CuPy's call (its device
-    and stream context managers, the attribute query, the argument conversion): 20-45 us
-    less host time in a translation on an H100 host.  False (nothing launched) where it cannot run:
-    ``device`` not torch's current device, no current CUDA context on this thread, an argument
-    of another type (Python ints and floats included), a CuPy without these entry points."""
+def _format_of(args: tuple) -> Optional[str]:
+    """The ``struct`` format of NumPy / CuPy scalar ``args`` (None for other types)."""
+    types = tuple(map(type, args))
+    fmt = _FORMATS.get(types)
+    if fmt is None:
+        codes = _codes()
+        if not all(t in codes for t in types):
+            return None
+        fmt = _FORMATS[types] = "@" + "".join(codes[t] for t in types)
+    return fmt
+
+
+def _direct(kernel, grid: int, threads: int, args: tuple, device: torch.device, shared_mem: int,
+            fmt: Optional[str]) -> bool:
+    """``cuLaunchKernel`` with the arguments packed into one buffer (``struct`` at C alignment,
+    passed through ``extra``), skipping CuPy's call (its device and stream context managers,
+    the attribute query, the argument conversion): 20-45 us less host time in a translation on
+    an H100 host, and one ``struct.pack`` instead of a ctypes value per argument (6 us less a
+    densify on an H200 host: 7.8 against 13.6 us with its arguments made).  False (nothing
+    launched) where it cannot run: ``device`` not torch's current device, no current CUDA
+    context on this thread, an argument of another type, a CuPy without these entry points."""
     import ctypes
 
     import cupy
@@ -88,26 +105,35 @@ def _direct(kernel, grid: int, threads: int, args: tuple, device: torch.device, 
         entry[1] = shared_mem
     if not driver.ctxGetCurrent():
         return False
-    try:
-        values = [_ctypes_of(a) for a in args]
-    except KeyError:
+    fmt = fmt or _format_of(args)
+    if fmt is None:
         return False
-    params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-    driver.launchKernel(entry[0], max(1, grid), 1, 1, threads, 1, 1, shared_mem, current_stream_key(device),
-                        ctypes.addressof(params), 0)
+    packed = struct.pack(fmt, *args)
+    buffer = ctypes.create_string_buffer(packed, len(packed))
+    size = ctypes.c_size_t(len(packed))
+    extra = (ctypes.c_void_p * 5)(_BUFFER_POINTER, ctypes.addressof(buffer), _BUFFER_SIZE, ctypes.addressof(size),
+                                  _END)
+    driver.launchKernel(entry[0], max(1, grid), 1, 1, threads, 1, 1, shared_mem, current_stream_key(device), 0,
+                        ctypes.addressof(extra))
     return True
 
 
-def launch(kernel, grid: int, threads: int, args: tuple, device: torch.device, shared_mem: int = 0) -> None:
+def launch(kernel, grid: int, threads: int, args: tuple, device: torch.device, shared_mem: int = 0,
+           fmt: Optional[str] = None) -> None:
     """Run a CuPy ``kernel`` on the current torch stream of ``device`` (``grid`` blocks of
-    ``threads``; ``args`` NumPy / CuPy scalars), raising the kernel's dynamic shared-memory
-    limit where ``shared_mem`` needs it (its default is 48 KB less the kernel's static shared
-    memory, so the check is not against 48 KB).  By ``cuLaunchKernel`` directly where it can
+    ``threads``), raising the kernel's dynamic shared-memory limit where ``shared_mem`` needs it
+    (its default is 48 KB less the kernel's static shared memory, so the check is not against
+    48 KB).  ``args``: NumPy / CuPy scalars, or with ``fmt`` (a ``struct`` format of the codes
+    ``Q q I i f d``, such as ``"@QQiii"`` for two pointers and three ints) Python ints and floats
+    (no scalar objects made a launch).  By ``cuLaunchKernel`` directly where it can
     (:func:`_direct`), else by CuPy's call."""
     import cupy
 
-    if DIRECT and _direct(kernel, grid, threads, args, device, shared_mem):
+    if DIRECT and _direct(kernel, grid, threads, args, device, shared_mem, fmt):
         return
+    if fmt is not None:
+        types = {code: t for t, code in _codes().items()}
+        args = tuple(types[code](a) for code, a in zip(fmt.lstrip("@=<>!"), args))
     with cupy.cuda.Device(device.index), _stream(device):
         if shared_mem and kernel.max_dynamic_shared_size_bytes < shared_mem:
             kernel.max_dynamic_shared_size_bytes = shared_mem

@@ -434,17 +434,14 @@ def _run(kernel, num_rows: int, like: Tensor, rowptr: Tensor, order: Tensor, col
     ``rowptr, order, col, w, row_scale, *tensors, num_rows, *ints, has_w, has_s`` (``like``
     stands in for a missing ``w`` / ``row_scale``), ``WARPS`` warps per block, at most
     ``BLOCKS_PER_SM`` blocks per SM (warps loop over the rows)."""
-    import cupy
-
-    ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
     w = weight.contiguous() if weight is not None else like
     scale = row_scale.contiguous() if row_scale is not None else like
-    sms = sm_count(like.device)
-    blocks = min((num_rows + WARPS - 1) // WARPS, sms * BLOCKS_PER_SM)
-    args = ((ptr(rowptr), ptr(order), ptr(col32), ptr(w), ptr(scale)) + tuple(ptr(t) for t in tensors)
-            + (cupy.int32(num_rows),) + tuple(cupy.int32(v) for v in ints)
-            + (cupy.int32(weight is not None), cupy.int32(row_scale is not None)))
-    _cupy.launch(kernel, blocks, 32 * WARPS, args, like.device, shared_mem)
+    blocks = min((num_rows + WARPS - 1) // WARPS, sm_count(like.device) * BLOCKS_PER_SM)
+    args = ((rowptr.data_ptr(), order.data_ptr(), col32.data_ptr(), w.data_ptr(), scale.data_ptr())
+            + tuple(t.data_ptr() for t in tensors) + (num_rows,) + tuple(ints)
+            + (int(weight is not None), int(row_scale is not None)))
+    fmt = "@" + "Q" * (5 + len(tensors)) + "i" * (3 + len(ints))
+    _cupy.launch(kernel, blocks, 32 * WARPS, args, like.device, shared_mem, fmt)
 
 
 def _self_eps(self_eps: Optional[Tensor], rows: int, like: Tensor, row_scale: Optional[Tensor], fn: str) -> Tensor:
@@ -525,9 +522,10 @@ def _root_blocks(rows: int, fi: int, fo: int, like: Tensor) -> int:
                               // (4 * _ROOT_WARPS)))
 
 
-def _root_run(kernel, blocks: int, fi: int, like: Tensor, args) -> None:
-    """Launch a root kernel on ``blocks`` blocks of ``_ROOT_WARPS`` warps on the current torch stream."""
-    _cupy.launch(kernel, blocks, 32 * _ROOT_WARPS, args, like.device, root_shared_bytes(fi))
+def _root_run(kernel, blocks: int, fi: int, like: Tensor, args, fmt: str) -> None:
+    """Launch a root kernel on ``blocks`` blocks of ``_ROOT_WARPS`` warps on the current torch stream
+    (``args`` Python ints of the ``struct`` format ``fmt``)."""
+    _cupy.launch(kernel, blocks, 32 * _ROOT_WARPS, args, like.device, root_shared_bytes(fi), fmt)
 
 
 def root_shared_bytes(fi: int) -> int:
@@ -543,8 +541,6 @@ def cbsr_root_cuda(values: Tensor, index: Tensor, weight_t: Tensor, bias: Option
         values, index: [N, k] float32 / uint8; weight_t: [F_in, F_out] float32 (= W^T, contiguous,
         F_out % 4 == 0); bias: [F_out] or None -> [N, F_out] float32.
     """
-    import cupy
-
     n, k = values.shape
     fi, fo = weight_t.shape
     out = torch.empty((n, fo), dtype=torch.float32, device=values.device)
@@ -552,10 +548,9 @@ def cbsr_root_cuda(values: Tensor, index: Tensor, weight_t: Tensor, bias: Option
         return out
     values, index, weight_t = values.contiguous(), index.contiguous(), weight_t.contiguous()
     b = bias.contiguous() if bias is not None else weight_t
-    ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
     _root_run(_root_kernels(k)[0], _root_blocks(n, fi, fo, values), fi, values,
-              (ptr(values), ptr(index), ptr(weight_t), ptr(b), ptr(out), cupy.int32(n), cupy.int32(fi), cupy.int32(fo),
-               cupy.int32(bias is not None)))
+              (values.data_ptr(), index.data_ptr(), weight_t.data_ptr(), b.data_ptr(), out.data_ptr(), n, fi, fo,
+               int(bias is not None)), "@QQQQQiiii")
     return out
 
 
@@ -571,8 +566,6 @@ def cbsr_root_grad_cuda(grad: Tensor, index: Tensor, weight_t: Tensor,
         grad: [N, F_out] float32; index: [N, k] uint8; weight_t: [F_in, F_out] -> [N, k] float32,
         [F_out] or None.
     """
-    import cupy
-
     n, k = index.shape
     fi, fo = weight_t.shape
     tiles = (fo + ROOT_TILE - 1) // ROOT_TILE
@@ -580,13 +573,13 @@ def cbsr_root_grad_cuda(grad: Tensor, index: Tensor, weight_t: Tensor,
     if n == 0:
         return out, (grad.new_zeros(fo) if bias_grad else None)
     grad, index, weight_t = grad.contiguous(), index.contiguous(), weight_t.contiguous()
-    ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
     blocks = _root_blocks(n, fi, fo, grad)
-    partial = torch.zeros((blocks // tiles * _ROOT_WARPS, fo), dtype=torch.float32, device=grad.device) \
+    # every warp of every block writes its row of partial sums (zeros where it took no rows): no memset
+    partial = torch.empty((blocks // tiles * _ROOT_WARPS, fo), dtype=torch.float32, device=grad.device) \
         if bias_grad else None
     _root_run(_root_kernels(k)[1], blocks, fi, grad,
-              (ptr(grad), ptr(index), ptr(weight_t), ptr(out), cupy.uint64(0 if partial is None else partial.data_ptr()),
-               cupy.int32(n), cupy.int32(fi), cupy.int32(fo)))
+              (grad.data_ptr(), index.data_ptr(), weight_t.data_ptr(), out.data_ptr(),
+               0 if partial is None else partial.data_ptr(), n, fi, fo), "@QQQQQiii")
     return out, (partial.sum(0) if bias_grad else None)
 
 
@@ -598,17 +591,13 @@ def densify_cuda(values: Tensor, index: Tensor, num_cols: int) -> Tensor:
     Shapes:
         values, index: [N, k] float32 / uint8 -> [N, num_cols] float32.
     """
-    import cupy
-
     n, k = values.shape
     out = torch.empty((n, num_cols), dtype=torch.float32, device=values.device)
     if n == 0:
         return out
     values, index = values.contiguous(), index.contiguous()
-    ptr = lambda t: cupy.uint64(t.data_ptr())  # noqa: E731
-    sms = sm_count(values.device)
-    blocks = min((n + WARPS - 1) // WARPS, sms * 8)
+    blocks = min((n + WARPS - 1) // WARPS, sm_count(values.device) * 8)
     _cupy.launch(_densify_kernel(), blocks, 32 * WARPS,
-                 (ptr(values), ptr(index), ptr(out), cupy.int32(n), cupy.int32(num_cols), cupy.int32(k)),
-                 values.device, 4 * num_cols * WARPS)
+                 (values.data_ptr(), index.data_ptr(), out.data_ptr(), n, num_cols, k), values.device,
+                 4 * num_cols * WARPS, "@QQQiii")
     return out
