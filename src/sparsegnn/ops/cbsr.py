@@ -156,9 +156,10 @@ class _Bound:
     dense product's bound launch, ``_triton.bound_launch``), and the backward's schedule once a
     backward has resolved it.  A repeat eager call runs these instead of deriving them again
     (``forward_schedule``'s checks, the timed decision's lookup, the weights, the dispatch of
-    the dense product): on a small graph host time is most of a call (cora, F = 256, k = 32:
-    157 us a forward on the full path against ~15 us for a bound dense call).  Kept in the
-    graph's ``"cbsr_run"`` slot (``_binding`` gives key and stamp)."""
+    the dense product): on a small graph host time is most of a call (cora, F = 256, k = 32,
+    H200 host: a forward 104 us on the full path, 72 us bound; with its backward 289 / 231 us).
+    Kept in the graph's ``"cbsr_run"`` slot (``_binding`` gives key and stamp); the full path
+    runs its schedule through a fresh one, so both run the same code."""
 
     __slots__ = ("num_cols", "weight", "reduce", "backend", "fused", "spgemm", "dense", "outer")
 
@@ -167,28 +168,41 @@ class _Bound:
         # the graph itself is not held (its cache holds this): what is needed of it, and the
         # graph passed to ``backward``
         self.num_cols, self.weight, self.reduce, self.backend = num_cols, weight, reduce, backend
-        w, scale = _kernel_weights(graph, weight, reduce)
-        self.fused = with_self and scale is None
         self.spgemm = self.dense = self.outer = None
+        self.fused = False
         if schedule == "spgemm":
             from ..kernels import cbsr_cuda
 
+            w, scale = _kernel_weights(graph, weight, reduce)
+            self.fused = with_self and scale is None     # a mean's scale would weigh the self term
             plan, rowptr, n = plan_of(graph), graph.rowptr, graph.num_nodes
             self.spgemm = lambda v, i, eps: cbsr_cuda.spgemm_cbsr_cuda(  # noqa: E731
                 rowptr, plan.rows_by_degree, plan.col32, w, v, i, n, num_cols, scale, eps)
         else:
             from ._triton import bound_launch
 
-            # the launch for what ``densify`` gives: values' dtype
+            # the launch for what ``densify`` gives: values' dtype (None until a call has bound one)
             self.dense = bound_launch(graph, values.new_empty((0, num_cols)), weight, reduce)
 
-    def forward(self, values: Tensor, index: Tensor, self_eps: Optional[Tensor]) -> Tensor:
-        """``cbsr_forward`` on the resolved schedule."""
+    def complete(self) -> bool:
+        """Whether this form runs without the graph (a launch for its schedule), so it may be kept."""
+        return self.spgemm is not None or self.dense is not None
+
+    def forward(self, graph: Graph, values: Tensor, index: Tensor, self_eps: Optional[Tensor]) -> Tensor:
+        """``cbsr_forward`` on this schedule: the SpGEMM (the self term inside it for a sum), or the
+        densified features by the bound launch (by ``aggregate`` on ``graph`` where none is bound
+        yet), the self term added after (``add_kept_``)."""
         if self.spgemm is not None:
             out = self.spgemm(values, index, self_eps if self.fused else None)
-            return add_kept_(out, values, index, self_eps) if self_eps is not None and not self.fused else out
-        out = self.dense(densify(values, index, self.num_cols))
-        return out if self_eps is None else add_kept_(out, values, index, self_eps)
+            if self_eps is None or self.fused:
+                return out
+        else:
+            x = densify(values, index, self.num_cols)
+            out = self.dense(x) if self.dense is not None else aggregate(self.backend, graph, x, self.weight,
+                                                                         self.reduce)
+            if self_eps is None:
+                return out
+        return add_kept_(out, values, index, self_eps)
 
     def backward(self, graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor,
                  self_eps: Optional[Tensor]) -> Tensor:
@@ -252,20 +266,11 @@ def cbsr_forward_bound(graph: Graph, values: Tensor, index: Tensor, num_cols: in
         bound = graph.cache.get("cbsr_run", binding[0], values=weight, stamp=binding[1])
         if bound is not None:
             reuse_use(graph, num_cols, values.element_size())      # counted as every call on the graph is
-            return bound.forward(values, index, self_eps), bound
+            return bound.forward(graph, values, index, self_eps), bound
 
     def run(schedule: str) -> Tensor:
-        if schedule == "spgemm":
-            from ..kernels import cbsr_cuda
-
-            w, scale = _kernel_weights(graph, weight, reduce)
-            fused = self_eps is not None and scale is None
-            out = cbsr_cuda.spgemm_cbsr_cuda(graph.rowptr, plan_of(graph).rows_by_degree, plan_of(graph).col32, w,
-                                             values, index, graph.num_nodes, num_cols, scale,
-                                             self_eps if fused else None)
-            return add_kept_(out, values, index, self_eps) if self_eps is not None and not fused else out
-        out = aggregate(backend, graph, densify(values, index, num_cols), weight, reduce)
-        return out if self_eps is None else add_kept_(out, values, index, self_eps)
+        return _Bound(graph, schedule, values, num_cols, weight, reduce, backend,
+                      self_eps is not None).forward(graph, values, index, self_eps)
 
     schedule = forward_schedule(values, index, num_cols, backend, graph)
     settled = True      # the schedule is the one every later call would take
@@ -279,7 +284,7 @@ def cbsr_forward_bound(graph: Graph, values: Tensor, index: Tensor, num_cols: in
     if binding is None or not BIND or not settled or not reuse_invested(graph):
         return out, None
     bound = _Bound(graph, schedule, values, num_cols, weight, reduce, backend, self_eps is not None)
-    if bound.spgemm is None and bound.dense is None:     # no launch to keep (``bound_launch`` declined)
+    if not bound.complete():        # no dense launch to keep (``bound_launch`` found none)
         return out, None
     graph.cache.put("cbsr_run", bound, binding[0], values=weight, stamp=binding[1])
     return out, bound
