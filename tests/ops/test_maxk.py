@@ -420,6 +420,43 @@ def test_cuda_cbsr_root_kernels_match_float64(k, f_in, f_out):
     torch.testing.assert_close(db.double(), up.double().sum(0), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA root kernels need a GPU (and CuPy)")
+@pytest.mark.parametrize("n,f_in,f_out", [(5000, 256, 256), (70, 8, 12), (3000, 64, 384)])
+def test_cuda_root_bias_gradient_is_one_launch_reused_by_streams_and_captures(n, f_in, f_out):
+    """The root gradient's bias sum (the last block to arrive adds the blocks' partial rows)
+    against float64, bit-equal run to run, on a second stream, and replayed from a CUDA graph
+    many times (its arrival counter resets itself: a counter left non-zero would make no block
+    the last and leave the sum unwritten)."""
+    from sparsegnn.kernels import cbsr_cuda
+
+    if not cbsr_cuda.available():
+        pytest.skip("CuPy is not installed")
+    c, w, _ = _cbsr_linear_case(n, f_in, f_out, 4, seed=9)
+    wt = w.t().contiguous()
+    up = torch.randn(n, f_out, device=DEVICE)
+    want = up.double().sum(0)
+    _, db = cbsr_cuda.cbsr_root_grad_cuda(up, c.index, wt, bias_grad=True)
+    torch.testing.assert_close(db.double(), want, rtol=1e-5, atol=1e-4)
+    for _ in range(3):
+        assert torch.equal(cbsr_cuda.cbsr_root_grad_cuda(up, c.index, wt, bias_grad=True)[1], db)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        other = cbsr_cuda.cbsr_root_grad_cuda(up, c.index, wt, bias_grad=True)[1]
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(other, db)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = cbsr_cuda.cbsr_root_grad_cuda(up, c.index, wt, bias_grad=True)[1]
+    for scale in (1.0, 2.0, -0.5):
+        up.mul_(scale)
+        for _ in range(4):
+            captured.fill_(float("nan"))
+            graph.replay()
+        torch.testing.assert_close(captured.double(), up.double().sum(0), rtol=1e-5, atol=1e-4)
+    assert torch.equal(cbsr_cuda.cbsr_root_grad_cuda(up, c.index, wt, bias_grad=True)[1], captured)
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA densify kernel needs a GPU (and CuPy)")
 @pytest.mark.parametrize("k,f", [(32, 256), (3, 30), (40, 200), (256, 256)])
 def test_cuda_densify_equals_the_torch_scatter(k, f):

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from . import _cupy
-from . import device_properties, sm_count
+from . import current_stream_key, device_properties, sm_count
 
 _SOURCE = r"""
 // CH: entries per lane (k <= 32 CH); UNROLL = 16 / CH edges per batch, so each lane keeps 16
@@ -263,11 +263,13 @@ extern "C" __global__ void __launch_bounds__(512) cbsr_root(
 
 extern "C" __global__ void __launch_bounds__(512) cbsr_root_grad(
     const float* __restrict__ grad, const unsigned char* __restrict__ idx, const float* __restrict__ Wt,
-    float* __restrict__ dval, float* __restrict__ dbias, int N, int FI, int FO)
+    float* __restrict__ dval, float* __restrict__ dbias, float* __restrict__ part, int* __restrict__ counter,
+    int N, int FI, int FO)
 {
     // dval[i, s] (+)= sum_{o in tile} grad[i, o] Wt[idx[i, s], o]  (several tiles add into zeros atomically);
-    // with dbias: dbias[w, o] = sum over the rows warp w of this tile took of grad[i, o] (partial sums of
-    // the bias gradient, [per * warps, FO], summed by the caller: a fixed order)
+    // with dbias: dbias[o] = sum_i grad[i, o].  Block (b, tile) sums the rows it took (its warps' sums
+    // added in warp order) into part[b, tile's columns]; the last block to arrive (counter, reset to 0
+    // for the next launch of the stream) adds part[0 .. per) up: a fixed order whichever block is last
     extern __shared__ float4 w4[];
     const int tiles = (FO + TW - 1) / TW, per = gridDim.x / tiles, b = blockIdx.x / tiles;
     const int c0 = load_tile(w4, Wt, FI, FO);
@@ -348,9 +350,51 @@ extern "C" __global__ void __launch_bounds__(512) cbsr_root_grad(
                 gs[j].x += __shfl_xor_sync(FULL, gs[j].x, m); gs[j].y += __shfl_xor_sync(FULL, gs[j].y, m);
                 gs[j].z += __shfl_xor_sync(FULL, gs[j].z, m); gs[j].w += __shfl_xor_sync(FULL, gs[j].w, m);
             }
-            const int col = c0 + 32 * j + 4 * l;
-            if (grp == 0 && col < FO)
-                *reinterpret_cast<float4*>(dbias + ((long long)b * warps + warp) * FO + col) = gs[j];
+        }
+        __syncthreads();                                // every warp is done with the tile: its memory is reused
+        if (grp == 0) {
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) w4[warp * (TW / 4) + 8 * j + l] = gs[j];
+        }
+        __syncthreads();
+        if (threadIdx.x < TW / 4) {
+            float4 s = w4[threadIdx.x];
+            for (int v = 1; v < warps; ++v) {
+                const float4 t = w4[v * (TW / 4) + threadIdx.x];
+                s.x += t.x; s.y += t.y; s.z += t.z; s.w += t.w;
+            }
+            const int col = c0 + 4 * threadIdx.x;
+            if (col < FO) *reinterpret_cast<float4*>(part + (long long)b * FO + col) = s;
+        }
+        __threadfence();
+        __shared__ int last;
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(counter, 1) == (int)gridDim.x - 1;
+        __syncthreads();
+        if (last) {
+            // thread (g, q) adds rows g, g + G, ... of column quad q; then the G sums in order of g
+            __threadfence();
+            const int nq = FO / 4, groups = nq >= (int)blockDim.x ? 1 : (int)blockDim.x / nq;
+            const int g = threadIdx.x / nq;
+            for (int q = threadIdx.x % nq; g < groups && q < nq; q += (groups == 1 ? blockDim.x : nq)) {
+                float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+                for (int r = g; r < per; r += groups) {
+                    const float4 t = __ldcg(reinterpret_cast<const float4*>(part + (long long)r * FO) + q);
+                    s.x += t.x; s.y += t.y; s.z += t.z; s.w += t.w;
+                }
+                if (groups == 1) reinterpret_cast<float4*>(dbias)[q] = s;
+                else w4[g * nq + q] = s;
+            }
+            __syncthreads();
+            if (groups > 1 && (int)threadIdx.x < nq) {
+                float4 s = w4[threadIdx.x];
+                for (int v = 1; v < groups; ++v) {
+                    const float4 t = w4[v * nq + threadIdx.x];
+                    s.x += t.x; s.y += t.y; s.z += t.z; s.w += t.w;
+                }
+                reinterpret_cast<float4*>(dbias)[threadIdx.x] = s;
+            }
+            if (threadIdx.x == 0) *counter = 0;
         }
     }
 }
@@ -516,7 +560,7 @@ def _root_blocks(rows: int, fi: int, fo: int, like: Tensor) -> int:
     """Blocks of a root kernel: per column tile, as many as fit the multiprocessors (each holds a
     ``[fi, ROOT_TILE]`` tile of ``W^T``), at most one per 4 x 16 rows."""
     props = device_properties(like.device)
-    per_sm = max(1, min(4, (props.shared_memory_per_multiprocessor - 1024) // (fi * ROOT_TILE * 4 + 1024)))
+    per_sm = max(1, min(4, (props.shared_memory_per_multiprocessor - 1024) // (root_shared_bytes(fi) + 1024)))
     tiles = (fo + ROOT_TILE - 1) // ROOT_TILE
     return tiles * max(1, min(props.multi_processor_count * per_sm // tiles, (rows + 4 * _ROOT_WARPS - 1)
                               // (4 * _ROOT_WARPS)))
@@ -529,8 +573,24 @@ def _root_run(kernel, blocks: int, fi: int, like: Tensor, args, fmt: str) -> Non
 
 
 def root_shared_bytes(fi: int) -> int:
-    """Shared memory a root kernel block needs for an input width ``fi``."""
-    return fi * ROOT_TILE * 4
+    """Shared memory a root kernel block needs for an input width ``fi``: the ``[fi, ROOT_TILE]``
+    tile of ``W^T``, at least one ``float4`` per thread (the gradient's bias reduction reuses it)."""
+    return max(fi * ROOT_TILE * 4, 16 * 32 * _ROOT_WARPS)
+
+
+#: Per (device, stream): the int32 arrival counter of the root gradient's bias reduction.
+_ARRIVALS = {}
+
+
+def _arrival_counter(like: Tensor) -> Tensor:
+    """The zeroed int32 counter the root gradient's blocks arrive at, one per device and stream
+    (kept: the last block resets it to 0, so it serves every launch of the stream, one after the
+    other; launches on two streams may overlap, so each has its own)."""
+    key = (like.device.index, current_stream_key(like.device))
+    counter = _ARRIVALS.get(key)
+    if counter is None:
+        counter = _ARRIVALS[key] = torch.zeros(1, dtype=torch.int32, device=like.device)
+    return counter
 
 
 def cbsr_root_cuda(values: Tensor, index: Tensor, weight_t: Tensor, bias: Optional[Tensor]) -> Tensor:
@@ -559,8 +619,9 @@ def cbsr_root_grad_cuda(grad: Tensor, index: Tensor, weight_t: Tensor,
     """The gradient of :func:`cbsr_root_cuda` in ``values``: ``dvalues[i, s] = sum_o grad[i, o]
     Wt[index[i, s], o]`` (``grad W`` sampled at the kept columns).  Deterministic while
     ``F_out <= 2 ROOT_TILE`` (at most two partial sums per entry, added into zeros).  Returns
-    ``(dvalues, db)``: with ``bias_grad``, ``db = grad.sum(0)`` from the same read of ``grad``
-    (per-warp partial sums added in a fixed order), else None.
+    ``(dvalues, db)``: with ``bias_grad``, ``db = grad.sum(0)`` from the same read of ``grad`` in
+    the same launch (per-block partial sums, added up by the last block to arrive in a fixed
+    order: deterministic), else None.
 
     Shapes:
         grad: [N, F_out] float32; index: [N, k] uint8; weight_t: [F_in, F_out] -> [N, k] float32,
@@ -574,13 +635,17 @@ def cbsr_root_grad_cuda(grad: Tensor, index: Tensor, weight_t: Tensor,
         return out, (grad.new_zeros(fo) if bias_grad else None)
     grad, index, weight_t = grad.contiguous(), index.contiguous(), weight_t.contiguous()
     blocks = _root_blocks(n, fi, fo, grad)
-    # every warp of every block writes its row of partial sums (zeros where it took no rows): no memset
-    partial = torch.empty((blocks // tiles * _ROOT_WARPS, fo), dtype=torch.float32, device=grad.device) \
-        if bias_grad else None
+    # every block writes its row of partial sums (zeros where it took no rows): no memset
+    db = part = counter = None
+    if bias_grad:
+        db = torch.empty(fo, dtype=torch.float32, device=grad.device)
+        part = torch.empty((blocks // tiles, fo), dtype=torch.float32, device=grad.device)
+        counter = _arrival_counter(grad)
     _root_run(_root_kernels(k)[1], blocks, fi, grad,
               (grad.data_ptr(), index.data_ptr(), weight_t.data_ptr(), out.data_ptr(),
-               0 if partial is None else partial.data_ptr(), n, fi, fo), "@QQQQQiii")
-    return out, (partial.sum(0) if bias_grad else None)
+               0 if db is None else db.data_ptr(), 0 if part is None else part.data_ptr(),
+               0 if counter is None else counter.data_ptr(), n, fi, fo), "@QQQQQQQiii")
+    return out, db
 
 
 def densify_cuda(values: Tensor, index: Tensor, num_cols: int) -> Tensor:
