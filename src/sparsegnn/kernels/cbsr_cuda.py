@@ -528,11 +528,13 @@ def spgemm_cbsr_cuda(rowptr: Tensor, order: Tensor, col32: Tensor, weight: Optio
 
 def sspmm_cbsr_cuda(rowptr: Tensor, order: Tensor, col32: Tensor, weight: Optional[Tensor], grad: Tensor,
                     index: Tensor, num_src: int, row_scale: Optional[Tensor] = None,
-                    self_eps: Optional[Tensor] = None) -> Tensor:
+                    self_eps: Optional[Tensor] = None, out: Optional[Tensor] = None) -> Tensor:
     """``dvalues[j, s] = sum_{e: j -> i} w_e s_i grad[i, index[j, s]]`` (module doc: outer product,
     atomics) for fp32 ``grad`` and uint8 ``index``, over the forward CSR (no transpose);
     ``s`` = ``row_scale`` or ones.  With ``self_eps`` (the gradient of ``spgemm_cbsr_cuda``'s
     self term) also ``+ (1 + eps) grad[j, index[j, s]]``, added by the warp that holds row ``j``.
+    ``out``: a contiguous fp32 ``[num_src, k]`` tensor the products are reduced into (added to
+    what it holds, and returned), instead of zeros.
 
     Shapes:
         rowptr: [N + 1] int64; order: [N] int32 rows, heaviest first; col32: [E] int32;
@@ -540,7 +542,11 @@ def sspmm_cbsr_cuda(rowptr: Tensor, order: Tensor, col32: Tensor, weight: Option
         index: [M, k] uint8 (M = N with self_eps); self_eps: [1] -> [M, k] float32.
     """
     k = index.shape[1]
-    out = torch.zeros((num_src, k), dtype=torch.float32, device=grad.device)
+    if out is None:
+        out = torch.zeros((num_src, k), dtype=torch.float32, device=grad.device)
+    elif out.shape != (num_src, k) or out.dtype != torch.float32 or not out.is_contiguous():
+        raise ValueError(f"sspmm_cbsr_cuda(): out must be a contiguous float32 [{num_src}, {k}] tensor, got "
+                         f"{out.dtype} {tuple(out.shape)}")
     num_rows, num_cols = grad.shape
     eps = _self_eps(self_eps, num_rows, index, row_scale, "sspmm_cbsr_cuda")
     if num_rows == 0 or num_src == 0 or k == 0:

@@ -48,7 +48,7 @@ from .._checks import check
 from ..formats.cbsr import CBSR
 from ..ops.dropout import dropout as dropout_fn
 from ..ops._dispatch import check_backend
-from ..ops.cbsr import cbsr_linear
+from ..ops.cbsr import sage_cbsr
 from ..ops.maxk import maxk
 from ..ops.spmm import gin_aggregate, spmm
 from ._graph_input import GraphInputMixin, graph_kind, identity
@@ -196,13 +196,11 @@ class MaxKSAGEConv(_MaxKConv):
         graph, x = self._inputs_and_graph(x, edge_index, edge_weight, identity,
                                           sparse_values=graph_kind(edge_index) != "sparse_tensor")
         c = self.sparsify(x)
-        agg = spmm(graph, c, reduce=self.reduce, backend=self.backend)
         if self.lin_r is None:
-            return self.lin_l(agg)
-        # the root term W_r c_i + b from the kept entries only (k multiply-adds per output), then
-        # W_l agg_i added onto it in the GEMM
-        root = cbsr_linear(c, self.lin_r.weight, self.lin_l.bias, backend=self.backend)
-        return root.addmm_(agg, self.lin_l.weight.t())       # in place: addmm would copy root first
+            return self.lin_l(spmm(graph, c, reduce=self.reduce, backend=self.backend))
+        # the root term W_r c_i + b from the kept entries only (k multiply-adds per output), W_l agg_i
+        # added onto it in the GEMM: one autograd node (``sage_cbsr``)
+        return sage_cbsr(graph, c, self.lin_l.weight, self.lin_l.bias, self.lin_r.weight, self.reduce, self.backend)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, k={self.k}, aggr={self.aggr})"

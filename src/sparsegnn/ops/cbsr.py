@@ -205,18 +205,19 @@ class _Bound:
         return add_kept_(out, values, index, self_eps)
 
     def backward(self, graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor,
-                 self_eps: Optional[Tensor]) -> Tensor:
+                 self_eps: Optional[Tensor], into: Optional[Tensor] = None) -> Tensor:
         """``dvalues`` of ``cbsr_forward`` (``cbsr_backward``'s), the schedule resolved once per
         gradient dtype and deterministic mode (read when the backward runs): the outer product's
-        launch prepared, else the dense formula."""
+        launch prepared, else the dense formula.  ``into`` (fp32, ``[M, k]``): add the gradient
+        into it and return it (the outer product's atomics reduce into it directly)."""
         signature = (grad_out.dtype, torch.are_deterministic_algorithms_enabled())
         if self.outer is None or self.outer[0] != signature:
             self.outer = (signature, self._outer(graph, grad_out, values, index))
         run = self.outer[1]
         if run is not None:
-            return run(grad_out, index, self_eps)
-        return _dense_grad_values(graph, grad_out, values, index, self.weight, self.reduce, self.backend,
-                                  self_eps)
+            return run(grad_out, index, self_eps, into)
+        out = _dense_grad_values(graph, grad_out, values, index, self.weight, self.reduce, self.backend, self_eps)
+        return out if into is None else into.add_(out)
 
     def _outer(self, graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor):
         if backward_schedule(values, index, self.num_cols, grad_out, self.backend, graph) != "outer":
@@ -297,14 +298,15 @@ BIND = True
 
 def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor, num_cols: int,
                   weight: Optional[Tensor], reduce: str, backend: str, need_values: bool,
-                  need_weight: bool, self_eps: Optional[Tensor] = None,
-                  bound: Optional[_Bound] = None) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+                  need_weight: bool, self_eps: Optional[Tensor] = None, bound: Optional[_Bound] = None,
+                  into: Optional[Tensor] = None) -> Tuple[Optional[Tensor], Optional[Tensor]]:
     """``(dvalues, dw)`` of :func:`cbsr_forward` for the upstream gradient ``dY`` (module doc):
     ``dvalues[j, s] = (A'^T dY)[j, index[j, s]]`` on the ``backward_schedule`` (with
     ``self_eps``: ``+ (1 + eps) dY[j, index[j, s]]``, in the same kernel), ``dw_e =
     s_i <dY_i, X_j>``; None for a gradient not asked for (``need_values`` / ``need_weight``;
     ``dw`` also without weight).  ``bound``: the forward's resolved form (``_Bound``), whose
-    backward schedule is resolved once.
+    backward schedule is resolved once.  ``into``: a contiguous fp32 ``[M, k]`` tensor
+    ``dvalues`` is added into and returned as (the outer product reduces into it directly).
 
     Shapes:
         grad_out: [N, num_cols] contiguous; values, index: [M, k]; weight: [E] or None;
@@ -312,11 +314,12 @@ def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor,
     """
     grad_values = grad_weight = None
     if need_values and bound is not None:
-        grad_values = bound.backward(graph, grad_out, values, index, self_eps)
+        grad_values = bound.backward(graph, grad_out, values, index, self_eps, into)
     elif need_values and backward_schedule(values, index, num_cols, grad_out, backend, graph) == "outer":
-        grad_values = _outer_launch(graph, weight, reduce, values.shape[0])(grad_out, index, self_eps)
+        grad_values = _outer_launch(graph, weight, reduce, values.shape[0])(grad_out, index, self_eps, into)
     elif need_values:
         grad_values = _dense_grad_values(graph, grad_out, values, index, weight, reduce, backend, self_eps)
+        grad_values = grad_values if into is None else into.add_(grad_values)
     if weight is not None and need_weight:
         x = densify(values, index, num_cols)
         grad_weight = spmm_weight_grad(backend, graph, grad_out, x.to(grad_out.dtype), 0, reduce).to(weight.dtype)
@@ -324,18 +327,19 @@ def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor,
 
 
 def _outer_launch(graph: Graph, weight: Optional[Tensor], reduce: str, num_src: int):
-    """``run(grad_out, index, self_eps) -> dvalues`` by the CUDA outer product (``"outer"``
-    schedule), its graph operands and kernel weights resolved now; a mean's self term is added
-    after it (the kernel's scale would weigh it by ``1 / deg``)."""
+    """``run(grad_out, index, self_eps, into=None) -> dvalues`` by the CUDA outer product
+    (``"outer"`` schedule; reduced into ``into`` where given), its graph operands and kernel
+    weights resolved now; a mean's self term is added after it (the kernel's scale would weigh
+    it by ``1 / deg``)."""
     from ..kernels import cbsr_cuda
 
     w, scale = _kernel_weights(graph, weight, reduce)
     plan, rowptr = plan_of(graph), graph.rowptr     # not the graph: a bound form keeps this (``_Bound``)
 
-    def run(grad_out: Tensor, index: Tensor, self_eps: Optional[Tensor]) -> Tensor:
+    def run(grad_out: Tensor, index: Tensor, self_eps: Optional[Tensor], into: Optional[Tensor] = None) -> Tensor:
         fused = self_eps is not None and scale is None
         grad_values = cbsr_cuda.sspmm_cbsr_cuda(rowptr, plan.rows_by_degree, plan.col32, w, grad_out, index,
-                                                num_src, scale, self_eps if fused else None)
+                                                num_src, scale, self_eps if fused else None, out=into)
         if self_eps is not None and not fused:
             grad_values += gather_kept(grad_out, index, grad_values.dtype) * (1 + self_eps.to(grad_values.dtype))
         return grad_values
@@ -553,3 +557,90 @@ def cbsr_linear(x: CBSR, weight: Tensor, bias: Optional[Tensor] = None, backend:
     if root_schedule(x.values, x.index, weight, chosen) == "cuda":
         return _CBSRLinear.apply(x.values, x.index, x.num_cols, weight, bias)
     return torch.nn.functional.linear(x.to_dense(), weight, bias)
+
+
+
+class _SAGECBSR(torch.autograd.Function):
+    """``A' X W_l^T + X W_r^T + b`` for CBSR ``X`` as one autograd node (see :func:`sage_cbsr`)."""
+
+    @staticmethod
+    def forward(ctx, graph: Graph, values: Tensor, index: Tensor, num_cols: int, reduce: str, backend: str,
+                weight_l: Tensor, bias: Optional[Tensor], weight_r: Tensor) -> Tensor:
+        agg, bound = cbsr_forward_bound(graph, values, index, num_cols, graph.edge_val, reduce, backend)
+        cuda = root_schedule(values, index, weight_r, backend) == "cuda"
+        weight_rt = weight_r.detach().t()
+        b = None if bias is None else bias.detach()
+        if cuda:
+            from ..kernels import cbsr_cuda
+
+            weight_rt = weight_rt.contiguous()
+            out = cbsr_cuda.cbsr_root_cuda(values, index, weight_rt, b)
+        else:
+            out = torch.nn.functional.linear(densify(values, index, num_cols), weight_r.detach(), b)
+        out.addmm_(agg, weight_l.detach().t())
+        ctx.save_for_backward(values, index, agg, weight_l, weight_rt)
+        ctx.graph, ctx.bound, ctx.num_cols, ctx.reduce, ctx.backend = graph, bound, num_cols, reduce, backend
+        ctx.cuda, ctx.has_bias = cuda, bias is not None
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        values, index, agg, weight_l, weight_rt = ctx.saved_tensors
+        need_values, need_l, need_r = ctx.needs_input_grad[1], ctx.needs_input_grad[6], ctx.needs_input_grad[8]
+        grad_out = grad_out.contiguous()
+        # the root term's gradients (on CUDA: dvalues written, not added, and the bias's sum in the
+        # same launch), then the aggregation's dvalues added into them
+        grad_values, grad_r, grad_bias = linear_backward(grad_out, values, index, ctx.num_cols, weight_rt, ctx.cuda,
+                                                         need_values, need_r, ctx.has_bias and ctx.needs_input_grad[7])
+        if need_values:
+            grad_agg = grad_out.mm(weight_l.detach())
+            if grad_values.dtype == torch.float32 and grad_values.is_contiguous():
+                # the outer product's atomics reduce straight into grad_values (no second tensor, no add)
+                grad_values = cbsr_backward(ctx.graph, grad_agg, values, index, ctx.num_cols, ctx.graph.edge_val,
+                                            ctx.reduce, ctx.backend, True, False, bound=ctx.bound, into=grad_values)[0]
+            else:
+                grad_values = grad_values + cbsr_backward(ctx.graph, grad_agg, values, index, ctx.num_cols,
+                                                          ctx.graph.edge_val, ctx.reduce, ctx.backend, True, False,
+                                                          bound=ctx.bound)[0]
+        grad_l = grad_out.t().mm(agg) if need_l else None
+        return None, grad_values, None, None, None, None, grad_l, grad_bias, grad_r
+
+
+def sage_cbsr(graph: Graph, x: CBSR, weight_l: Tensor, bias: Optional[Tensor], weight_r: Tensor, reduce: str,
+              backend: str = "auto") -> Tensor:
+    r"""GraphSAGE's map of CBSR features, :math:`Y = (A' X) W_l^\top + b + X W_r^\top` with
+    :math:`X` = ``x.to_dense()`` and ``A'`` the graph's own values (``reduce``: ``"sum"`` or
+    ``"mean"``): ``Y[i] = W_l sum_{j -> i} s_i w_ji X_j + b + sum_s values[i, s] W_r[:, index[i, s]]``
+    (``s_i`` = 1, or ``1 / deg_i`` for a mean).  Differentiable in ``x.values``, ``weight_l``,
+    ``bias`` and ``weight_r``.
+
+    On a :class:`~sparsegnn.Graph` whose values need no gradient, outside ``torch.compile``, the
+    aggregation (``spmm``'s CBSR schedules), the root term (``cbsr_linear``'s) and the GEMM are
+    one autograd node: where its backward's schedules allow, the aggregation's ``dvalues`` are
+    reduced into the root term's (the outer product's atomics add into them: no second gradient
+    and no sum of the two), and the root's bias gradient comes from its kernel's launch.  Eager
+    host time is most of a MaxK SAGE step on a small graph, and each node costs its Python and
+    autograd bookkeeping.  Elsewhere: ``cbsr_linear(x, W_r, b).addmm_(spmm(graph, x), W_l^T)``,
+    the same map.
+
+    Shapes:
+        x: CBSR of [N, F] (k per row; N = the graph's nodes, sources and targets); weight_l,
+        weight_r: [F_out, F]; bias: [F_out] or None -> [N, F_out].
+    """
+    from .spmm import spmm
+
+    values = x.values
+    fused = (not compiling() and isinstance(graph, Graph) and reduce in ("sum", "mean")
+             and values.dim() == 2 and values.shape[0] == graph.num_src == graph.num_nodes
+             and (graph.edge_val is None or not graph.edge_val.requires_grad)
+             and weight_l.shape == weight_r.shape == (weight_r.shape[0], x.num_cols)
+             and weight_l.dtype == weight_r.dtype == values.dtype
+             and (bias is None or (bias.dtype == values.dtype and tuple(bias.shape) == (weight_r.shape[0],)))
+             and values.device == graph.rowptr.device == weight_l.device == weight_r.device
+             and (bias is None or bias.device == values.device))
+    if not fused:
+        root = cbsr_linear(x, weight_r, bias, backend=backend)
+        return root.addmm_(spmm(graph, x, reduce=reduce, backend=backend), weight_l.t())
+    chosen = choose_backend("spmm", backend, values)
+    return _SAGECBSR.apply(graph, values, x.index, x.num_cols, reduce, chosen, weight_l, bias, weight_r)
