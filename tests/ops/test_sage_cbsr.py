@@ -1,11 +1,12 @@
-"""GraphSAGE's map of CBSR features as one autograd node (``ops.cbsr.sage_cbsr``) against the
+"""GraphSAGE's map of CBSR features as one autograd node (``ops.spmm.sage_cbsr``) against the
 float64 formula on the dense matrix, and against the composition it replaces."""
 import pytest
 import torch
 
 import sparsegnn as sg
 from sparsegnn import Graph
-from sparsegnn.ops.cbsr import _SAGECBSR, cbsr_linear, sage_cbsr
+from sparsegnn.ops.cbsr import _SAGECBSR, cbsr_linear
+from sparsegnn.ops.spmm import sage_cbsr
 
 from conftest import DEVICE, dense_adjacency
 

@@ -48,9 +48,8 @@ from .._checks import check
 from ..formats.cbsr import CBSR
 from ..ops.dropout import dropout as dropout_fn
 from ..ops._dispatch import check_backend
-from ..ops.cbsr import sage_cbsr
 from ..ops.maxk import maxk
-from ..ops.spmm import gin_aggregate, spmm
+from ..ops.spmm import gin_aggregate, sage_cbsr, spmm
 from ._graph_input import GraphInputMixin, graph_kind, identity
 from ._inputs import GraphArg, node_counts, split_features
 from ._linear import Linear

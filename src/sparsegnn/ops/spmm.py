@@ -364,3 +364,42 @@ def spmm(
     if reduce == "max":
         return _SpMMMax.apply(graph, x, edge_weight, chosen)
     return _SpMMLinear.apply(graph, x, edge_weight, reduce, chosen)
+
+
+def sage_cbsr(graph: Graph, x: CBSR, weight_l: Tensor, bias: Optional[Tensor], weight_r: Tensor, reduce: str,
+              backend: str = "auto") -> Tensor:
+    r"""GraphSAGE's map of CBSR features, :math:`Y = (A' X) W_l^\top + b + X W_r^\top` with
+    :math:`X` = ``x.to_dense()`` and ``A'`` the graph's own values (``reduce``: ``"sum"`` or
+    ``"mean"``): ``Y[i] = W_l sum_{j -> i} s_i w_ji X_j + b + sum_s values[i, s] W_r[:, index[i, s]]``
+    (``s_i`` = 1, or ``1 / deg_i`` for a mean).  Differentiable in ``x.values``, ``weight_l``,
+    ``bias`` and ``weight_r``.
+
+    On a :class:`~sparsegnn.Graph` whose values need no gradient, outside ``torch.compile``, the
+    aggregation (``spmm``'s CBSR schedules), the root term (``cbsr_linear``'s) and the GEMM are
+    one autograd node: where its backward's schedules allow, the aggregation's ``dvalues`` are
+    reduced into the root term's (the outer product's atomics add into them: no second gradient
+    and no sum of the two), and the root's bias gradient comes from its kernel's launch.  Eager
+    host time is most of a MaxK SAGE step on a small graph, and each node costs its Python and
+    autograd bookkeeping.  Elsewhere: ``cbsr_linear(x, W_r, b).addmm_(spmm(graph, x), W_l^T)``,
+    the same map.
+
+    Shapes:
+        x: CBSR of [N, F] (k per row; N = the graph's nodes, sources and targets); weight_l,
+        weight_r: [F_out, F]; bias: [F_out] or None -> [N, F_out].
+    """
+    from .cbsr import _SAGECBSR, cbsr_linear
+
+    values = x.values
+    fused = (not compiling() and isinstance(graph, Graph) and reduce in ("sum", "mean")
+             and values.dim() == 2 and values.shape[0] == graph.num_src == graph.num_nodes
+             and (graph.edge_val is None or not graph.edge_val.requires_grad)
+             and weight_l.shape == weight_r.shape == (weight_r.shape[0], x.num_cols)
+             and weight_l.dtype == weight_r.dtype == values.dtype
+             and (bias is None or (bias.dtype == values.dtype and tuple(bias.shape) == (weight_r.shape[0],)))
+             and values.device == graph.rowptr.device == weight_l.device == weight_r.device
+             and (bias is None or bias.device == values.device))
+    if not fused:
+        root = cbsr_linear(x, weight_r, bias, backend=backend)
+        return root.addmm_(spmm(graph, x, reduce=reduce, backend=backend), weight_l.t())
+    chosen = choose_backend("spmm", backend, values)
+    return _SAGECBSR.apply(graph, values, x.index, x.num_cols, reduce, chosen, weight_l, bias, weight_r)
