@@ -35,6 +35,18 @@ def test_summary_geomean_worst_and_cases_below_one():
     assert "- a sage k=16 eager: boom" in text
 
 
+def test_fastest_step_ratios_and_the_run_note_in_the_markdown():
+    """With ``ms_min`` the ratios of each config's fastest step get their own line; a meta note is printed."""
+    rows = _rows()
+    for r, fastest in zip(rows, (2.0, 4.0, 1.0, 4.0, None, 3.0, 1.5)):
+        r["ms_min"] = fastest
+    got = {(r["graph"], r["k"]): r["x_relu"] for r in ratios(rows, key="ms_min")}
+    assert got == {("a", 16): 0.5, ("a", 32): 2.0, ("b", 16): 2.0}
+    text = markdown(rows, {"device": "test", "modes": ["default"], "note": "Two runs."})
+    assert "by each one's fastest step: geomean 1.26x, worst 0.50x (a sage k=16), below 1.0x: 1" in text
+    assert "\nTwo runs.\n" in text
+
+
 def test_cli_runs_every_config_on_the_cpu(tmp_path, capsys):
     out = tmp_path / "tw"
     assert main(["--graphs", "pubmed", "--convs", "sage,gcn", "--ks", "2",
