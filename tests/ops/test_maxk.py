@@ -426,7 +426,8 @@ def test_cuda_root_bias_gradient_is_one_launch_reused_by_streams_and_captures(n,
     """The root gradient's bias sum (the last block to arrive adds the blocks' partial rows)
     against float64, bit-equal run to run, on a second stream, and replayed from a CUDA graph
     many times (its arrival counter resets itself: a counter left non-zero would make no block
-    the last and leave the sum unwritten)."""
+    the last and leave the sum unwritten), also two captured graphs replayed at once on two
+    streams (each capture has counters of its own)."""
     from sparsegnn.kernels import cbsr_cuda
 
     if not cbsr_cuda.available():
@@ -455,6 +456,21 @@ def test_cuda_root_bias_gradient_is_one_launch_reused_by_streams_and_captures(n,
             graph.replay()
         torch.testing.assert_close(captured.double(), up.double().sum(0), rtol=1e-5, atol=1e-4)
     assert torch.equal(cbsr_cuda.cbsr_root_grad_cuda(up, c.index, wt, bias_grad=True)[1], captured)
+    # a second capture, and both graphs replayed at once on two streams: each has its own counter
+    up2 = torch.randn(n, f_out, device=DEVICE)
+    graph2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph2):
+        captured2 = cbsr_cuda.cbsr_root_grad_cuda(up2, c.index, wt, bias_grad=True)[1]
+    streams = (torch.cuda.Stream(), torch.cuda.Stream())
+    for _ in range(20):
+        for side_stream, g in zip(streams, (graph, graph2)):
+            side_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side_stream):
+                g.replay()
+        for side_stream in streams:
+            torch.cuda.current_stream().wait_stream(side_stream)
+    torch.testing.assert_close(captured.double(), up.double().sum(0), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(captured2.double(), up2.double().sum(0), rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA densify kernel needs a GPU (and CuPy)")

@@ -591,7 +591,12 @@ _ARRIVALS = {}
 def _arrival_counter(like: Tensor) -> Tensor:
     """The zeroed int32 counter the root gradient's blocks arrive at, one per device and stream
     (kept: the last block resets it to 0, so it serves every launch of the stream, one after the
-    other; launches on two streams may overlap, so each has its own)."""
+    other; launches on two streams may overlap, so each has its own).  Inside a CUDA-graph
+    capture a new one per launch (its memset is part of the graph): a graph replays on whatever
+    stream it is given, so a counter kept per capture stream could be shared by two replays
+    running at once."""
+    if torch.cuda.is_current_stream_capturing():
+        return torch.zeros(1, dtype=torch.int32, device=like.device)
     key = (like.device.index, current_stream_key(like.device))
     counter = _ARRIVALS.get(key)
     if counter is None:
