@@ -334,6 +334,39 @@ def test_bound_spmm_on_two_streams_has_a_binding_each():
     assert len({key[6] for key in runs}) == 2, runs        # the stream is part of the binding's key
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs are CUDA's")
+def test_captured_launches_with_pieces_replay_at_once_on_two_streams():
+    """Two CUDA graphs, each a grouped launch whose long rows combine their pieces through
+    arrival counters, captured one after the other (on torch's pooled capture stream) and
+    replayed at once on two streams, many times: both stay exact (a capture makes counters of
+    its own, so the two replays never share one)."""
+    ei, w = _mixed_graph()
+    g = Graph.from_edge_index(ei, w, num_nodes=40).to(DEVICE)
+    plan = build_row_plan(g.rowptr, g.col, 64)
+    assert plan.num_pieces > plan.long_rows.numel()
+    xs = [torch.randn(40, 19, generator=torch.Generator().manual_seed(s)).to(DEVICE) for s in (61, 62)]
+    for x in xs:                                     # compiled before the captures
+        spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=_GROUPED[0])
+    torch.cuda.synchronize()
+    graphs, outs = [], []
+    for x in xs:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs.append(spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=_GROUPED[0]))
+        graphs.append(graph)
+    streams = (torch.cuda.Stream(), torch.cuda.Stream())
+    for _ in range(50):
+        for stream, graph in zip(streams, graphs):
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                graph.replay()
+        for stream in streams:
+            torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    for x, out in zip(xs, outs):
+        assert _rel_err(out, _dense_reduce(ei, 40, x.double().cpu(), w, "sum")) < 1e-5
+
+
 def test_arrival_counters_are_kept_per_stream():
     """Calls on two streams may overlap: each stream gets its own (zeroed) arrival counters,
     one stream's calls share theirs."""

@@ -186,7 +186,12 @@ class SplitPieces:
 
 def _zeroed_counters(kept: dict, feature_blocks: int, stream: int, rows: int, device) -> Tensor:
     """The int32 counters ``[rows * feature_blocks]`` kept in ``kept`` for ``(feature_blocks,
-    stream)``, zeroed when first made (at least one entry: a kernel needs a valid pointer)."""
+    stream)``, zeroed when first made (at least one entry: a kernel needs a valid pointer).
+    Inside a CUDA-graph capture new ones, not kept (their memset is part of the graph): a graph
+    replays on whatever stream it is handed, so two graphs captured on one pooled capture stream
+    would share kept counters, and replayed at once they would race."""
+    if torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return torch.zeros(max(rows * feature_blocks, 1), dtype=torch.int32, device=device)
     key = (feature_blocks, stream)
     if key not in kept:
         kept[key] = torch.zeros(max(rows * feature_blocks, 1), dtype=torch.int32, device=device)
