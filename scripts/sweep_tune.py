@@ -15,9 +15,10 @@ as they come, so a run cut short keeps what it measured; ``--max-seconds`` stops
 before a device-time limit and ``--skip-done`` resumes after the graphs already written.
 
 The ``families`` group draws every structure family of ``datasets.families`` (power laws of
-three exponents, communities, meshes, road networks, bipartite graphs, molecule batches) at
-10k-10M edges in locality and random order; its rows carry ``family``, so that validation can
-hold out whole families (``datasets.families.leave_out_folds``).  ``bipartite-sizes`` adds
+three exponents, communities, dense graphs, meshes, road networks, bipartite graphs, molecule
+batches) at 10k-10M edges in locality and random order; its rows carry ``family``, so that
+validation can hold out whole families (``datasets.families.leave_out_folds``).  A family
+graph named by ``--graphs`` (``dense/1000000/random``) is swept as one of the group.  ``bipartite-sizes`` adds
 bipartite graphs at 3M and 30M edges (``BIPARTITE_SIZES``), family rows like the others.
 
 The ``extra`` group (``EXTRA``) holds graphs that only widen what the model trains on
@@ -270,7 +271,8 @@ def main() -> int:
     args = parser.parse_args()
     work = [(g, grp) for grp in args.groups.split(",") for g in GROUPS[grp]]
     if args.graphs:
-        work = [(g, "extra" if g in EXTRA else "custom") for g in args.graphs.split(",")]
+        # a graph named by --graphs keeps the group it has (an extra graph, a family's graph), else "custom"
+        work = [(g, "extra" if g in EXTRA else ("families" if family_of(g) else "custom")) for g in args.graphs.split(",")]
     dims = [int(d) for d in args.dims.split(",")]
     if args.dry_run:
         return dry_run(work, dims, args.dtypes.split(","), args.passes)

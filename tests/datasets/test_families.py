@@ -49,6 +49,8 @@ def test_families_differ_where_they_should():
             for f in ("powerlaw-2.1", "powerlaw-3.0", "mesh", "road")}
     assert hubs["powerlaw-2.1"] > 5 * hubs["powerlaw-3.0"]
     assert hubs["mesh"] <= 1.2 and hubs["road"] < 3.5          # lattice degrees stay near the mean
+    dense, community = family_graph("dense", 200_000, seed=3), family_graph("community", 200_000, seed=3)
+    assert dense.edge_index.shape[1] / dense.num_nodes > 3 * community.edge_index.shape[1] / community.num_nodes
     road, mesh = family_graph("road", 50_000, seed=3), family_graph("mesh", 50_000, seed=3)
     assert road.edge_index.shape[1] / road.num_nodes < mesh.edge_index.shape[1] / mesh.num_nodes
 

@@ -8,6 +8,9 @@ config fast, its data spans *families* of structure, each at any size and in two
   1,024 consecutive nodes (the locality a crawl's numbering has);
 - ``community``: Chung-Lu with 85 % of the edges inside blocks of 256 consecutive nodes
   (blocks of at most ``N / 32`` nodes on small graphs);
+- ``dense``: Chung-Lu of mean degree 96 (exponent 2.8, hubs of at most ~8x the mean), 60 % of
+  the edges inside blocks of 512 consecutive nodes: the dense graphs of co-authorship, co-acting
+  and protein interactions, where a row holds hundreds of edges;
 - ``mesh``: a 2-D lattice (4 neighbours, both ways);
 - ``road``: a sparser lattice (a fifth of its edges dropped) with a few long shortcuts: low,
   uneven degree, long paths;
@@ -59,6 +62,8 @@ FAMILIES: Dict[str, _Family] = {
                             community_fraction=0.5),
     "community": _Family("chung_lu", 24.0, exponent=2.5, max_degree_ratio=100.0, community_size=256,
                          community_fraction=0.85),
+    "dense": _Family("chung_lu", 96.0, exponent=2.8, max_degree_ratio=8.0, community_size=512,
+                     community_fraction=0.6),
     "mesh": _Family("grid", 4.0),
     "road": _Family("road", 2.6),
     "bipartite": _Family("bipartite", 12.0, exponent=2.2, max_degree_ratio=500.0),
