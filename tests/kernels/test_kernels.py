@@ -338,8 +338,8 @@ def test_bound_spmm_on_two_streams_has_a_binding_each():
 def test_captured_launches_with_pieces_replay_at_once_on_two_streams():
     """Two CUDA graphs, each a grouped launch whose long rows combine their pieces through
     arrival counters, captured one after the other (on torch's pooled capture stream) and
-    replayed at once on two streams, many times: both stay exact (a capture makes counters of
-    its own, so the two replays never share one)."""
+    replayed at once on two streams, many times with new features: both stay exact every round
+    (a capture makes counters of its own, so the two replays never share one)."""
     ei, w = _mixed_graph()
     g = Graph.from_edge_index(ei, w, num_nodes=40).to(DEVICE)
     plan = build_row_plan(g.rowptr, g.col, 64)
@@ -354,17 +354,22 @@ def test_captured_launches_with_pieces_replay_at_once_on_two_streams():
         with torch.cuda.graph(graph):
             outs.append(spmm_planned(g.rowptr, plan, g.edge_val, x, "sum", config=_GROUPED[0]))
         graphs.append(graph)
+    # new features and NaN-filled outputs every round, each round checked (a shared counter would
+    # combine pieces not yet written for these features, or leave a row uncombined)
     streams = (torch.cuda.Stream(), torch.cuda.Stream())
+    gen = torch.Generator().manual_seed(63)
     for _ in range(50):
+        for x, out in zip(xs, outs):
+            x.copy_(torch.randn(x.shape, generator=gen))
+            out.fill_(float("nan"))
         for stream, graph in zip(streams, graphs):
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 graph.replay()
         for stream in streams:
             torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    for x, out in zip(xs, outs):
-        assert _rel_err(out, _dense_reduce(ei, 40, x.double().cpu(), w, "sum")) < 1e-5
+        for x, out in zip(xs, outs):
+            assert _rel_err(out, _dense_reduce(ei, 40, x.double().cpu(), w, "sum")) < 1e-5
 
 
 def test_arrival_counters_are_kept_per_stream():

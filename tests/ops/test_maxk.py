@@ -425,9 +425,10 @@ def test_cuda_cbsr_root_kernels_match_float64(k, f_in, f_out):
 def test_cuda_root_bias_gradient_is_one_launch_reused_by_streams_and_captures(n, f_in, f_out):
     """The root gradient's bias sum (the last block to arrive adds the blocks' partial rows)
     against float64, bit-equal run to run, on a second stream, and replayed from a CUDA graph
-    many times (its arrival counter resets itself: a counter left non-zero would make no block
-    the last and leave the sum unwritten), also two captured graphs replayed at once on two
-    streams (each capture has counters of its own)."""
+    (each replay zeroes a counter of the capture's own), and its kept per-stream counter reset by
+    the last block (eager calls one after the other: a counter left non-zero would make no block
+    the last and leave the sum unwritten); two captured graphs replayed at once on two streams
+    with new gradients every round (each capture has counters of its own)."""
     from sparsegnn.kernels import cbsr_cuda
 
     if not cbsr_cuda.available():
@@ -461,16 +462,23 @@ def test_cuda_root_bias_gradient_is_one_launch_reused_by_streams_and_captures(n,
     graph2 = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph2):
         captured2 = cbsr_cuda.cbsr_root_grad_cuda(up2, c.index, wt, bias_grad=True)[1]
+    # new gradients and NaN-filled results every round, each round checked: a shared counter (the
+    # last block of one graph counting the other's arrivals) would sum partial rows not yet
+    # written for these gradients, or leave a sum unwritten
     streams = (torch.cuda.Stream(), torch.cuda.Stream())
     for _ in range(20):
+        up.copy_(torch.randn_like(up))
+        up2.copy_(torch.randn_like(up2))
+        captured.fill_(float("nan"))
+        captured2.fill_(float("nan"))
         for side_stream, g in zip(streams, (graph, graph2)):
             side_stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side_stream):
                 g.replay()
         for side_stream in streams:
             torch.cuda.current_stream().wait_stream(side_stream)
-    torch.testing.assert_close(captured.double(), up.double().sum(0), rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(captured2.double(), up2.double().sum(0), rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(captured.double(), up.double().sum(0), rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(captured2.double(), up2.double().sum(0), rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA densify kernel needs a GPU (and CuPy)")

@@ -106,6 +106,18 @@ def test_sage_cbsr_composes_where_the_graph_values_need_a_gradient():
     torch.testing.assert_close(plain, fused, rtol=1e-5, atol=1e-5)
 
 
+def test_sage_cbsr_refuses_edge_values_changed_before_its_backward():
+    """The node keeps the forward's edge values for its backward: changed in place in between,
+    the backward raises (as autograd does for the composition), not a gradient of other values."""
+    n = 60
+    g, c, wl, wr, b, _ = _case(n, 32, 16, 4, seed=8)
+    out = sage_cbsr(g, c, wl, b, wr, "sum")
+    assert isinstance(out.grad_fn, _SAGECBSR._backward_cls)
+    g.edge_val.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA CBSR kernels need a GPU (and CuPy)")
 def test_sage_cbsr_gradient_is_reproducible_in_deterministic_mode():
     """Under deterministic algorithms (the dense aggregation backward, the root kernels' fixed
@@ -146,6 +158,10 @@ def test_cuda_sspmm_reduces_into_a_given_tensor():
     alone = cbsr_cuda.sspmm_cbsr_cuda(*args)
     start = torch.randn(n, 32, device=DEVICE)
     got = cbsr_cuda.sspmm_cbsr_cuda(*args, out=start.clone())
+    torch.testing.assert_close(got, start + alone, rtol=1e-5, atol=1e-5)
+    shifted = torch.empty(n * 32 + 1, device=DEVICE)[1:].view(n, 32)     # contiguous, 4 bytes off 16
+    shifted.copy_(start)
+    got = cbsr_cuda.sspmm_cbsr_cuda(*args, out=shifted)
     torch.testing.assert_close(got, start + alone, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="out must be"):
         cbsr_cuda.sspmm_cbsr_cuda(*args, out=torch.zeros(n, 31, device=DEVICE))

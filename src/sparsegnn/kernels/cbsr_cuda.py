@@ -552,7 +552,8 @@ def sspmm_cbsr_cuda(rowptr: Tensor, order: Tensor, col32: Tensor, weight: Option
     if num_rows == 0 or num_src == 0 or k == 0:
         return out
     grad, index = grad.contiguous(), index.contiguous()
-    vec = 4 if k % 4 == 0 and index.data_ptr() % 4 == 0 else 1
+    # float4 reductions need 16-byte aligned rows of ``out`` (a caller's ``out`` may be an offset view)
+    vec = 4 if k % 4 == 0 and index.data_ptr() % 4 == 0 and out.data_ptr() % 16 == 0 else 1
     _run(_sspmm_kernel(k, vec), num_rows, grad, rowptr, order, col32, weight, row_scale, (grad, index, eps, out),
          (num_cols, int(self_eps is not None)), 4 * num_cols * WARPS)
     return out

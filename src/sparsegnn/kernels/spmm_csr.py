@@ -581,7 +581,9 @@ def bind_planned(rowptr: Tensor, plan, edge_val: Optional[Tensor], reduce: str, 
     Shapes:
         x: [M, F] -> run: [M, F] -> [N, F].
     """
-    if rowptr.numel() == 1 or x.shape[1] == 0:
+    if rowptr.numel() == 1 or x.shape[1] == 0 or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+        # inside a capture the recording would see the capture's own arrival counters (new per
+        # call, ``formats.plan``) and bind none of them: unbound there
         return lambda x: spmm_planned(rowptr, plan, edge_val, x, reduce, config=config)
     return _bind_recorded(rowptr, plan, edge_val, reduce, config, x)
 

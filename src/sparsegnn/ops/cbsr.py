@@ -578,7 +578,9 @@ class _SAGECBSR(torch.autograd.Function):
         else:
             out = torch.nn.functional.linear(densify(values, index, num_cols), weight_r.detach(), b)
         out.addmm_(agg, weight_l.detach().t())
-        ctx.save_for_backward(values, index, agg, weight_l, weight_rt)
+        # the edge values saved too: an in-place change before the backward raises, as it does
+        # for the composition this node replaces
+        ctx.save_for_backward(values, index, agg, weight_l, weight_rt, graph.edge_val)
         ctx.graph, ctx.bound, ctx.num_cols, ctx.reduce, ctx.backend = graph, bound, num_cols, reduce, backend
         ctx.cuda, ctx.has_bias = cuda, bias is not None
         return out
@@ -586,7 +588,7 @@ class _SAGECBSR(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        values, index, agg, weight_l, weight_rt = ctx.saved_tensors
+        values, index, agg, weight_l, weight_rt, edge_val = ctx.saved_tensors
         need_values, need_l, need_r = ctx.needs_input_grad[1], ctx.needs_input_grad[6], ctx.needs_input_grad[8]
         grad_out = grad_out.contiguous()
         # the root term's gradients (on CUDA: dvalues written, not added, and the bias's sum in the
@@ -597,12 +599,11 @@ class _SAGECBSR(torch.autograd.Function):
             grad_agg = grad_out.mm(weight_l.detach())
             if grad_values.dtype == torch.float32 and grad_values.is_contiguous():
                 # the outer product's atomics reduce straight into grad_values (no second tensor, no add)
-                grad_values = cbsr_backward(ctx.graph, grad_agg, values, index, ctx.num_cols, ctx.graph.edge_val,
-                                            ctx.reduce, ctx.backend, True, False, bound=ctx.bound, into=grad_values)[0]
+                grad_values = cbsr_backward(ctx.graph, grad_agg, values, index, ctx.num_cols, edge_val, ctx.reduce,
+                                            ctx.backend, True, False, bound=ctx.bound, into=grad_values)[0]
             else:
-                grad_values = grad_values + cbsr_backward(ctx.graph, grad_agg, values, index, ctx.num_cols,
-                                                          ctx.graph.edge_val, ctx.reduce, ctx.backend, True, False,
-                                                          bound=ctx.bound)[0]
+                grad_values = grad_values + cbsr_backward(ctx.graph, grad_agg, values, index, ctx.num_cols, edge_val,
+                                                          ctx.reduce, ctx.backend, True, False, bound=ctx.bound)[0]
         grad_l = grad_out.t().mm(agg) if need_l else None
         return None, grad_values, None, None, None, None, grad_l, grad_bias, grad_r
 
