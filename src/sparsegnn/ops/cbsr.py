@@ -476,11 +476,26 @@ def linear_forward(values: Tensor, index: Tensor, num_cols: int, weight: Tensor,
     Shapes:
         values, index: [N, k]; weight: [F_out, num_cols]; bias: [F_out] or None -> [N, F_out].
     """
-    if root_schedule(values, index, weight, backend) == "cuda":
+    cuda = root_schedule(values, index, weight, backend) == "cuda"
+    return _root_forward(values, index, num_cols, weight, bias, cuda)[0]
+
+
+def _root_forward(values: Tensor, index: Tensor, num_cols: int, weight: Tensor, bias: Optional[Tensor],
+                  cuda: bool) -> Tuple[Tensor, Tensor]:
+    """``(X W^T + b, W^T)`` by the CUDA root kernel (``cuda``; ``W^T`` made contiguous for it) or
+    by cuBLAS on the densified ``X`` (``W^T`` a view); ``W^T`` is what ``linear_backward`` takes.
+    Not differentiable (the operands are read detached).
+
+    Shapes:
+        values, index: [N, k]; weight: [F_out, num_cols]; bias: [F_out] or None -> [N, F_out], [num_cols, F_out].
+    """
+    weight_t, b = weight.detach().t(), None if bias is None else bias.detach()
+    if cuda:
         from ..kernels import cbsr_cuda
 
-        return cbsr_cuda.cbsr_root_cuda(values, index, weight.t().contiguous(), bias)
-    return torch.nn.functional.linear(densify(values, index, num_cols), weight, bias)
+        weight_t = weight_t.contiguous()
+        return cbsr_cuda.cbsr_root_cuda(values.detach(), index, weight_t, b), weight_t
+    return torch.nn.functional.linear(densify(values.detach(), index, num_cols), weight.detach(), b), weight_t
 
 
 def linear_backward(grad_out: Tensor, values: Tensor, index: Tensor, num_cols: int, weight_t: Tensor, cuda: bool,
@@ -513,12 +528,10 @@ def linear_backward(grad_out: Tensor, values: Tensor, index: Tensor, num_cols: i
 class _CBSRLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, values: Tensor, index: Tensor, num_cols: int, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
-        from ..kernels import cbsr_cuda
-
-        weight_t = weight.detach().t().contiguous()
+        out, weight_t = _root_forward(values, index, num_cols, weight, bias, True)
         ctx.save_for_backward(values, index, weight_t)
         ctx.num_cols, ctx.has_bias = num_cols, bias is not None
-        return cbsr_cuda.cbsr_root_cuda(values.detach(), index, weight_t, None if bias is None else bias.detach())
+        return out
 
     @staticmethod
     @once_differentiable
@@ -568,15 +581,7 @@ class _SAGECBSR(torch.autograd.Function):
                 weight_l: Tensor, bias: Optional[Tensor], weight_r: Tensor) -> Tensor:
         agg, bound = cbsr_forward_bound(graph, values, index, num_cols, graph.edge_val, reduce, backend)
         cuda = root_schedule(values, index, weight_r, backend) == "cuda"
-        weight_rt = weight_r.detach().t()
-        b = None if bias is None else bias.detach()
-        if cuda:
-            from ..kernels import cbsr_cuda
-
-            weight_rt = weight_rt.contiguous()
-            out = cbsr_cuda.cbsr_root_cuda(values, index, weight_rt, b)
-        else:
-            out = torch.nn.functional.linear(densify(values, index, num_cols), weight_r.detach(), b)
+        out, weight_rt = _root_forward(values, index, num_cols, weight_r, bias, cuda)
         out.addmm_(agg, weight_l.detach().t())
         # the edge values saved too: an in-place change before the backward raises, as it does
         # for the composition this node replaces
@@ -597,13 +602,11 @@ class _SAGECBSR(torch.autograd.Function):
                                                          need_values, need_r, ctx.has_bias and ctx.needs_input_grad[7])
         if need_values:
             grad_agg = grad_out.mm(weight_l.detach())
-            if grad_values.dtype == torch.float32 and grad_values.is_contiguous():
-                # the outer product's atomics reduce straight into grad_values (no second tensor, no add)
-                grad_values = cbsr_backward(ctx.graph, grad_agg, values, index, ctx.num_cols, edge_val, ctx.reduce,
-                                            ctx.backend, True, False, bound=ctx.bound, into=grad_values)[0]
-            else:
-                grad_values = grad_values + cbsr_backward(ctx.graph, grad_agg, values, index, ctx.num_cols, edge_val,
-                                                          ctx.reduce, ctx.backend, True, False, bound=ctx.bound)[0]
+            # fp32: the outer product's atomics reduce straight into grad_values (no second tensor, no add)
+            into = grad_values if grad_values.dtype == torch.float32 and grad_values.is_contiguous() else None
+            agg_values = cbsr_backward(ctx.graph, grad_agg, values, index, ctx.num_cols, edge_val, ctx.reduce,
+                                       ctx.backend, True, False, bound=ctx.bound, into=into)[0]
+            grad_values = agg_values if into is not None else grad_values + agg_values
         grad_l = grad_out.t().mm(agg) if need_l else None
         return None, grad_values, None, None, None, None, grad_l, grad_bias, grad_r
 
