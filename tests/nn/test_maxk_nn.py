@@ -110,6 +110,93 @@ def _selected(mk, x):
 
 
 @pytest.mark.parametrize("kind, linear_first", KINDS)
+def test_dense_path_equals_the_cbsr_path(kind, linear_first, monkeypatch):
+    """A layer that aggregates the dense selection (``dense_path``: an eager call on a small graph
+    on the GPU; forced here) computes what its CBSR path does, gradients included; the dense path
+    draws dropout over all columns, so the kept values are dropped at the layer's rate."""
+    import sparsegnn.nn.maxk as nnmaxk
+
+    ei = _edges(5)
+    weight = torch.rand(ei.shape[1], dtype=torch.float64, generator=torch.Generator().manual_seed(6)) + 0.5
+    mk, _ = _pair(kind, linear_first)
+    x = torch.randn(N, F_IN, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    up = torch.randn(N, F_OUT, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    results = []
+    for dense in (False, True):
+        monkeypatch.setattr(nnmaxk, "aggregates_dense", lambda *args, dense=dense: dense)
+        assert mk.dense_path(x, ei) is dense
+        xx = x.clone().requires_grad_(True)
+        out = mk(xx, ei, weight if kind != "gin" else None)
+        grads = torch.autograd.grad((out * up).sum(), [xx, *mk.parameters()])
+        results.append((out.detach(), grads))
+    (out_c, grads_c), (out_d, grads_d) = results
+    torch.testing.assert_close(out_d, out_c, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads_d, grads_c):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(nnmaxk, "aggregates_dense", lambda *args: True)
+    mk.dropout = 0.5
+    c = mk.activate(torch.randn(4000, 16, dtype=torch.float64), dense=True)
+    assert c.shape == (4000, 16) and int((c != 0).sum(1).max()) <= K
+    assert abs(float((c != 0).sum()) / (4000 * K) - 0.5) < 0.03          # half the kept entries survive
+    assert not mk.dense_path(sg.maxk(x, K), ei)                             # a CBSR input stays CBSR
+
+
+def test_maxkgnn_on_the_dense_path_equals_the_fused_cbsr_path(monkeypatch):
+    """MaxK-GNN whose convs aggregate densely runs LayerNorm unfused (the next conv selects from
+    its output); the model's output and gradients are those of the CBSR path."""
+    import sparsegnn.nn.maxk as nnmaxk
+
+    torch.manual_seed(0)
+    g = sg.Graph.from_edge_index(_edges(), num_nodes=N)
+    model = MaxKGNN(F_IN, 3, conv="sage", hidden=32, num_layers=3, k=5, dropout=0.0).double().train()
+    with torch.no_grad():
+        for norm in model.norms:
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.normal_(0.0, 0.3)
+    x = torch.randn(N, F_IN, dtype=torch.float64)
+    results = []
+    for dense in (False, True):
+        monkeypatch.setattr(nnmaxk, "aggregates_dense", lambda *args, dense=dense: dense)
+        out = model(x, g)
+        results.append((out.detach(), torch.autograd.grad(out.square().sum(), list(model.parameters()))))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-10, atol=1e-12)
+    for a, b in zip(results[1][1], results[0][1]):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the dense path is taken by eager calls on the GPU")
+def test_eager_calls_on_a_small_graph_take_the_dense_path(monkeypatch):
+    """``aggregates_dense``: an eager CUDA call on a small graph; not on the CPU, with another
+    backend, past the size limits, while investing or warming up a capture.  An eager MaxK SAGE
+    step then runs no CBSR aggregation (the node would raise), and matches the CBSR path."""
+    import sparsegnn.nn.maxk as nnmaxk
+    from sparsegnn._streams import capture_warmup
+    from sparsegnn.ops.maxk import DENSE_EAGER_EDGE_ELEMENTS, DENSE_EAGER_ELEMENTS, aggregates_dense
+    from sparsegnn.tune import reuse
+
+    x = torch.randn(1000, 256, device="cuda")
+    assert aggregates_dense(x, 10_000) and aggregates_dense(x, 10_000, "triton")
+    assert not aggregates_dense(x.cpu(), 10_000) and not aggregates_dense(x, 10_000, "reference")
+    assert not aggregates_dense(x, DENSE_EAGER_EDGE_ELEMENTS // 256 + 1)
+    assert not aggregates_dense(torch.empty(DENSE_EAGER_ELEMENTS // 256 + 1, 256, device="cuda"), 10)
+    with reuse.investing():
+        assert not aggregates_dense(x, 10_000)
+    with capture_warmup():
+        assert not aggregates_dense(x, 10_000)
+    torch.manual_seed(0)
+    g = sg.Graph.from_edge_index(_edges(), num_nodes=N).to("cuda")
+    model = MaxKGNN(F_IN, 3, conv="sage", hidden=64, num_layers=2, k=8, dropout=0.0, replay=False).cuda()
+    xs = torch.randn(N, F_IN, device="cuda")
+    with reuse.investing():
+        want = model(xs, g)
+    sage_cbsr = nnmaxk.sage_cbsr
+    monkeypatch.setattr(nnmaxk, "sage_cbsr", lambda *args: pytest.fail("the CBSR node ran"))
+    got = model(xs, g)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(nnmaxk, "sage_cbsr", sage_cbsr)
+
+
+@pytest.mark.parametrize("kind, linear_first", KINDS)
 @pytest.mark.parametrize("form", ["graph", "weighted_graph", "edge_index", "adj_t"])
 def test_layer_equals_plain_layer_on_dense_maxk(kind, linear_first, form):
     ei = _edges()
@@ -386,9 +473,12 @@ def test_maxkgnn_fuses_layer_norm_and_maxk_between_convs(conv, monkeypatch):
     gradients equal the unfused stack (each norm, then the conv selecting on its own)."""
     import sparsegnn.nn.models as models
 
+    import sparsegnn.nn.maxk as nnmaxk
+
     calls = []
     fused = models.layer_norm_maxk
     monkeypatch.setattr(models, "layer_norm_maxk", lambda *a, **kw: calls.append(kw) or fused(*a, **kw))
+    monkeypatch.setattr(nnmaxk, "aggregates_dense", lambda *args: False)     # the CBSR path on a GPU too
     torch.manual_seed(0)
     g = sg.Graph.from_edge_index(_edges(), num_nodes=N).to(DEVICE)
     model = MaxKGNN(F_IN, 3, conv=conv, hidden=32, num_layers=3, k=5, dropout=0.0, backend="triton").to(DEVICE).train()

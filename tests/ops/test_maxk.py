@@ -84,6 +84,30 @@ def test_maxk_dense_and_gradient():
     torch.autograd.gradcheck(lambda t: sg.maxk(t, 4).values, (x.detach().clone().requires_grad_(True),))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("f,k", [(20, 1), (37, 5), (64, 64), (300, 31)])
+def test_maxk_dense_on_triton_matches_the_oracle(dtype, f, k):
+    """The dense form's one-pass mask (``kernels.maxk.maxk_keep_mask``): x at the oracle's kept
+    entries, zeros elsewhere (a -inf left out is 0), ties as the CBSR form keeps them,
+    from a strided x too; the gradient reaches the kept entries only."""
+    x = _inputs(9, f, dtype, seed=f + 3 * k)
+    if dtype == torch.float32:
+        x[5, 7] = float("nan")
+        x[5, 2] = float("inf")
+        x[6, 3] = float("-inf")
+    kept = torch.zeros(9, f, dtype=torch.bool).scatter_(1, _oracle(x, k), True)
+    want = torch.where(kept, x, torch.zeros((), dtype=dtype))
+    for given in (x, torch.cat([x, x], dim=1)[:, :f]):        # contiguous, and with a row stride of 2 f
+        given = given.to(DEVICE).detach().requires_grad_(True)
+        dense = sg.maxk(given, k, dense=True, backend="triton")
+        assert dense.shape == (9, f) and dense.dtype == dtype
+        assert torch.equal(dense.detach().cpu(), want) or torch.allclose(
+            dense.detach().cpu().float(), want.float(), equal_nan=True)
+        up = torch.randn(9, f, generator=torch.Generator().manual_seed(k)).to(dtype)
+        (grad,) = torch.autograd.grad(dense, given, up.to(DEVICE))
+        assert torch.equal(grad.cpu(), torch.where(kept, up, torch.zeros((), dtype=dtype)))
+
+
 def test_maxk_triton_gradient_flows_to_the_kept_entries():
     x = torch.randn(10, 40, generator=torch.Generator().manual_seed(5)).to(DEVICE).requires_grad_(True)
     out = sg.maxk(x, 8, backend="triton")

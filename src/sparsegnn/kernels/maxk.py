@@ -55,7 +55,9 @@ def _before(flags):
 
 @triton.jit
 def _maxk_kernel(x_ptr, val_ptr, idx_ptr, num_feats, stride_x, k, z, w_ptr, b_ptr, center_ptr, rstd_ptr, eps,
-                 NR: tl.constexpr, EVEN: tl.constexpr, NORM: tl.constexpr):
+                 NR: tl.constexpr, EVEN: tl.constexpr, NORM: tl.constexpr, DENSE: tl.constexpr = False):
+    """Row ``pid``'s ``k`` largest entries (module doc) as CBSR values and columns, or with ``DENSE``
+    as a ``[N, num_feats]`` uint8 mask at ``val_ptr``: 1 on the kept entries, 0 elsewhere."""
     row = tl.program_id(0).to(tl.int64)
     col = tl.arange(0, NR)[:, None] * 32 + tl.arange(0, 32)[None, :]    # [NR, 32]: column 32 r + lane
     valid = col < num_feats
@@ -152,9 +154,16 @@ def _maxk_kernel(x_ptr, val_ptr, idx_ptr, num_feats, stride_x, k, z, w_ptr, b_pt
         keep = above | (ties & (_before(ties) < k - tl.sum(above.to(tl.int32))))
     else:
         keep = v >= t
-    slot = row * k + _before(keep)
-    tl.store(val_ptr + slot, x, mask=keep)
-    tl.store(idx_ptr + slot, col.to(idx_ptr.dtype.element_ty), mask=keep)
+    if DENSE:
+        kept = keep.to(tl.uint8)
+        if EVEN:
+            tl.store(val_ptr + row * num_feats + col, kept)
+        else:
+            tl.store(val_ptr + row * num_feats + col, kept, mask=valid)
+    else:
+        slot = row * k + _before(keep)
+        tl.store(val_ptr + slot, x, mask=keep)
+        tl.store(idx_ptr + slot, col.to(idx_ptr.dtype.element_ty), mask=keep)
 
 
 def _register_rows(num_feats: int) -> int:
@@ -190,6 +199,27 @@ def maxk_select(x: Tensor, k: int, index_dtype: torch.dtype, config: Optional[Di
         x: [N, F] with ``F <= MAX_FEATS`` -> values [N, k] (``x``'s dtype), index [N, k].
     """
     return _select(x, k, index_dtype, (config or {}).get("num_warps"), None)
+
+
+def maxk_keep_mask(x: Tensor, k: int) -> Tensor:
+    """Where ``x`` is among the ``k`` largest entries of its row (what :func:`maxk_select` keeps:
+    the same ranking and ties), as a dense bool mask, so that ``torch.where(mask, x, 0)`` is MaxK's
+    dense form: one pass over ``x`` and one native op whose backward is one native op too (no
+    scatter, no Python autograd node; ``masked_fill`` would copy ``x`` first).
+
+    Shapes:
+        x: [N, F] with ``F <= MAX_FEATS`` -> bool [N, F].
+    """
+    num_rows, num_feats = x.shape
+    x = x if x.stride(1) == 1 else x.contiguous()
+    mask = torch.empty((num_rows, num_feats), dtype=torch.bool, device=x.device)
+    if num_rows > 0:
+        nr = _register_rows(num_feats)
+        launch(_maxk_kernel, (num_rows,),
+               (x, mask.view(torch.uint8), x, num_feats, x.stride(0), k,
+                _normal_quantile(1.0 - (k + 0.5) / num_feats), x, x, x, x, 0.0),
+               dict(NR=nr, EVEN=num_feats == 32 * nr, NORM=False, DENSE=True), maxk_config(32 * nr)["num_warps"])
+    return mask
 
 
 def layer_norm_maxk_select(x: Tensor, weight: Tensor, bias: Tensor, eps: float, k: int, index_dtype: torch.dtype

@@ -82,7 +82,7 @@ from ..ops._library import not_traceable_graph
 
 __all__ = [
     "GraphTransform", "GraphInputMixin", "identity", "self_looped", "gcn_normalized", "gcn_transform",
-    "pyg_self_looped_input", "pyg_self_looped_graph", "LoopInfo", "LOOP_INFO", "graph_kind", "graph_sizes",
+    "pyg_self_looped_input", "pyg_self_looped_graph", "LoopInfo", "LOOP_INFO", "graph_kind", "graph_sizes", "edge_count",
     "graph_builds", "clear_graph_cache", "set_graph_cache_size", "graph_cache_info",
 ]
 
@@ -823,6 +823,19 @@ def graph_sizes(graph, kind: Optional[str] = None):
         rows, cols = graph.sparse_sizes()
         return int(cols), int(rows)
     return None, None
+
+
+def edge_count(graph) -> int:
+    """Edges of a layer's graph argument as given (before a layer's transform adds loops), read
+    without building its Graph; 0 for a form this does not know."""
+    if isinstance(graph, Graph):
+        return graph.num_edges
+    if isinstance(graph, Tensor):
+        if graph.layout != torch.strided:
+            return int(graph._nnz())
+        return int(graph.shape[-1]) if graph.dim() == 2 else 0
+    nnz = getattr(graph, "nnz", None)       # a SparseTensor
+    return int(nnz()) if callable(nnz) else 0
 
 
 class GraphInputMixin:

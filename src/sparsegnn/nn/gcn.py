@@ -7,13 +7,14 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_precision
+from ..graph import Graph
 from ..ops.gcn_fused import FUSED_MAX_WIDTH, fused_batched_gcn, fused_gcn_applies
 from ._graph_input import GraphInputMixin, GraphTransform, gcn_transform, graph_kind, identity
 from ._inputs import (GraphArg, message_passing_options, node_counts, propagate, split_features,
                       unsupported)
 from ._linear import Linear
 
-__all__ = ["GCNConv", "gcn_layer_transform", "add_gcn_parameters", "reset_gcn_parameters"]
+__all__ = ["GCNConv", "gcn_layer_transform", "gcn_propagate", "add_gcn_parameters", "reset_gcn_parameters"]
 
 #: How PyG adds GCN's self loops for each graph form (see ``_graph_input.gcn_transform``).
 _LOOPS_BY_KIND = {"torch_sparse": "added", "sparse_tensor": "replaced"}
@@ -45,6 +46,30 @@ def reset_gcn_parameters(module: nn.Module) -> None:
     module.lin.reset_parameters()
     if module.bias is not None:
         nn.init.zeros_(module.bias)
+
+
+def gcn_propagate(graph: Graph, x: Tensor, lin: Linear, bias: Optional[Tensor], reduce: str = "sum",
+                  node_dim: int = -2, backend: str = "auto", precision: str = "ieee") -> Tensor:
+    r"""GCN's product on a transformed graph: :math:`\hat A X \Theta + b` (``Θ`` = ``lin``, no bias).
+
+    On a batch of small graphs the fused kernel (aggregation, weight and bias in one launch: see
+    :class:`GCNConv`); otherwise for a linear ``reduce`` the aggregation runs on the narrower side
+    (:math:`\hat A (X \Theta) = (\hat A X) \Theta`), and "max" / "min" aggregate :math:`X \Theta`.
+
+    Shapes:
+        x: [N, F_in] or [..., N, F_in] (nodes on ``node_dim``); lin: F_in -> F_out; bias: [F_out] -> [..., N, F_out].
+    """
+    weight = lin.weight
+    if (reduce == "sum" and precision == "ieee" and x.dim() == 2 and node_dim in (-2, 0)
+            and weight.shape[0] <= FUSED_MAX_WIDTH and weight.shape[1] <= FUSED_MAX_WIDTH
+            and weight.dtype == x.dtype and (bias is None or bias.dtype == x.dtype)
+            and not torch.is_autocast_enabled(x.device.type) and fused_gcn_applies(graph, x, backend)):
+        return fused_batched_gcn(x, graph, weight.t(), bias)
+    if reduce in ("sum", "mean") and weight.shape[0] > x.size(-1):
+        out = lin(propagate(graph, x, reduce, node_dim, backend=backend, precision=precision))
+    else:
+        out = propagate(graph, lin(x), reduce, node_dim, backend=backend, precision=precision)
+    return out + bias if bias is not None else out
 
 
 class GCNConv(GraphInputMixin, nn.Module):
@@ -128,24 +153,8 @@ class GCNConv(GraphInputMixin, nn.Module):
         x, _, _ = split_features(fn, x, pairs=False)
         num_nodes, _ = node_counts(fn, edge_index, x, x, None, self.node_dim, square=True)
         graph = self._graph(fn, edge_index, edge_weight, num_nodes, self._transform(graph_kind(edge_index)))
-        width = x.size(-1)
-        self.lin.initialize(width)
-        if self._fused(graph, x):    # a batch of small graphs: aggregation, weight and bias in one launch
-            return fused_batched_gcn(x, graph, self.lin.weight.t(), self.bias)
-        if self.reduce in ("sum", "mean") and self.out_channels > width:     # A (X W) == (A X) W
-            out = self.lin(propagate(graph, x, self.reduce, self.node_dim, backend=self.backend, precision=self.precision))
-        else:
-            out = propagate(graph, self.lin(x), self.reduce, self.node_dim, backend=self.backend,
-                            precision=self.precision)
-        return out + self.bias if self.bias is not None else out
-
-    def _fused(self, graph, x: Tensor) -> bool:
-        """Whether this call takes :func:`batched_gcn`'s fused kernel (see the class doc)."""
-        weight = self.lin.weight
-        return (self.reduce == "sum" and self.precision == "ieee" and x.dim() == 2 and self.node_dim in (-2, 0)
-                and weight.shape[0] <= FUSED_MAX_WIDTH and weight.shape[1] <= FUSED_MAX_WIDTH
-                and weight.dtype == x.dtype and (self.bias is None or self.bias.dtype == x.dtype)
-                and not torch.is_autocast_enabled(x.device.type) and fused_gcn_applies(graph, x, self.backend))
+        self.lin.initialize(x.size(-1))
+        return gcn_propagate(graph, x, self.lin, self.bias, self.reduce, self.node_dim, self.backend, self.precision)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels})"

@@ -32,6 +32,13 @@ With MaxK on the input, ``x`` may also be a :class:`~sparsegnn.CBSR` with the la
 already (:func:`sparsegnn.layer_norm_maxk` selects from a LayerNorm's output without writing it, as
 :class:`~sparsegnn.nn.MaxKGNN` does between layers): the layer then applies only the dropout.
 
+Eager calls on small graphs (CUDA, Triton backend, not capturing, not compiled; at most 6M feature
+and 128M edge elements: :func:`sparsegnn.ops.maxk.aggregates_dense`) aggregate
+``dropout(maxk(x, k, dense=True))`` with the plain layer's dense ops instead: such a step waits on
+the host, and the dense form costs the plain layer's host time plus one selection launch, where
+the CBSR nodes cost more (``docs/design/maxk.md``).  Its dropout draws over all ``F`` columns
+(the zeros stay zeros).  Captures, replays and ``torch.compile`` keep the CBSR kernels.
+
 Graph argument: a :class:`~sparsegnn.Graph`, an ``edge_index`` (with ``edge_weight``), PyG's
 ``EdgeIndex``, a torch sparse ``adj_t`` or a ``SparseTensor``, through the plain layers' cached
 graph machinery (``GraphInputMixin``; GCN's normalised graph included).  One node set only:
@@ -48,12 +55,12 @@ from .._checks import check
 from ..formats.cbsr import CBSR
 from ..ops.dropout import dropout as dropout_fn
 from ..ops._dispatch import check_backend
-from ..ops.maxk import maxk
+from ..ops.maxk import aggregates_dense, dense_select, maxk
 from ..ops.spmm import gin_aggregate, sage_cbsr, spmm
-from ._graph_input import GraphInputMixin, graph_kind, identity
+from ._graph_input import GraphInputMixin, edge_count, graph_kind, identity
 from ._inputs import GraphArg, node_counts, split_features
 from ._linear import Linear
-from .gcn import add_gcn_parameters, gcn_layer_transform, reset_gcn_parameters
+from .gcn import add_gcn_parameters, gcn_layer_transform, gcn_propagate, reset_gcn_parameters
 from .gin import reset_module
 
 __all__ = ["MaxKSAGEConv", "MaxKGCNConv", "MaxKGINConv"]
@@ -89,33 +96,44 @@ class _MaxKConv(GraphInputMixin, nn.Module):
         self.backend = backend
         self.cached = False
 
-    def sparsify(self, x: Union[Tensor, CBSR]) -> CBSR:
+    def sparsify(self, x: Union[Tensor, CBSR], dense: bool = False) -> Union[CBSR, Tensor]:
         """``maxk(x, k)`` with dropout on the kept values in training mode; a CBSR ``x`` (selected
-        already, e.g. by :func:`sparsegnn.layer_norm_maxk`) gets the dropout only.
+        already, e.g. by :func:`sparsegnn.layer_norm_maxk`) gets the dropout only.  ``dense``:
+        ``dropout(maxk(x, k, dense=True))``, the ``[N, F]`` matrix (dropout then draws over all
+        ``F`` columns; the zeros stay zeros, so the kept values see the same distribution).
 
         Shapes:
-            x: [N, F] (or a CBSR [N, k]) -> CBSR with values / index [N, k].
+            x: [N, F] (or a CBSR [N, k]) -> CBSR with values / index [N, k] (dense: [N, F]).
         """
         if isinstance(x, CBSR):
             c = x
         elif x.shape[1] < self.k:     # messages on failure only (a symbolic shape cannot be formatted)
             raise ValueError(f"{self._name}(): the selected features have width {x.shape[1]}, fewer than "
                              f"k = {self.k}")
+        elif dense:     # on CUDA (``dense_path``) an x the Triton kernel takes: no checks again
+            c = dense_select(x, self.k) if x.is_cuda else maxk(x, self.k, dense=True, backend=self.backend)
+            return dropout_fn(c, self.dropout, self.training)
         else:
             c = maxk(x, self.k, backend=self.backend)
         if self.training and self.dropout > 0.0:
             c = c.with_values(dropout_fn(c.values, self.dropout, True))
         return c
 
-    def activate(self, y: Tensor) -> Union[CBSR, Tensor]:
+    def activate(self, y: Tensor, dense: bool = False) -> Union[CBSR, Tensor]:
         """:meth:`sparsify`, or for the ReLU twin (``k`` None) ``dropout(relu(y))``, dense.
 
         Shapes:
-            y: [N, F] -> CBSR [N, k] (dense [N, F] for the twin).
+            y: [N, F] -> CBSR [N, k] (dense [N, F] for the twin, or with ``dense``).
         """
         if self.k is None:
             return dropout_fn(torch.relu(y), self.dropout, self.training)
-        return self.sparsify(y)
+        return self.sparsify(y, dense)
+
+    def dense_path(self, x: Union[Tensor, CBSR], graph: GraphArg) -> bool:
+        """Whether this call aggregates ``maxk(x, k, dense=True)`` with the plain layer's dense ops
+        rather than the CBSR kernels (:func:`sparsegnn.ops.maxk.aggregates_dense`: an eager call
+        on a small graph, where host time bounds the step): MaxK on a tensor ``x`` only."""
+        return self.k is not None and isinstance(x, Tensor) and aggregates_dense(x, edge_count(graph), self.backend)
 
     def _inputs_and_graph(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor], transform,
                           sparse_values: bool = True):
@@ -194,6 +212,10 @@ class MaxKSAGEConv(_MaxKConv):
         self._check_width(x, self.in_channels)
         graph, x = self._inputs_and_graph(x, edge_index, edge_weight, identity,
                                           sparse_values=graph_kind(edge_index) != "sparse_tensor")
+        if self.dense_path(x, graph):       # SAGEConv's ops on the dense selection
+            c = self.sparsify(x, dense=True)
+            out = self.lin_l(spmm(graph, c, reduce=self.reduce, backend=self.backend))
+            return out if self.lin_r is None else out + self.lin_r(c)
         c = self.sparsify(x)
         if self.lin_r is None:
             return self.lin_l(spmm(graph, c, reduce=self.reduce, backend=self.backend))
@@ -267,7 +289,10 @@ class MaxKGCNConv(_MaxKConv):
         transform = gcn_layer_transform(graph_kind(edge_index), self.normalize, self.add_self_loops)
         graph, x = self._inputs_and_graph(x, edge_index, edge_weight, transform)
         if self.linear_first:
-            out = spmm(graph, self.activate(self.lin(x)), reduce="sum", backend=self.backend)
+            y = self.lin(x)
+            out = spmm(graph, self.activate(y, self.dense_path(y, graph)), reduce="sum", backend=self.backend)
+        elif self.dense_path(x, graph):     # GCNConv's ops on the dense selection
+            return gcn_propagate(graph, self.activate(x, True), self.lin, self.bias, backend=self.backend)
         else:
             out = self.lin(spmm(graph, self.activate(x), reduce="sum", backend=self.backend))
         return out + self.bias if self.bias is not None else out
@@ -328,7 +353,8 @@ class MaxKGINConv(_MaxKConv):
     def forward(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor] = None) -> Tensor:
         graph, x = self._inputs_and_graph(x, edge_index, edge_weight, identity,
                                           sparse_values=graph_kind(edge_index) != "sparse_tensor")
-        c = self.activate(self.nn(x) if self.linear_first else x)
+        y = self.nn(x) if self.linear_first else x
+        c = self.activate(y, self.dense_path(y, graph))
         out = gin_aggregate(graph, c, self.eps, backend=self.backend)  # CBSR: the self term inside the aggregation
         return out if self.linear_first else self.nn(out)
 

@@ -242,8 +242,10 @@ class MaxKGNN(Replayable):
         linear_first: GCN / GIN as the authors' models (above); not with SAGE (a ``ValueError``).
         replay: replay the forward and backward from CUDA graphs (module doc; None: auto). A
             step on a graph of up to a few million edges is host-bound in eager mode (MaxK's
-            more so: its selection, CBSR aggregations and root terms are more ops than a ReLU),
-            so the replay is what lets MaxK's smaller GPU work show in the step time.
+            more so: its selection, CBSR aggregations and root terms are more ops than a ReLU;
+            on small graphs its eager layers aggregate the dense selection instead, at the
+            ReLU's ops plus one selection launch), so the replay is what lets MaxK's smaller GPU
+            work show in the step time.
 
     Shapes:
         x: [N, in_channels]; graph: anything the convs take -> [N, out_channels].
@@ -305,8 +307,10 @@ class MaxKGNN(Replayable):
         if self.linear_first:       # the convs begin with a linear map: the authors' input ReLU
             x = F.relu(x)
         # MaxK on the input of the next conv: its LayerNorm and selection fused (the normalised
-        # matrix is never written; ``layer_norm_maxk``), the conv applying the dropout
-        fuse = self.nonlinearity == "maxk" and not self.linear_first
+        # matrix is never written; ``layer_norm_maxk``), the conv applying the dropout; not where
+        # the convs aggregate the dense selection (an eager call on a small graph: ``dense_path``)
+        fuse = (self.nonlinearity == "maxk" and not self.linear_first
+                and not self.convs[0].dense_path(x, graph))
         last = len(self.convs) - 1
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
             if self.nonlinearity == "relu" and not self.linear_first:

@@ -23,8 +23,10 @@ import torch
 from torch import Tensor
 
 from .._checks import check
+from .._streams import in_capture_warmup
 from ..formats.cbsr import CBSR, index_dtype
 from ..kernels import interpreting, triton_available
+from ..tune.reuse import cuda_syncs_forbidden, investing_now
 from torch.compiler import is_compiling as compiling  # dynamo tracing: the custom ops (``_library``) take over
 
 BACKENDS = ("auto", "triton", "reference", "cpu")   # "cpu": CPU tensors select with the reference sort
@@ -39,19 +41,28 @@ def _reference_select(x: Tensor, k: int, idx_dtype: torch.dtype) -> Tuple[Tensor
     return x.gather(1, index), index.to(idx_dtype)
 
 
+_MAX_FEATS: list = []
+
+
 def _triton_runs(x: Tensor) -> bool:
     """Whether the Triton kernel takes ``x`` (imported only where Triton is installed)."""
     if not (triton_available() and (x.is_cuda or interpreting())):
         return False
-    from ..kernels.maxk import MAX_FEATS
+    if not _MAX_FEATS:
+        from ..kernels.maxk import MAX_FEATS
 
+        _MAX_FEATS.append(MAX_FEATS)
     # fp64 would need 64-bit ranking values
-    return x.shape[1] <= MAX_FEATS and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
+    return x.shape[1] <= _MAX_FEATS[0] and x.dtype in _TRITON_DTYPES
+
+
+_TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def resolve_backend(backend: str, x: Tensor) -> str:
     """The user's ``backend`` resolved for ``x`` (``"triton"`` or ``"reference"``), checked."""
-    check(backend in BACKENDS, "maxk", f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"maxk(): backend must be one of {BACKENDS}, got {backend!r}")
     runs = _triton_runs(x)
     if backend == "triton":
         check(runs, "maxk", f"backend='triton' needs Triton, a CUDA tensor (or TRITON_INTERPRET=1), float32 / "
@@ -123,16 +134,71 @@ def maxk(x: Tensor, k: int, *, dense: bool = False, backend: str = "auto") -> Un
     if not (isinstance(x, Tensor) and x.dim() == 2):
         got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"maxk(): x must be a 2-D tensor [N, F], got {got}")
-    check(x.is_floating_point(), "maxk", f"x must be a floating tensor, got {x.dtype}")
+    if not x.is_floating_point():
+        raise ValueError(f"maxk(): x must be a floating tensor, got {x.dtype}")
     if not (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= x.shape[1]):
         raise ValueError(f"maxk(): k must be an int in [1, F = {x.shape[1]}], got {k!r}")
     if compiling():     # the custom op sparsegnn::maxk (``_library``), which resolves the backend per call
         check(backend in BACKENDS, "maxk", f"backend must be one of {BACKENDS}, got {backend!r}")
         values, index = torch.ops.sparsegnn.maxk(x, k, backend)
     else:
-        values, index = _MaxK.apply(x, k, resolve_backend(backend, x))
+        resolved = resolve_backend(backend, x)
+        if dense and resolved == "triton":
+            return dense_select(x, k)
+        values, index = _MaxK.apply(x, k, resolved)
     out = CBSR(values, index, int(x.shape[1]))
     return out.to_dense() if dense else out
+
+
+#: Largest ``rows x width`` and ``edges x width`` of a MaxK layer's features that an eager call
+#: aggregates densely (``aggregates_dense``).  H200, hidden 256, eager training steps (their
+#: ReLU twins at 2.1-2.7 ms, host-bound): cora, citeseer, lastfm, twitch, ENZYMES, pubmed
+#: (<= 19.7k nodes) and wikipedia (11.6k nodes, 342k edges) ran the CBSR path at 0.69x-0.89x the
+#: twin; deezer (28.3k nodes) at 1.35x-1.55x and PROTEINS_full (43.5k) at 0.98x-1.67x.
+DENSE_EAGER_ELEMENTS = 6 << 20
+DENSE_EAGER_EDGE_ELEMENTS = 128 << 20
+
+
+def aggregates_dense(x: Tensor, num_edges: int, backend: str = "auto") -> bool:
+    """Whether a MaxK layer should aggregate ``maxk(x, k, dense=True)`` with the plain layer's dense
+    ops instead of the CBSR kernels: an eager call (no CUDA-graph capture or its warm-up, no
+    ``tune.reuse.investing`` block, not under ``torch.compile``) on CUDA with the Triton backend,
+    whose features and graph are small (``DENSE_EAGER_*``).  There the step is bound by host time,
+    not by the GPU work the CBSR saves, and each CBSR call costs more host time than the dense
+    op it replaces; the dense form costs what the ReLU layer does plus one selection pass.  A
+    capture keeps the CBSR kernels: a replayed step costs its GPU work, which they cut.
+
+    Shapes:
+        x: [N, F] (the features MaxK selects from); ``num_edges`` of the graph aggregated.
+    """
+    if compiling() or not x.is_cuda or x.dim() != 2:
+        return False
+    width = x.shape[1]
+    if x.shape[0] * width > DENSE_EAGER_ELEMENTS or num_edges * width > DENSE_EAGER_EDGE_ELEMENTS:
+        return False
+    if cuda_syncs_forbidden() or in_capture_warmup() or investing_now():
+        return False
+    return backend in ("auto", "triton") and _triton_runs(x)
+
+
+_KEEP_MASK: list = []
+
+
+def dense_select(x: Tensor, k: int) -> Tensor:
+    """``maxk(x, k, dense=True)`` on the Triton kernel, for an ``x`` the caller has checked (2-D,
+    ``1 <= k <= F``, a dtype and width the kernel takes, not under ``torch.compile``): one pass
+    writes where ``x`` is kept (``kernels.maxk.maxk_keep_mask``), then ``torch.where(kept, x, 0)``,
+    a native op whose backward is one native op.  For eager calls whose host time counts (a MaxK
+    layer on its dense path): none of ``maxk``'s checks again.
+
+    Shapes:
+        x: [N, F] -> [N, F].
+    """
+    if not _KEEP_MASK:
+        from ..kernels.maxk import maxk_keep_mask
+
+        _KEEP_MASK.append(maxk_keep_mask)
+    return torch.where(_KEEP_MASK[0](x.detach(), k), x, 0.0)
 
 
 #: Widest rows and largest ``k`` of the fused LayerNorm + MaxK kernels (register tiles of

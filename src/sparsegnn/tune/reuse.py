@@ -125,6 +125,11 @@ def investing() -> Iterator[None]:
             _INVESTING -= 1
 
 
+def investing_now() -> bool:
+    """Whether an :func:`investing` block is open (in any thread of the process)."""
+    return _INVESTING > 0
+
+
 def _account(graph) -> _Use:
     account = graph.cache.get("reuse")
     if account is None:
