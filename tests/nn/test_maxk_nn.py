@@ -166,8 +166,9 @@ def test_maxkgnn_on_the_dense_path_equals_the_fused_cbsr_path(monkeypatch):
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the dense path is taken by eager calls on the GPU")
 def test_eager_calls_on_a_small_graph_take_the_dense_path(monkeypatch):
-    """``aggregates_dense``: an eager CUDA call on a small graph; not on the CPU, with another
-    backend, past the size limits, while investing or warming up a capture.  An eager MaxK SAGE
+    """``aggregates_dense``: an eager CUDA call on a small graph on the default stream; not on the
+    CPU, with another backend, past the size limits or with an unknown edge count, on a side
+    stream, while investing or warming up a capture.  An eager MaxK SAGE
     step then runs no CBSR aggregation (the node would raise), and matches the CBSR path."""
     import sparsegnn.nn.maxk as nnmaxk
     from sparsegnn._streams import capture_warmup
@@ -177,7 +178,11 @@ def test_eager_calls_on_a_small_graph_take_the_dense_path(monkeypatch):
     x = torch.randn(1000, 256, device="cuda")
     assert aggregates_dense(x, 10_000) and aggregates_dense(x, 10_000, "triton")
     assert not aggregates_dense(x.cpu(), 10_000) and not aggregates_dense(x, 10_000, "reference")
-    assert not aggregates_dense(x, DENSE_EAGER_EDGE_ELEMENTS // 256 + 1)
+    assert not aggregates_dense(x, DENSE_EAGER_EDGE_ELEMENTS // 256 + 1) and not aggregates_dense(x, -1)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):       # where PyTorch's capture recipe warms up
+        assert not aggregates_dense(x, 10_000)
+    torch.cuda.current_stream().wait_stream(side)
     assert not aggregates_dense(torch.empty(DENSE_EAGER_ELEMENTS // 256 + 1, 256, device="cuda"), 10)
     with reuse.investing():
         assert not aggregates_dense(x, 10_000)
@@ -194,6 +199,50 @@ def test_eager_calls_on_a_small_graph_take_the_dense_path(monkeypatch):
     got = model(xs, g)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     monkeypatch.setattr(nnmaxk, "sage_cbsr", sage_cbsr)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA-graph capture needs a GPU")
+@pytest.mark.parametrize("conv", ["sage", "gcn"])
+@pytest.mark.parametrize("warm_on_side", [True, False], ids=["side-stream-warmup", "default-stream-warmup"])
+def test_a_manual_capture_after_eager_warmup_records_and_replays(conv, warm_on_side):
+    """PyTorch's capture recipe on a small graph: eager warm-up steps, then ``torch.cuda.graph``
+    around forward and backward.  Warmed up on a side stream (as the recipe says) the layers run
+    the CBSR kernels, the graph is ready for them and the capture records them; warmed up on the
+    default stream they run the dense path, and so does the capture (the CBSR kernels' first
+    contact cannot run inside one).  Either way the capture succeeds and its replay matches an
+    eager step."""
+    from sparsegnn.ops.cbsr import cbsr_ready
+
+    torch.manual_seed(0)
+    ei = torch.randint(0, 2000, (2, 20000), generator=torch.Generator().manual_seed(1))
+    g = sg.Graph.from_edge_index(ei, num_nodes=2000).to("cuda")
+    model = MaxKGNN(64, 7, conv=conv, hidden=128, k=16, dropout=0.0, replay=False).to("cuda")
+    x = torch.randn(2000, 64, device="cuda")
+    params = list(model.parameters())
+
+    def step():
+        out = model(x, g)
+        return out, torch.autograd.grad(out.square().sum(), params)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side if warm_on_side else torch.cuda.current_stream()):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert cbsr_ready(g) is warm_on_side
+    captured = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(captured):
+        out, grads = step()
+    want, want_grads = step()
+    with torch.no_grad():
+        x.normal_()                                 # the replay reads new features
+    want, want_grads = step()
+    captured.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+    for a, b in zip(grads, want_grads):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4 * float(b.abs().max()) + 1e-6)
 
 
 @pytest.mark.parametrize("kind, linear_first", KINDS)
@@ -740,10 +789,15 @@ def test_real_node_dataset_twitch_own_features_and_training():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA CBSR kernels need a GPU")
 @pytest.mark.parametrize("kind, linear_first", KINDS)
-def test_layers_on_the_gpu_match_the_plain_layers(kind, linear_first):
-    """fp32 on the GPU at MaxK-GNN's sizes (256 wide, k = 32: the CUDA SpGEMM / SSpMM schedules): the
-    layer against the plain layers on the same selection (the selected tensor is computed by the
-    same kernels in both, so the kept entries agree), forward and gradients."""
+@pytest.mark.parametrize("path", ["cbsr", "dense"])
+def test_layers_on_the_gpu_match_the_plain_layers(kind, linear_first, path, monkeypatch):
+    """fp32 on the GPU at MaxK-GNN's sizes (256 wide, k = 32: the CUDA SpGEMM / SSpMM schedules, or
+    the dense path this small graph takes in eager calls): the layer against the plain layers on
+    the same selection (the selected tensor is computed by the same kernels in both, so the kept
+    entries agree), forward and gradients."""
+    import sparsegnn.nn.maxk as nnmaxk
+
+    monkeypatch.setattr(nnmaxk, "aggregates_dense", lambda *args: path == "dense")
     gen = torch.Generator().manual_seed(5)
     n, f_in = 3000, 64
     ei = torch.randint(0, n, (2, 40000), generator=gen).cuda()

@@ -827,7 +827,7 @@ def graph_sizes(graph, kind: Optional[str] = None):
 
 def edge_count(graph) -> int:
     """Edges of a layer's graph argument as given (before a layer's transform adds loops), read
-    without building its Graph; 0 for a form this does not know."""
+    without building its Graph; -1 for a form this does not know."""
     if isinstance(graph, Graph):
         return graph.num_edges
     if isinstance(graph, Tensor):
@@ -835,7 +835,7 @@ def edge_count(graph) -> int:
             return int(graph._nnz())
         return int(graph.shape[-1]) if graph.dim() == 2 else 0
     nnz = getattr(graph, "nnz", None)       # a SparseTensor
-    return int(nnz()) if callable(nnz) else 0
+    return int(nnz()) if callable(nnz) else -1
 
 
 class GraphInputMixin:

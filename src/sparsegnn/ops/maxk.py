@@ -159,14 +159,20 @@ DENSE_EAGER_ELEMENTS = 6 << 20
 DENSE_EAGER_EDGE_ELEMENTS = 128 << 20
 
 
-def aggregates_dense(x: Tensor, num_edges: int, backend: str = "auto") -> bool:
+def aggregates_dense(x: Tensor, num_edges: int, backend: str = "auto", graph=None) -> bool:
     """Whether a MaxK layer should aggregate ``maxk(x, k, dense=True)`` with the plain layer's dense
-    ops instead of the CBSR kernels: an eager call (no CUDA-graph capture or its warm-up, no
-    ``tune.reuse.investing`` block, not under ``torch.compile``) on CUDA with the Triton backend,
-    whose features and graph are small (``DENSE_EAGER_*``).  There the step is bound by host time,
-    not by the GPU work the CBSR saves, and each CBSR call costs more host time than the dense
-    op it replaces; the dense form costs what the ReLU layer does plus one selection pass.  A
-    capture keeps the CBSR kernels: a replayed step costs its GPU work, which they cut.
+    ops instead of the CBSR kernels: an eager call on the default stream (not under
+    ``torch.compile``, no capture warm-up of this library, no ``tune.reuse.investing`` block) on
+    CUDA with the Triton backend, whose features and graph are small (``DENSE_EAGER_*``; a
+    negative ``num_edges``: unknown, not small).  There the step is bound by host time, not by
+    the GPU work the CBSR saves, and each CBSR call costs more host time than the dense op it
+    replaces; the dense form costs what the ReLU layer does plus one selection pass.
+
+    A CUDA-graph capture records the CBSR kernels (a replayed step costs its GPU work, which they
+    cut) where they ran on ``graph`` (a :class:`~sparsegnn.Graph`) before (``ops.cbsr.cbsr_ready``:
+    their first contact cannot run inside a capture), else the dense path.  Warm-up steps on a
+    side stream (PyTorch's capture recipe, ``make_graphed_callables``) therefore take the CBSR
+    kernels, so the capture that follows records them.
 
     Shapes:
         x: [N, F] (the features MaxK selects from); ``num_edges`` of the graph aggregated.
@@ -174,11 +180,17 @@ def aggregates_dense(x: Tensor, num_edges: int, backend: str = "auto") -> bool:
     if compiling() or not x.is_cuda or x.dim() != 2:
         return False
     width = x.shape[1]
-    if x.shape[0] * width > DENSE_EAGER_ELEMENTS or num_edges * width > DENSE_EAGER_EDGE_ELEMENTS:
+    if (num_edges < 0 or x.shape[0] * width > DENSE_EAGER_ELEMENTS
+            or num_edges * width > DENSE_EAGER_EDGE_ELEMENTS or backend not in ("auto", "triton")
+            or not _triton_runs(x)):
         return False
+    if torch.cuda.is_current_stream_capturing():
+        from .cbsr import cbsr_ready
+
+        return graph is not None and not cbsr_ready(graph)
     if cuda_syncs_forbidden() or in_capture_warmup() or investing_now():
         return False
-    return backend in ("auto", "triton") and _triton_runs(x)
+    return torch._C._cuda_getCurrentStream(x.get_device())[0] == 0
 
 
 _KEEP_MASK: list = []
