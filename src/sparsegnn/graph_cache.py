@@ -53,7 +53,6 @@ SLOTS: Dict[str, Tuple[bool, str]] = {
     "plan": (False, "the row plan at the heuristics' chunk length"),
     "tiles": (False, "tensor-core tile translation, keyed by (window, block_k)"),
     "spmm_run": (True, "a bound SpMM launch, keyed by the call's variant, width, dtype and device"),
-    "cbsr_ready": (False, "set once a CBSR aggregation ran on this graph outside a capture (ops.cbsr.cbsr_ready)"),
     "cbsr_run": (True, "a CBSR aggregation resolved for a call signature (ops.cbsr._Bound): schedules and launches"),
     "edge_values": (True, "a form of edge values (CSR tensor, permutation, batch tiles), keyed by its kind"),
     "call": (False, "the backend an eager call resolved to, keyed by the call's signature"),

@@ -203,15 +203,12 @@ def test_eager_calls_on_a_small_graph_take_the_dense_path(monkeypatch):
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA-graph capture needs a GPU")
 @pytest.mark.parametrize("conv", ["sage", "gcn"])
-@pytest.mark.parametrize("warm_on_side", [True, False], ids=["side-stream-warmup", "default-stream-warmup"])
-def test_a_manual_capture_after_eager_warmup_records_and_replays(conv, warm_on_side):
-    """PyTorch's capture recipe on a small graph: eager warm-up steps, then ``torch.cuda.graph``
-    around forward and backward.  Warmed up on a side stream (as the recipe says) the layers run
-    the CBSR kernels, the graph is ready for them and the capture records them; warmed up on the
-    default stream they run the dense path, and so does the capture (the CBSR kernels' first
-    contact cannot run inside one).  Either way the capture succeeds and its replay matches an
-    eager step."""
-    from sparsegnn.ops.cbsr import cbsr_ready
+def test_a_manual_capture_after_a_side_stream_warmup_records_the_cbsr_path(conv, monkeypatch):
+    """PyTorch's capture recipe on a small graph: eager warm-up steps on a side stream (where the
+    layers take the CBSR kernels, not the eager dense path), then ``torch.cuda.graph`` around
+    forward and backward: the capture records the CBSR kernels (no dense selection runs inside
+    it) and its replay on new features matches an eager step on the same path."""
+    import sparsegnn.nn.maxk as nnmaxk
 
     torch.manual_seed(0)
     ei = torch.randint(0, 2000, (2, 20000), generator=torch.Generator().manual_seed(1))
@@ -225,19 +222,23 @@ def test_a_manual_capture_after_eager_warmup_records_and_replays(conv, warm_on_s
         return out, torch.autograd.grad(out.square().sum(), params)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side if warm_on_side else torch.cuda.current_stream()):
+    with torch.cuda.stream(side):
         for _ in range(3):
             step()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    assert cbsr_ready(g) is warm_on_side
+    dense_select = nnmaxk.dense_select
+    monkeypatch.setattr(nnmaxk, "dense_select", lambda *args: pytest.fail("the dense path ran in the capture"))
     captured = torch.cuda.CUDAGraph()
     with torch.cuda.graph(captured):
         out, grads = step()
-    want, want_grads = step()
+    monkeypatch.setattr(nnmaxk, "dense_select", dense_select)
     with torch.no_grad():
         x.normal_()                                 # the replay reads new features
-    want, want_grads = step()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):                   # the reference on the captured path
+        want, want_grads = step()
+    torch.cuda.current_stream().wait_stream(side)
     captured.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)

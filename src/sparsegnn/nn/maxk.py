@@ -37,9 +37,9 @@ feature and 128M edge elements: :func:`sparsegnn.ops.maxk.aggregates_dense`) agg
 ``dropout(maxk(x, k, dense=True))`` with the plain layer's dense ops instead: such a step waits on
 the host, and the dense form costs the plain layer's host time plus one selection launch, where
 the CBSR nodes cost more (``docs/design/maxk.md``).  Its dropout draws over all ``F`` columns
-(the zeros stay zeros).  ``torch.compile``, replays, captured steps and calls on a side stream
-(where PyTorch's capture recipe warms up) keep the CBSR kernels; a capture of your own records
-them on a graph they ran on before, else the dense path.
+(the zeros stay zeros).  Captures, replays, captured steps, ``torch.compile`` and calls on a side
+stream keep the CBSR kernels: warm up a capture of your own on a side stream (PyTorch's recipe),
+so that the kernels it records ran before it.
 
 Graph argument: a :class:`~sparsegnn.Graph`, an ``edge_index`` (with ``edge_weight``), PyG's
 ``EdgeIndex``, a torch sparse ``adj_t`` or a ``SparseTensor``, through the plain layers' cached
@@ -55,7 +55,6 @@ from torch import Tensor, nn
 
 from .._checks import check
 from ..formats.cbsr import CBSR
-from ..graph import Graph
 from ..ops.dropout import dropout as dropout_fn
 from ..ops._dispatch import check_backend
 from ..ops.maxk import aggregates_dense, dense_select, maxk
@@ -136,8 +135,7 @@ class _MaxKConv(GraphInputMixin, nn.Module):
         """Whether this call aggregates ``maxk(x, k, dense=True)`` with the plain layer's dense ops
         rather than the CBSR kernels (:func:`sparsegnn.ops.maxk.aggregates_dense`: an eager call
         on a small graph, where host time bounds the step): MaxK on a tensor ``x`` only."""
-        return self.k is not None and isinstance(x, Tensor) and aggregates_dense(
-            x, edge_count(graph), self.backend, graph if isinstance(graph, Graph) else None)
+        return self.k is not None and isinstance(x, Tensor) and aggregates_dense(x, edge_count(graph), self.backend)
 
     def _inputs_and_graph(self, x: Tensor, edge_index: GraphArg, edge_weight: Optional[Tensor], transform,
                           sparse_values: bool = True):

@@ -20,14 +20,11 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check
 from ..ops.dropout import dropout
-from ..graph import Graph
-from ..ops.cbsr import mark_cbsr_ready
 from ..ops.maxk import layer_norm_maxk
 from .conv import AGNNConv, GATConv, GCNConv, GINConv, SAGEConv
 from .maxk import MaxKGCNConv, MaxKGINConv, MaxKSAGEConv
@@ -325,9 +322,6 @@ class MaxKGNN(Replayable):
                                     backend=self.convs[i + 1].backend)
             else:
                 x = norm(x)
-        if (fuse and isinstance(graph, Graph) and not torch.compiler.is_compiling()
-                and not (x.is_cuda and torch.cuda.is_current_stream_capturing())):
-            mark_cbsr_ready(graph)      # a capture may record the fused CBSR path on it (``dense_path``)
         return self.lin_out(x)
 
     def extra_repr(self) -> str:

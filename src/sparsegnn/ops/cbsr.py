@@ -282,8 +282,6 @@ def cbsr_forward_bound(graph: Graph, values: Tensor, index: Tensor, num_cols: in
         # invested by this call's own aggregation below decides on its next call
         settled = reuse_invested(graph)
     out = run(schedule)
-    if not (values.is_cuda and torch.cuda.is_current_stream_capturing()):     # a warm-up's call counts
-        mark_cbsr_ready(graph)
     if binding is None or not BIND or not settled or not reuse_invested(graph):
         return out, None
     bound = _Bound(graph, schedule, values, num_cols, weight, reduce, backend, self_eps is not None)
@@ -296,20 +294,6 @@ def cbsr_forward_bound(graph: Graph, values: Tensor, index: Tensor, num_cols: in
 #: Whether eager calls keep and reuse their resolved form (``_Bound``); off: every call takes
 #: the full path (for measuring what the bound form saves).
 BIND = True
-
-
-def mark_cbsr_ready(graph: Graph) -> None:
-    """Record that the CBSR kernels ran on ``graph`` outside a capture (see :func:`cbsr_ready`)."""
-    if graph.cache.get("cbsr_ready") is None:
-        graph.cache.get("cbsr_ready", None, lambda: True)
-
-
-def cbsr_ready(graph: Graph) -> bool:
-    """Whether a CBSR aggregation ran on ``graph`` outside a CUDA-graph capture (eagerly, or in a
-    capture's warm-up): its first-contact
-    work (the work plan, the kernels' loading, the schedule's decision) is done, which a capture
-    cannot do (host syncs, module loads), so a capture may record the CBSR kernels on it."""
-    return graph.cache.get("cbsr_ready") is not None
 
 
 def cbsr_backward(graph: Graph, grad_out: Tensor, values: Tensor, index: Tensor, num_cols: int,

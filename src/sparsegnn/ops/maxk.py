@@ -159,7 +159,7 @@ DENSE_EAGER_ELEMENTS = 6 << 20
 DENSE_EAGER_EDGE_ELEMENTS = 128 << 20
 
 
-def aggregates_dense(x: Tensor, num_edges: int, backend: str = "auto", graph=None) -> bool:
+def aggregates_dense(x: Tensor, num_edges: int, backend: str = "auto") -> bool:
     """Whether a MaxK layer should aggregate ``maxk(x, k, dense=True)`` with the plain layer's dense
     ops instead of the CBSR kernels: an eager call on the default stream (not under
     ``torch.compile``, no capture warm-up of this library, no ``tune.reuse.investing`` block) on
@@ -169,10 +169,9 @@ def aggregates_dense(x: Tensor, num_edges: int, backend: str = "auto", graph=Non
     replaces; the dense form costs what the ReLU layer does plus one selection pass.
 
     A CUDA-graph capture records the CBSR kernels (a replayed step costs its GPU work, which they
-    cut) where they ran on ``graph`` (a :class:`~sparsegnn.Graph`) before (``ops.cbsr.cbsr_ready``:
-    their first contact cannot run inside a capture), else the dense path.  Warm-up steps on a
-    side stream (PyTorch's capture recipe, ``make_graphed_callables``) therefore take the CBSR
-    kernels, so the capture that follows records them.
+    cut), and their first contact (work plan, module loads, schedule decisions) cannot run inside
+    one: its warm-up must run them.  Warm-up steps on a side stream (PyTorch's capture recipe,
+    ``make_graphed_callables``) take them, as do this library's replays and captured steps.
 
     Shapes:
         x: [N, F] (the features MaxK selects from); ``num_edges`` of the graph aggregated.
@@ -184,10 +183,6 @@ def aggregates_dense(x: Tensor, num_edges: int, backend: str = "auto", graph=Non
             or num_edges * width > DENSE_EAGER_EDGE_ELEMENTS or backend not in ("auto", "triton")
             or not _triton_runs(x)):
         return False
-    if torch.cuda.is_current_stream_capturing():
-        from .cbsr import cbsr_ready
-
-        return graph is not None and not cbsr_ready(graph)
     if cuda_syncs_forbidden() or in_capture_warmup() or investing_now():
         return False
     return torch._C._cuda_getCurrentStream(x.get_device())[0] == 0
