@@ -17,6 +17,7 @@ sort; CPU and wider rows).  ``"auto"`` takes Triton where it runs.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional, Tuple, Union
 
 import torch
@@ -41,19 +42,21 @@ def _reference_select(x: Tensor, k: int, idx_dtype: torch.dtype) -> Tuple[Tensor
     return x.gather(1, index), index.to(idx_dtype)
 
 
-_MAX_FEATS: list = []
+@functools.lru_cache(maxsize=None)
+def _kernels():
+    """``kernels.maxk``, imported on first use (only where Triton is installed) and kept: the
+    per-call paths read it without an import statement's lookup."""
+    from ..kernels import maxk as module
+
+    return module
 
 
 def _triton_runs(x: Tensor) -> bool:
     """Whether the Triton kernel takes ``x`` (imported only where Triton is installed)."""
     if not (triton_available() and (x.is_cuda or interpreting())):
         return False
-    if not _MAX_FEATS:
-        from ..kernels.maxk import MAX_FEATS
-
-        _MAX_FEATS.append(MAX_FEATS)
     # fp64 would need 64-bit ranking values
-    return x.shape[1] <= _MAX_FEATS[0] and x.dtype in _TRITON_DTYPES
+    return x.shape[1] <= _kernels().MAX_FEATS and x.dtype in _TRITON_DTYPES
 
 
 _TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -84,9 +87,7 @@ def select(x: Tensor, k: int, backend: str) -> Tuple[Tensor, Tensor]:
     """
     idx_dtype = index_dtype(x.shape[1])
     if backend == "triton":
-        from ..kernels.maxk import maxk_select
-
-        return maxk_select(x, k, idx_dtype)
+        return _kernels().maxk_select(x, k, idx_dtype)
     return _reference_select(x, k, idx_dtype)
 
 
@@ -188,9 +189,6 @@ def aggregates_dense(x: Tensor, num_edges: int, backend: str = "auto") -> bool:
     return torch._C._cuda_getCurrentStream(x.get_device())[0] == 0
 
 
-_KEEP_MASK: list = []
-
-
 def dense_select(x: Tensor, k: int) -> Tensor:
     """``maxk(x, k, dense=True)`` on the Triton kernel, for an ``x`` the caller has checked (2-D,
     ``1 <= k <= F``, a dtype and width the kernel takes, not under ``torch.compile``): one pass
@@ -201,11 +199,7 @@ def dense_select(x: Tensor, k: int) -> Tensor:
     Shapes:
         x: [N, F] -> [N, F].
     """
-    if not _KEEP_MASK:
-        from ..kernels.maxk import maxk_keep_mask
-
-        _KEEP_MASK.append(maxk_keep_mask)
-    return torch.where(_KEEP_MASK[0](x.detach(), k), x, 0.0)
+    return torch.where(_kernels().maxk_keep_mask(x.detach(), k), x, 0.0)
 
 
 #: Widest rows and largest ``k`` of the fused LayerNorm + MaxK kernels (register tiles of
@@ -216,11 +210,9 @@ FUSED_MAX_FEATS, FUSED_MAX_K = 1024, 128
 class _LayerNormMaxK(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, k: int, eps: float):
-        from ..kernels.maxk import layer_norm_maxk_select
-
         x = x.detach().contiguous()
-        values, index, center, rstd = layer_norm_maxk_select(x, weight.detach(), bias.detach(), eps, k,
-                                                             index_dtype(x.shape[1]))
+        values, index, center, rstd = _kernels().layer_norm_maxk_select(
+            x, weight.detach(), bias.detach(), eps, k, index_dtype(x.shape[1]))
         ctx.save_for_backward(x, weight, index, center, rstd)
         ctx.mark_non_differentiable(index)
         return values, index
@@ -228,10 +220,8 @@ class _LayerNormMaxK(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable     # the kernels have no derivative: no double backward
     def backward(ctx, grad_values: Tensor, _grad_index):
-        from ..kernels.maxk import layer_norm_maxk_backward
-
         x, weight, index, center, rstd = ctx.saved_tensors
-        dx, dw, db = layer_norm_maxk_backward(grad_values, index, x, weight.detach(), center, rstd)
+        dx, dw, db = _kernels().layer_norm_maxk_backward(grad_values, index, x, weight.detach(), center, rstd)
         return dx, dw, db, None, None
 
 
