@@ -8,7 +8,8 @@ exact / bf16 kernels against cuSPARSE, on the real suite and the stand-ins (GPU)
 Sections (each row measured in one process, every provider side by side):
 
 - ``precision``: ``spmm(g, x, precision=p)`` against the exact ``spmm(g, x)``, both called
-  eagerly and back to back (``sparsegnn.benchmark.precision_report``), for tf32 and bf16 on
+  eagerly in paired rounds (one group of calls of each a round, the order alternating; the
+  ratio is the median of the rounds' ratios: ``sparsegnn.benchmark.precision_report``), for tf32 and bf16 on
   fp32 features; the graph is reused (invested in: ``SPARSEGNN_INVEST=always``), every
   candidate timed (``SPARSEGNN_TUNE=exhaustive``), so the pick shown is the tuner's.
 - ``exact``: exact fp32 SpMM with cuSPARSE removed from our candidates against cuSPARSE

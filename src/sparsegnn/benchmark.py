@@ -25,7 +25,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -250,10 +250,58 @@ def eager_ms(fn, target_ms: float = 2.0, reps: int = 7, max_calls: int = 200) ->
     return statistics.median(times)
 
 
-#: Interleaved rounds of ``precision_report``'s two eager timings (the least of each kept): the
-#: H200's host switches between a fast and a slow mode for milliseconds at a time (one call
-#: timed 24 or 41 us a group), and three rounds left one side without a fast round at times.
+#: Interleaved rounds of ``precision_report``'s two eager timings (the least of each kept by the
+#: exact section of ``benchmarks/choices.py``): the H200's host switches between a fast and a slow
+#: mode for milliseconds at a time (one call timed 24 or 41 us a group).
 PRECISION_ROUNDS = 7
+#: Rounds of :func:`paired_eager_ms` in ``precision_report``: one group of calls of each side a
+#: round, the sides' order alternating, so that both see the same host modes.
+PAIRED_ROUNDS = 41
+#: Wall ms both sides run, alternating, before ``precision_report`` times them: right after the
+#: tuner's timing a call that gathers from L2 (fp16-packed features, H200, soc-BlogCatalog
+#: F = 128) ran at 0.185 ms a call for ~0.15 s and then settled at 0.145 ms, while the exact
+#: call (bound by HBM) held 0.152 ms throughout.
+PAIRED_WARMUP_MS = 300.0
+
+
+def paired_eager_ms(fns: Dict[str, Callable[[], object]], rounds: int = PAIRED_ROUNDS, target_ms: float = 1.0,
+                    max_calls: int = 100, sync: Optional[Callable[[], None]] = None,
+                    warmup_ms: float = 0.0) -> Dict[str, List[float]]:
+    """Per-call wall ms of each of ``fns`` (issued back to back, as a script calls them), in
+    ``rounds`` rounds of one group of calls per function, the order reversed every other round,
+    so that adjacent groups share the host's mode; a group is enough calls to take about
+    ``target_ms`` (at most ``max_calls``), synchronised (``sync``, default
+    ``torch.cuda.synchronize``) at its end, after two warm-up calls of each and then, for
+    ``warmup_ms`` of wall time, untimed groups of each in turn.  Returns each name's
+    list of ``rounds`` group times: the pairs of one round compare like with like, so the median
+    of their ratios is the speedup (a host's slow phase inflates both sides of a round)."""
+    sync = sync or torch.cuda.synchronize
+    names = list(fns)
+    calls = {}
+    for name in names:
+        fns[name]()
+        sync()
+        t0 = time.perf_counter()
+        fns[name]()
+        sync()
+        one = max(1e3 * (time.perf_counter() - t0), 1e-3)
+        calls[name] = max(1, min(max_calls, int(target_ms / one) + 1))
+    t0 = time.perf_counter()
+    while 1e3 * (time.perf_counter() - t0) < warmup_ms:
+        for name in names:
+            for _ in range(calls[name]):
+                fns[name]()
+        sync()
+    times: Dict[str, List[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            fn, n = fns[name], calls[name]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            sync()
+            times[name].append(1e3 * (time.perf_counter() - t0) / n)
+    return times
 
 
 def precision_report(graphs: List[str], dims: List[int], precisions: Sequence[str] = ("tf32", "bf16"),
@@ -261,8 +309,8 @@ def precision_report(graphs: List[str], dims: List[int], precisions: Sequence[st
     """One row per case (graph x F x precision): the ``"spmm_tc"`` pick (every candidate timed,
     a fresh in-memory store), its ms, the best candidate's and the exact call's as the tuner
     timed them, and ``spmm(g, x, precision=p)`` against ``spmm(g, x)`` called eagerly
-    (:func:`eager_ms`, ``PRECISION_ROUNDS`` interleaved rounds, the least of each side);
-    ``speedup`` = exact / precision call."""
+    (:func:`paired_eager_ms`: medians of each side's groups); ``speedup`` = the median over
+    rounds of exact / precision call."""
     from .ops.tiles import TC_FAMILY
 
     rows = []
@@ -278,16 +326,14 @@ def precision_report(graphs: List[str], dims: List[int], precisions: Sequence[st
                     call = lambda: spmm(g, x, precision=precision)  # noqa: E731
                     call()          # decides (every candidate timed)
                     record = autotune.lookup(TC_FAMILY, g, precision, num_feats, dtype, "cuda") or {}
-                    times = {"exact": [], "call": []}
-                    for _ in range(PRECISION_ROUNDS):
-                        times["exact"].append(eager_ms(exact))
-                        times["call"].append(eager_ms(call))
-                    exact_ms, call_ms = min(times["exact"]), min(times["call"])
+                    times = paired_eager_ms({"exact": exact, "call": call}, warmup_ms=PAIRED_WARMUP_MS)
+                    exact_ms, call_ms = statistics.median(times["exact"]), statistics.median(times["call"])
+                    speedup = statistics.median(e / c for e, c in zip(times["exact"], times["call"]))
                     rows.append({"graph": name, "edges": g.num_edges, "F": num_feats, "precision": precision,
                                  "dtype": str(dtype).replace("torch.", ""), "pick": record.get("config"),
                                  "pick_ms": record.get("ms"), "best_ms": record.get("best_ms"),
                                  "exact_timed_ms": record.get("first_ms"), "exact_call_ms": exact_ms,
-                                 "precision_call_ms": call_ms, "speedup": exact_ms / call_ms})
+                                 "precision_call_ms": call_ms, "speedup": speedup})
             g = x = None  # noqa: F841 - free the graph before the next one
     return rows
 

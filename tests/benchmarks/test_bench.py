@@ -99,3 +99,26 @@ def test_tuning_report_rows_for_every_policy():
         assert 1 <= r["model_rank_of_best"] <= r["candidates"]
     assert next(r for r in rows if r["policy"] == "exhaustive")["vs_exhaustive"] == 1.0
     assert "| cora | 32 | float32 |" in tuning_markdown(rows)
+
+
+def test_paired_eager_timing_alternates_the_sides_and_pairs_each_round():
+    """``paired_eager_ms``: every round times one group of each side, the order reversed every
+    other round, each group synchronised at its end; the groups' per-call times follow the
+    calls' cost (one side sleeps twice as long), so the paired ratios give the speedup."""
+    import statistics
+    import time
+
+    from sparsegnn.benchmark import paired_eager_ms
+
+    order, syncs = [], []
+    fns = {"slow": lambda: (order.append("slow"), time.sleep(0.002)),
+           "fast": lambda: (order.append("fast"), time.sleep(0.001))}
+    times = paired_eager_ms(fns, rounds=4, target_ms=3.0, sync=lambda: syncs.append(order[-1]))
+    assert [len(times["slow"]), len(times["fast"])] == [4, 4]
+    t0 = time.perf_counter()                 # timed groups and warm calls: ~20 ms; the warm-up adds 40
+    warmed = paired_eager_ms(fns, rounds=2, target_ms=3.0, warmup_ms=40.0, sync=lambda: None)
+    assert len(warmed["slow"]) == 2 and time.perf_counter() - t0 >= 0.040
+    assert order[:4] == ["slow", "slow", "fast", "fast"]     # two warm-up calls of each
+    assert syncs[4:] == ["slow", "fast", "fast", "slow", "slow", "fast", "fast", "slow"]   # each group's end
+    ratio = statistics.median(s / f for s, f in zip(times["slow"], times["fast"]))
+    assert 1.4 < ratio < 2.6

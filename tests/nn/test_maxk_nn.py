@@ -202,6 +202,38 @@ def test_eager_calls_on_a_small_graph_take_the_dense_path(monkeypatch):
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA-graph capture needs a GPU")
+def test_a_capture_after_a_default_stream_warmup_on_a_small_graph_says_how_to_warm_up(monkeypatch):
+    """Warm-up steps on the default stream take the dense path on a small graph (whose SpMM, on
+    a graph not yet invested in, builds no work plan), so no plan exists when ``torch.cuda.graph``
+    records the CBSR kernels: the capture raises an error that says to warm up on a side stream
+    (not a bare CUDA error from the plan's read-back), and the same steps warmed up on a side
+    stream then capture."""
+    monkeypatch.setenv("SPARSEGNN_INVEST", "auto")
+    ei = torch.randint(0, 1500, (2, 12000), generator=torch.Generator().manual_seed(2))
+    g = sg.Graph.from_edge_index(ei, num_nodes=1500).to("cuda")
+    model = MaxKGNN(32, 5, conv="sage", hidden=64, k=8, dropout=0.0, replay=False).to("cuda")
+    x = torch.randn(1500, 32, device="cuda")
+    for _ in range(2):
+        model(x, g).sum().backward()
+    torch.cuda.synchronize()
+    with pytest.raises(RuntimeError, match="side stream"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            model(x, g).sum().backward()
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        model(x, g).sum().backward()
+    torch.cuda.current_stream().wait_stream(side)
+    captured = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(captured):
+        out = model(x, g)
+    captured.replay()
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA-graph capture needs a GPU")
 @pytest.mark.parametrize("conv", ["sage", "gcn"])
 def test_a_manual_capture_after_a_side_stream_warmup_records_the_cbsr_path(conv, monkeypatch):
     """PyTorch's capture recipe on a small graph: eager warm-up steps on a side stream (where the

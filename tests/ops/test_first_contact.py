@@ -478,3 +478,23 @@ def test_the_tuner_times_nothing_where_syncs_are_forbidden(monkeypatch):
     assert not autotune._capturing()
     monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 2)
     assert autotune._capturing()
+
+
+def test_a_work_plan_is_never_built_inside_a_capture(monkeypatch):
+    """``plan_of`` reads row lengths back to the host on a graph's first planned call: inside a
+    CUDA-graph capture that call raises an error saying how to warm up (instead of the capture
+    failing on the read-back); a plan built before the capture is returned there as it is."""
+    from types import SimpleNamespace
+
+    from sparsegnn.ops import _triton
+
+    g = sg.Graph.from_edge_index(_hub_graph()[0], num_nodes=30)
+    on_gpu = SimpleNamespace(device=torch.device("cuda", 0), cache=g.cache, row_plan=g.row_plan,
+                             num_nodes=g.num_nodes, num_edges=g.num_edges)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="side stream"):
+        _triton.plan_of(on_gpu)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    plan = _triton.plan_of(on_gpu)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert _triton.plan_of(on_gpu) is plan

@@ -60,9 +60,19 @@ def _kernels() -> _Kernels:
 
 
 def plan_of(graph: Graph):
-    """The graph's cached work partition, at the chunk length the heuristics pick for it."""
+    """The graph's cached work partition, at the chunk length the heuristics pick for it.
+
+    Built on the graph's first planned call, on the host (the row lengths are read back), so never
+    inside a CUDA-graph capture: there a graph without a plan raises a RuntimeError that says how
+    to warm up, where the read-back would otherwise fail the capture with a bare CUDA error."""
     plan = graph.cache.get("plan")
     if plan is None:
+        if graph.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "sparsegnn: this graph's work plan is built on its first planned call (on the host), which "
+                "cannot run inside a CUDA graph capture: run the same calls once before capturing, on a side "
+                "stream as torch.cuda.graph's recipe does (MaxK layers on a small graph take a dense path on "
+                "the default stream, which builds no plan)")
         count_investment("plans")
         plan = graph.row_plan(_kernels().configs.spmm_chunk(graph.num_nodes, graph.num_edges))
         graph.cache.put("plan", plan)
