@@ -342,7 +342,7 @@ _PATHS = {0: "exact", 1: "tiles", 2: "cuSPARSE", 3: "packed fp16", 4: "bf16 rows
 
 
 def precision_markdown(rows: List[Dict]) -> str:
-    lines = ["| graph | edges | F | precision | pick | pick ms | best ms | exact ms (timed warm) | call ms: exact / precision | x exact |",
+    lines = ["| graph | edges | F | precision | pick | pick ms | best ms | exact ms (timed warm) | call ms (medians): exact / precision | x exact (median of paired ratios) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
     for r in rows:

@@ -488,13 +488,26 @@ def test_a_work_plan_is_never_built_inside_a_capture(monkeypatch):
 
     from sparsegnn.ops import _triton
 
-    g = sg.Graph.from_edge_index(_hub_graph()[0], num_nodes=30)
-    on_gpu = SimpleNamespace(device=torch.device("cuda", 0), cache=g.cache, row_plan=g.row_plan,
-                             num_nodes=g.num_nodes, num_edges=g.num_edges)
+    def on_gpu(graph):
+        return SimpleNamespace(device=torch.device("cuda", 0), cache=graph.cache, row_plan=graph.row_plan,
+                               num_nodes=graph.num_nodes, num_edges=graph.num_edges, volatile=graph.volatile)
+
+    ei = _hub_graph()[0]
+    g = sg.Graph.from_edge_index(ei, num_nodes=30)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     with pytest.raises(RuntimeError, match="side stream"):
-        _triton.plan_of(on_gpu)
+        _triton.plan_of(on_gpu(g))
+    with pytest.raises(RuntimeError, match="volatile"):        # keeps no plan: no warm-up helps
+        _triton.plan_of(on_gpu(sg.Graph(g.rowptr, g.col, num_nodes=30, volatile=True)))
+    cpu = sg.Graph.from_edge_index(ei, num_nodes=30)          # a host graph: nothing to capture
+    assert _triton.plan_of(cpu) is cpu.cache.get("plan")
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    plan = _triton.plan_of(on_gpu)
+    plan = _triton.plan_of(on_gpu(g))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    assert _triton.plan_of(on_gpu) is plan
+    assert _triton.plan_of(on_gpu(g)) is plan
+    chunk = _triton._kernels().configs.spmm_chunk(g.num_nodes, g.num_edges)
+    built = sg.Graph.from_edge_index(ei, num_nodes=30)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    row_plan = built.row_plan(chunk)                          # the public row plan, built before
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert _triton.plan_of(on_gpu(built)) is row_plan

@@ -67,16 +67,25 @@ def plan_of(graph: Graph):
     to warm up, where the read-back would otherwise fail the capture with a bare CUDA error."""
     plan = graph.cache.get("plan")
     if plan is None:
-        if graph.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "sparsegnn: this graph's work plan is built on its first planned call (on the host), which "
-                "cannot run inside a CUDA graph capture: run the same calls once before capturing, on a side "
-                "stream as torch.cuda.graph's recipe does (MaxK layers on a small graph take a dense path on "
-                "the default stream, which builds no plan)")
+        chunk = _kernels().configs.spmm_chunk(graph.num_nodes, graph.num_edges)
+        if (("row_plan", chunk) not in graph.cache and graph.device.type == "cuda"
+                and torch.cuda.is_current_stream_capturing()):
+            raise RuntimeError(_CAPTURE_WITHOUT_PLAN[bool(graph.volatile)])
         count_investment("plans")
-        plan = graph.row_plan(_kernels().configs.spmm_chunk(graph.num_nodes, graph.num_edges))
+        plan = graph.row_plan(chunk)
         graph.cache.put("plan", plan)
     return plan
+
+
+_CAPTURE_WITHOUT_PLAN = {
+    False: "sparsegnn: this graph's work plan is built on its first planned call (on the host), which cannot run "
+           "inside a CUDA graph capture: run the same calls once before capturing, on a side stream as "
+           "torch.cuda.graph's recipe does (MaxK layers on a small graph take a dense path on the default stream, "
+           "which builds no plan)",
+    True: "sparsegnn: a volatile graph (refilled in place between calls) keeps no work plan, and building one reads "
+          "row lengths back to the host, which a CUDA graph capture forbids: capture calls on a graph that keeps "
+          "its derived forms, or run these calls eagerly",
+}
 
 
 #: Batches whose graphs all have at most this many nodes take the one-program-per-graph kernels
