@@ -233,21 +233,25 @@ def eager_ms(fn, target_ms: float = 2.0, reps: int = 7, max_calls: int = 200) ->
     """Median per-call wall ms of ``fn`` issued back to back (as a script calls it: host and
     GPU overlapping), ``reps`` groups of enough calls to take about ``target_ms``, each group
     synchronised at its end, after two warm-up calls."""
+    calls = _group_calls(fn, target_ms, max_calls, torch.cuda.synchronize)
+    return statistics.median(_group_ms(fn, calls, torch.cuda.synchronize) for _ in range(reps))
+
+
+def _group_calls(fn, target_ms: float, max_calls: int, sync) -> int:
+    """Calls of ``fn`` in a group of about ``target_ms`` (at most ``max_calls``), from the second
+    of two warm-up calls, each synchronised."""
     fn()
-    torch.cuda.synchronize()
+    sync()
+    return max(1, min(max_calls, int(target_ms / max(_group_ms(fn, 1, sync), 1e-3)) + 1))
+
+
+def _group_ms(fn, calls: int, sync) -> float:
+    """Per-call wall ms of ``calls`` calls of ``fn`` issued back to back, synchronised at the end."""
     t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    one = max(1e3 * (time.perf_counter() - t0), 1e-3)
-    calls = max(1, min(max_calls, int(target_ms / one) + 1))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        times.append(1e3 * (time.perf_counter() - t0) / calls)
-    return statistics.median(times)
+    for _ in range(calls):
+        fn()
+    sync()
+    return 1e3 * (time.perf_counter() - t0) / calls
 
 
 #: Interleaved rounds of ``precision_report``'s two eager timings (the least of each kept by the
@@ -277,30 +281,15 @@ def paired_eager_ms(fns: Dict[str, Callable[[], object]], rounds: int = PAIRED_R
     of their ratios is the speedup (a host's slow phase inflates both sides of a round)."""
     sync = sync or torch.cuda.synchronize
     names = list(fns)
-    calls = {}
-    for name in names:
-        fns[name]()
-        sync()
-        t0 = time.perf_counter()
-        fns[name]()
-        sync()
-        one = max(1e3 * (time.perf_counter() - t0), 1e-3)
-        calls[name] = max(1, min(max_calls, int(target_ms / one) + 1))
+    calls = {name: _group_calls(fns[name], target_ms, max_calls, sync) for name in names}
     t0 = time.perf_counter()
     while 1e3 * (time.perf_counter() - t0) < warmup_ms:
         for name in names:
-            for _ in range(calls[name]):
-                fns[name]()
-        sync()
+            _group_ms(fns[name], calls[name], sync)
     times: Dict[str, List[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
-            fn, n = fns[name], calls[name]
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            sync()
-            times[name].append(1e3 * (time.perf_counter() - t0) / n)
+            times[name].append(_group_ms(fns[name], calls[name], sync))
     return times
 
 
